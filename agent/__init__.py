@@ -1,0 +1,1 @@
+"""The search: proposers (LLM, playbook, replay), the tree search, the journal."""

@@ -1,0 +1,114 @@
+"""Search shape and budgets: how wide the tree grows and when the search stops.
+
+:class:`SearchConfig` is the shape of each round (beam, ideas, branches, repairs, tuning);
+:class:`SearchBudget` the limits (rounds, LLM calls and tokens, wall and GPU minutes, patience).
+The defaults fit one GPU in about 30 minutes. :class:`Usage` counts what was spent; an LLM
+proposer drives it through ``on_call`` (one call per LLM request, with its token usage).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SearchConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    beam: int = Field(default=2, ge=1, description="best nodes expanded per round (B)")
+    ideas: int = Field(default=3, ge=1, description="ideas asked per beam node (K)")
+    branches: int = Field(default=2, ge=1, description="implementations per idea (M)")
+    repairs: int = Field(default=2, ge=0, description="repair attempts per failed node (R)")
+    tune: bool = Field(default=True, description="autotune the survivors of each round")
+
+
+class SearchBudget(BaseModel):
+    """Limits; ``None`` means no limit. The search stops at the first one reached."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rounds: int = Field(default=5, ge=0)
+    max_llm_calls: int | None = Field(default=200, ge=0)
+    max_tokens: int | None = Field(default=2_000_000, ge=0)
+    wall_minutes: float | None = Field(default=30.0, gt=0)
+    gpu_minutes: float | None = Field(default=20.0, gt=0)
+    patience: int | None = Field(default=2, ge=1, description="rounds without a better best before stopping")
+    min_gain: float = Field(default=0.005, ge=0, description="relative gain that counts as an improvement")
+
+    @classmethod
+    def unlimited(cls, rounds: int = 10**6) -> "SearchBudget":
+        return cls(rounds=rounds, max_llm_calls=None, max_tokens=None, wall_minutes=None, gpu_minutes=None,
+                   patience=None)
+
+
+def _tokens_of(record: Any) -> int:
+    """Total tokens of an LLM call record (pydantic model, dict or object; usage may be nested)."""
+    data = record.model_dump(mode="json") if hasattr(record, "model_dump") else record
+    if not isinstance(data, dict):
+        data = getattr(record, "__dict__", {}) or {}
+    usage = data.get("usage", data)
+    if hasattr(usage, "model_dump"):
+        usage = usage.model_dump()
+    if not isinstance(usage, dict):
+        return 0
+    for key in ("total_tokens", "tokens"):
+        if isinstance(usage.get(key), (int, float)):
+            return int(usage[key])
+    total = 0
+    for key in ("prompt_tokens", "completion_tokens", "input_tokens", "output_tokens"):
+        if isinstance(usage.get(key), (int, float)):
+            total += int(usage[key])
+    return total
+
+
+class Usage:
+    """What a search has spent. ``calls``/``tokens``: LLM requests and their tokens;
+    ``gpu_s``: sum of ``EvalResult.wall_s``; ``wall_s``: elapsed seconds over all sessions."""
+
+    def __init__(self, prior_wall_s: float = 0.0) -> None:
+        self.calls = 0
+        self.tokens = 0
+        self.gpu_s = 0.0
+        self.proposer_calls = 0  # questions actually asked of the proposer (not reused answers)
+        self.reused_answers = 0
+        self.evaluations = 0
+        self.prior_wall_s = prior_wall_s
+        self.t0 = time.monotonic()
+        self.listeners: list[Callable[[Any], None]] = []
+
+    @property
+    def wall_s(self) -> float:
+        return self.prior_wall_s + (time.monotonic() - self.t0)
+
+    def on_call(self, record: Any) -> None:
+        """Callback for the LLM proposer: one LLM request happened."""
+        self.calls += 1
+        self.tokens += _tokens_of(record)
+        for fn in list(self.listeners):
+            fn(record)
+
+    def snapshot(self) -> dict[str, float | int]:
+        return {
+            "llm_calls": self.calls,
+            "tokens": self.tokens,
+            "gpu_s": round(self.gpu_s, 3),
+            "wall_s": round(self.wall_s, 3),
+            "proposer_calls": self.proposer_calls,
+            "reused_answers": self.reused_answers,
+            "evaluations": self.evaluations,
+        }
+
+
+def exhausted(budget: SearchBudget, usage: Usage) -> str | None:
+    """The first budget (other than rounds and patience) that is spent, as a stop reason."""
+    if budget.max_llm_calls is not None and usage.calls >= budget.max_llm_calls:
+        return f"budget: {usage.calls} LLM calls (max {budget.max_llm_calls})"
+    if budget.max_tokens is not None and usage.tokens >= budget.max_tokens:
+        return f"budget: {usage.tokens} tokens (max {budget.max_tokens})"
+    if budget.wall_minutes is not None and usage.wall_s >= budget.wall_minutes * 60:
+        return f"budget: {usage.wall_s / 60:.1f} wall minutes (max {budget.wall_minutes:g})"
+    if budget.gpu_minutes is not None and usage.gpu_s >= budget.gpu_minutes * 60:
+        return f"budget: {usage.gpu_s / 60:.1f} GPU minutes (max {budget.gpu_minutes:g})"
+    return None

@@ -1,0 +1,260 @@
+"""``kerngen generate``, ``kerngen show`` and ``kerngen replay``.
+
+Every user-facing failure is a :class:`~kerngen.harness.errors.KerngenError`: one line on
+stderr and exit code 2 (also under typer's CliRunner). Nothing journaled is lost: a failed or
+interrupted ``generate`` can be continued with ``--resume``.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import typer
+from rich.console import Console
+
+from kerngen.harness.errors import KerngenError, ProblemError
+
+EVALUATORS = ("pool", "scripted")
+
+
+def _one_line(text: str) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= 400 else line[:397] + "..."
+
+
+def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except KerngenError as exc:
+            Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {_one_line(str(exc))}",
+                                                                       markup=True)
+            raise typer.Exit(exc.exit_code) from None
+
+    return wrapper
+
+
+def _parse_shape(text: str | None) -> tuple[int, ...] | None:
+    if not text:
+        return None
+    try:
+        from kerngen.problems.problem import parse_shape
+
+        return tuple(parse_shape(text))
+    except ImportError:
+        pass
+    try:
+        return tuple(int(p) for p in text.lower().replace(",", "x").split("x") if p.strip())
+    except ValueError:
+        raise ProblemError(f"bad --shape {text!r}: expected sizes like 8192x1024") from None
+
+
+_DTYPES = {"fp32": "float32", "f32": "float32", "float": "float32", "float32": "float32", "fp16": "float16",
+           "f16": "float16", "half": "float16", "float16": "float16", "bf16": "bfloat16", "bfloat16": "bfloat16"}
+
+
+def _parse_dtype(text: str | None) -> str | None:
+    if not text:
+        return None
+    try:
+        from kerngen.problems.problem import canonical_dtype
+
+        return canonical_dtype(text)
+    except ImportError:
+        pass
+    if text.lower() not in _DTYPES:
+        raise ProblemError(f"bad --dtype {text!r} (use fp32, fp16 or bf16)")
+    return _DTYPES[text.lower()]
+
+
+def make_evaluator(kind: str) -> Any:
+    if kind == "scripted":
+        from kerngen.agent.scripted import ScriptedEvaluator
+
+        return ScriptedEvaluator()
+    if kind != "pool":
+        raise KerngenError(f"unknown evaluator {kind!r} (choose from {', '.join(EVALUATORS)})")
+    from kerngen.harness.pool import WorkerPool  # raises NoGPUError where no GPU is visible
+
+    return WorkerPool()
+
+
+def _context_factory(evaluator_kind: str) -> Any:
+    from kerngen.agent.search import default_context, minimal_context
+
+    if evaluator_kind != "scripted":
+        return default_context
+
+    def ctx(problem, gpu, baseline):  # the scripted demo needs no problem module, but uses it if it loads
+        try:
+            return default_context(problem, gpu, baseline)
+        except KerngenError:
+            return minimal_context(problem, gpu, baseline)
+
+    return ctx
+
+
+def _tuner(evaluator_kind: str, evaluator: Any, problem: Any, no_tune: bool) -> Any:
+    if no_tune:
+        return None
+    if evaluator_kind == "scripted":
+        from kerngen.agent.scripted import ScriptedTuner
+
+        return ScriptedTuner(evaluator)
+    from kerngen.agent.proposers import make_tuner
+
+    return make_tuner(evaluator, problem, evaluator.gpu_facts())
+
+
+def register(app: typer.Typer) -> None:
+    app.command("generate")(_guard(generate))
+    app.command("show")(_guard(show))
+    app.command("replay")(_guard(replay))
+
+
+# ----- generate -----------------------------------------------------------------------------
+def generate(
+    problem: Optional[str] = typer.Argument(None, help="built-in problem name or a KernelBench .py file"),
+    shape: Optional[str] = typer.Option(None, "--shape", help="sizes of a built-in problem, e.g. 8192x1024"),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="fp32 | fp16 | bf16 (built-in problems)"),
+    kernel: Optional[Path] = typer.Option(None, "--kernel", help="seed kernel spec (JSON/YAML) to start from"),
+    proposer: str = typer.Option("auto", "--proposer", help="auto | llm | playbook | scripted"),
+    model: Optional[str] = typer.Option(None, "--model", help="LLM model name (implies --proposer llm under auto)"),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint"),
+    rounds: Optional[int] = typer.Option(None, "--rounds", min=0, help="rounds of the search [5]"),
+    beam: Optional[int] = typer.Option(None, "--beam", min=1, help="best nodes expanded per round (B) [2]"),
+    ideas: Optional[int] = typer.Option(None, "--ideas", min=1, help="ideas per beam node (K) [3]"),
+    branches: Optional[int] = typer.Option(None, "--branches", min=1, help="implementations per idea (M) [2]"),
+    repairs: Optional[int] = typer.Option(None, "--repairs", min=0, help="repair attempts per failed node (R) [2]"),
+    minutes: Optional[float] = typer.Option(None, "--minutes", help="wall-clock budget in minutes [30]"),
+    gpu_minutes: Optional[float] = typer.Option(None, "--gpu-minutes", help="GPU-time budget in minutes [20]"),
+    max_llm_calls: Optional[int] = typer.Option(None, "--max-llm-calls", min=0, help="LLM request budget [200]"),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=0, help="LLM token budget [2M]"),
+    patience: Optional[int] = typer.Option(None, "--patience", min=1, help="stop after P rounds without a gain [2]"),
+    no_tune: bool = typer.Option(False, "--no-tune", help="do not autotune the survivors"),
+    force: bool = typer.Option(False, "--force", help="search a degenerate problem anyway"),
+    resume: Optional[str] = typer.Option(None, "--resume", help="continue a run (its folder or id)"),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="where run folders live"),
+    evaluator_kind: str = typer.Option("pool", "--evaluator", hidden=True,
+                                       help="pool (the GPUs) | scripted (deterministic, no GPU, made-up times)"),
+) -> None:
+    """Search for a fast CUDA-C kernel of PROBLEM; journal the search under runs/<id>/."""
+    from kerngen.agent.budget import SearchBudget, SearchConfig, Usage
+    from kerngen.agent.live import LiveView
+    from kerngen.agent.proposers import make_proposer
+    from kerngen.agent.search import Search
+    from kerngen.agent.show import render_header
+    from kerngen.agent.tree import load_run
+    from kerngen.harness.spec import KernelSpec
+    from kerngen.problems.ref import ProblemRef
+
+    out = Console(highlight=False)
+    given = {k: v for k, v in dict(rounds=rounds, max_llm_calls=max_llm_calls, max_tokens=max_tokens,
+                                   wall_minutes=minutes, gpu_minutes=gpu_minutes, patience=patience).items()
+             if v is not None}
+    usage = Usage()
+    if resume:
+        rec = load_run(resume, runs_dir)  # JournalError for a missing or corrupt run, before anything else
+        st = rec.started
+        if problem and problem != st.problem.source:
+            raise KerngenError(f"run {rec.id} searched {st.problem.source}, not {problem}")
+        ref, config = st.problem, st.config
+        budget = st.budget.model_copy(update=given)
+        kind = st.proposer if proposer == "auto" and st.proposer in ("llm", "playbook", "scripted") else proposer
+        prop, model_name = make_proposer(kind, ref, usage=usage, model=model or st.model, base_url=base_url)
+        seed = st.seed_spec
+        run_dir, mode = rec.path, "resume"
+    else:
+        if not problem:
+            raise KerngenError("generate needs a PROBLEM (or --resume RUN)")
+        rec = None
+        ref = ProblemRef(source=problem, shape=_parse_shape(shape), dtype=_parse_dtype(dtype))
+        _check_problem(ref, evaluator_kind)
+        seed = KernelSpec.load(kernel) if kernel else None
+        defaults = SearchConfig()
+        config = SearchConfig(beam=beam or defaults.beam, ideas=ideas or defaults.ideas,
+                              branches=branches or defaults.branches,
+                              repairs=repairs if repairs is not None else defaults.repairs, tune=not no_tune)
+        budget = SearchBudget(**given)
+        prop, model_name = make_proposer(proposer, ref, usage=usage, model=model, base_url=base_url)
+        from kerngen.agent.journal import new_run_id
+
+        run_dir, mode = runs_dir / new_run_id(ref), "new"
+    evaluator = make_evaluator(evaluator_kind)
+    try:
+        tuner = _tuner(evaluator_kind, evaluator, ref, no_tune or not config.tune)
+        view = LiveView(total_rounds=budget.rounds)
+        search = Search(ref, prop, evaluator, run_dir=run_dir, mode=mode, config=config, budget=budget,
+                        tuner=tuner, seed_spec=seed, context_factory=_context_factory(evaluator_kind), usage=usage,
+                        record=rec, force=force, model=model_name, listeners=[view])
+        out.print(f"[bold]run[/] {run_dir}" + (" (resumed)" if mode == "resume" else ""))
+        with view:
+            result = search.run()
+    finally:
+        evaluator.close()
+    run = load_run(result.run_dir)
+    out.print(render_header(run))
+    out.print(f"stopped: {result.reason}")
+    if run.best is not None:
+        out.print(f"best kernel: {result.run_dir / 'best' / 'spec.json'}")
+
+
+def _check_problem(ref: Any, evaluator_kind: str) -> None:
+    """Fail fast (before a run folder exists) on a problem that does not load."""
+    try:
+        from kerngen.problems.problem import load_problem
+    except ImportError:
+        return
+    try:
+        load_problem(ref)
+    except KerngenError:
+        if evaluator_kind == "scripted" and not ref.source.endswith(".py"):
+            return  # the scripted demo runs on any name
+        raise
+
+
+# ----- show ---------------------------------------------------------------------------------
+def show(
+    run: str = typer.Argument(..., help="a run folder, or a run id under --runs-dir"),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir"),
+    width: Optional[int] = typer.Option(None, "--width", help="console width (default: the terminal's)"),
+) -> None:
+    """Print the search tree of a run: ideas, categories, verdicts, times, speedups, registers."""
+    from kerngen.agent.show import render
+    from kerngen.agent.tree import load_run
+
+    loaded = load_run(run, runs_dir)
+    Console(highlight=False, width=width).print(render(loaded))
+
+
+# ----- replay -------------------------------------------------------------------------------
+def replay(
+    run: str = typer.Argument(..., help="a run folder, or a run id under --runs-dir"),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="where the replay's run folder goes too"),
+    evaluator_kind: str = typer.Option("pool", "--evaluator", hidden=True),
+) -> None:
+    """Re-run a recorded search with no LLM call, re-evaluating every node on this GPU."""
+    from kerngen.agent.live import LiveView
+    from kerngen.agent.replay import replay_run, replay_table
+    from kerngen.agent.tree import load_run
+
+    orig = load_run(run, runs_dir)
+    evaluator = make_evaluator(evaluator_kind)
+    try:
+        view = LiveView(total_rounds=len(orig.tree.beams))
+        with view:
+            rep = replay_run(orig, evaluator, runs_dir=runs_dir, context_factory=_context_factory(evaluator_kind),
+                             listeners=[view])
+    finally:
+        evaluator.close()
+    out = Console(highlight=False)
+    out.print(replay_table(rep))
+    ob, nb = orig.best, rep.outcome.best
+    if ob is not None:
+        out.print(f"recorded best: #{ob.id} {ob.ms:.4f} ms")
+    if nb is not None:
+        out.print(f"replayed best: #{nb.id} {nb.ms:.4f} ms")
+    out.print(f"replay written to {rep.run_dir} ({rep.proposer_calls} proposer calls)")

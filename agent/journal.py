@@ -1,0 +1,316 @@
+"""The journal of a search: ``runs/<id>/events.jsonl``, append-only, one event per line.
+
+Every event is a pydantic model with a ``type`` field. Each append is written, flushed and
+``os.fsync``'d, so a kill -9 at any moment loses at most the event being written. Reading
+tolerates a truncated last line (the write a kill interrupted); a corrupt line anywhere else,
+or a missing ``events.jsonl``, is a :class:`JournalError`.
+
+Derived files (``tree.json``, ``best/``) are rewritten atomically (tmp file + ``os.replace``);
+they can always be rebuilt from the events.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import secrets
+import threading
+import time
+from pathlib import Path
+from typing import Annotated, Any, Callable, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from kerngen.agent.budget import SearchBudget, SearchConfig
+from kerngen.agent.proposer import Branch, Idea, TriedIdea
+from kerngen.harness.errors import JournalError
+from kerngen.harness.results import Baseline, EvalResult, GpuFacts
+from kerngen.harness.spec import KernelSpec
+from kerngen.problems.ref import ProblemRef
+
+EVENTS = "events.jsonl"
+TREE = "tree.json"
+BEST = "best"
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    seq: int = 0
+    t: float = Field(default_factory=time.time)
+
+
+class RunStarted(_Event):
+    type: Literal["run_started"] = "run_started"
+    run_id: str
+    problem: ProblemRef
+    config: SearchConfig
+    budget: SearchBudget
+    proposer: str
+    model: str | None = None
+    versions: dict[str, str] = Field(default_factory=dict)
+    gpu: GpuFacts | None = None
+    seed_spec: KernelSpec | None = None
+    replay_of: str | None = None  # run id (and path) this run replays
+    argv: list[str] = Field(default_factory=list)
+
+
+class RunResumed(_Event):
+    type: Literal["run_resumed"] = "run_resumed"
+    session: int
+    versions: dict[str, str] = Field(default_factory=dict)
+    gpu: GpuFacts | None = None
+    budget: SearchBudget | None = None
+    truncated_bytes: int = 0  # a partial last line dropped before appending
+
+
+class BaselineEvent(_Event):
+    type: Literal["baseline"] = "baseline"
+    baseline: Baseline
+
+
+class LLMCallEvent(_Event):
+    type: Literal["llm_call"] = "llm_call"
+    record: dict[str, Any] = Field(default_factory=dict)  # the LLM proposer's LLMCall, as data
+    calls: int = 0  # running totals after this call
+    tokens: int = 0
+
+
+class RoundStarted(_Event):
+    type: Literal["round_started"] = "round_started"
+    round: int
+    beam: list[int | None]  # parents expanded this round (None: from nothing)
+
+
+class IdeasEvent(_Event):
+    type: Literal["ideas"] = "ideas"
+    round: int
+    parent: int | None
+    ideas: list[Idea]
+
+
+class ImplementedEvent(_Event):
+    """The proposer's whole answer to one implement question (nodes follow as node_created)."""
+
+    type: Literal["implemented"] = "implemented"
+    round: int
+    parent: int | None
+    idea_index: int
+    branches: list[Branch]
+
+
+class NodeCreated(_Event):
+    type: Literal["node_created"] = "node_created"
+    id: int
+    parent: int | None
+    round: int
+    kind: Literal["seed", "branch", "repair"] = "branch"
+    idea: Idea | None = None
+    idea_index: int | None = None
+    branch_index: int | None = None
+    spec: KernelSpec | None = None
+    error: str = ""
+    notes: str = ""
+    repair_of: int | None = None  # the node whose failure this repair answers (the chain's head)
+    attempt: int = 0  # repair attempt, 1..R
+
+
+class NodeEvaluated(_Event):
+    type: Literal["node_evaluated"] = "node_evaluated"
+    id: int
+    result: EvalResult
+
+
+class NodeTuned(_Event):
+    type: Literal["node_tuned"] = "node_tuned"
+    id: int
+    config: dict[str, int] | None = None  # None: the tuner found nothing better / could not tune
+    result: EvalResult | None = None
+    evaluated: int = 0
+    curve: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class RoundFinished(_Event):
+    type: Literal["round_finished"] = "round_finished"
+    round: int
+    best: int | None
+    best_ms: float | None = None
+    improved: bool = False
+    tried: list[TriedIdea] = Field(default_factory=list)
+    usage: dict[str, float] = Field(default_factory=dict)
+
+
+class RunFinished(_Event):
+    type: Literal["run_finished"] = "run_finished"
+    reason: str
+    best: int | None = None
+    best_ms: float | None = None
+    usage: dict[str, float] = Field(default_factory=dict)
+
+
+Event = Annotated[
+    Union[
+        RunStarted, RunResumed, BaselineEvent, LLMCallEvent, RoundStarted, IdeasEvent, ImplementedEvent,
+        NodeCreated, NodeEvaluated, NodeTuned, RoundFinished, RunFinished,
+    ],
+    Field(discriminator="type"),
+]
+_ADAPTER: TypeAdapter[Any] = TypeAdapter(Event)
+
+
+def parse_event(data: dict[str, Any]) -> Any:
+    return _ADAPTER.validate_python(data)
+
+
+# ----- reading ------------------------------------------------------------------------------
+def read_events(run_dir: str | Path) -> tuple[list[Any], int]:
+    """All events of a run and the number of bytes of a truncated last line (0 if none).
+
+    Raises :class:`JournalError` for a missing folder or file, or a bad line other than a
+    partial last one."""
+    path = Path(run_dir)
+    name = path.name
+    file = path / EVENTS
+    if not path.is_dir():
+        raise JournalError(f"run {name}: no such run folder {path}")
+    if not file.is_file():
+        raise JournalError(f"run {name}: {EVENTS} is missing in {path}")
+    try:
+        raw = file.read_bytes()
+    except OSError as exc:
+        raise JournalError(f"run {name}: cannot read {EVENTS}: {exc}") from None
+    lines = raw.split(b"\n")
+    tail = lines.pop()  # text after the last newline: b"" unless the last write was cut
+    events: list[Any] = []
+    truncated = 0
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        events.append(_parse_line(name, n, line))
+    if tail:
+        truncated = len(tail)  # a write a kill cut short: that event is lost, nothing else
+    if not events or not isinstance(events[0], RunStarted):
+        raise JournalError(f"run {name}: {EVENTS} does not start with a run_started event")
+    return events, truncated
+
+
+def _parse_line(name: str, n: int, line: bytes) -> Any:
+    try:
+        data = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise JournalError(f"run {name}: {EVENTS} line {n} is not valid JSON") from None
+    if not isinstance(data, dict) or "type" not in data:
+        raise JournalError(f"run {name}: {EVENTS} line {n} is not an event (no type)")
+    try:
+        return parse_event(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err.get("loc", ()))
+        raise JournalError(f"run {name}: {EVENTS} line {n} is not a valid {data.get('type')} event "
+                           f"({where}: {err.get('msg')})") from None
+
+
+# ----- writing ------------------------------------------------------------------------------
+class Journal:
+    """Append-only writer of ``events.jsonl`` (thread-safe; fsync per event).
+
+    ``listeners`` see every event after it is on disk (the live view, the tree)."""
+
+    def __init__(self, run_dir: str | Path, *, next_seq: int = 0) -> None:
+        self.dir = Path(run_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.dir / EVENTS
+        self._lock = threading.Lock()
+        self._seq = next_seq
+        self._fh = open(self.path, "ab")
+        self.listeners: list[Callable[[Any], None]] = []
+
+    @classmethod
+    def reopen(cls, run_dir: str | Path) -> tuple["Journal", list[Any], int]:
+        """Open an existing journal for appending: read its events and cut a partial last line."""
+        events, truncated = read_events(run_dir)
+        path = Path(run_dir) / EVENTS
+        if truncated:
+            size = path.stat().st_size
+            with open(path, "r+b") as fh:
+                fh.truncate(size - truncated)
+                fh.flush()
+                os.fsync(fh.fileno())
+        nxt = max((e.seq for e in events), default=-1) + 1
+        return cls(run_dir, next_seq=nxt), events, truncated
+
+    def append(self, event: Any) -> Any:
+        with self._lock:
+            event.seq = self._seq
+            self._seq += 1
+            line = event.model_dump_json(exclude_none=False) + "\n"
+            self._fh.write(line.encode())
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+        for fn in list(self.listeners):
+            fn(event)
+        return event
+
+    def on_llm_call(self, usage: Any) -> Callable[[Any], None]:
+        """A listener for :class:`~kerngen.agent.budget.Usage`: journal each LLM call."""
+
+        def _write(record: Any) -> None:
+            data = record.model_dump(mode="json") if hasattr(record, "model_dump") else record
+            if not isinstance(data, dict):
+                data = {"repr": repr(data)}
+            self.append(LLMCallEvent(record=data, calls=usage.calls, tokens=usage.tokens))
+
+        return _write
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._fh.closed:
+                self._fh.close()
+
+    def __enter__(self) -> "Journal":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write a file so that readers see the old or the new content, never a mix."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, p)
+
+
+# ----- run ids and versions -----------------------------------------------------------------
+def new_run_id(problem: ProblemRef, now: float | None = None) -> str:
+    """Like ``20261122-153000-softmax-ab12``."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now if now is not None else time.time()))
+    slug = Path(problem.source).stem if problem.source.endswith(".py") else problem.source
+    slug = "".join(c if c.isalnum() or c in "_-" else "-" for c in slug.lower()).strip("-")[:40] or "problem"
+    return f"{stamp}-{slug}-{secrets.token_hex(2)}"
+
+
+def versions() -> dict[str, str]:
+    import kerngen
+
+    out = {"kerngen": kerngen.__version__, "python": platform.python_version()}
+    try:
+        import torch
+
+        out["torch"] = torch.__version__
+    except Exception:  # noqa: BLE001 - a version we cannot read is only a missing fact
+        out["torch"] = "unavailable"
+    try:
+        from cuda.bindings import nvrtc
+
+        err, major, minor = nvrtc.nvrtcVersion()
+        out["nvrtc"] = f"{major}.{minor}"
+    except Exception:  # noqa: BLE001
+        out["nvrtc"] = "unavailable"
+    return out

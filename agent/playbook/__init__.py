@@ -1,0 +1,11 @@
+"""The offline playbook: catalogues of ideas and CUDA-C templates per op family.
+
+``PlaybookProposer(problem)`` answers the :class:`kerngen.agent.proposer.Proposer` Protocol with
+no LLM; ``recognise_family(problem)`` says which family a problem belongs to (``why_not`` says
+why none); ``seed_specs(problem)`` gives the round-0 kernels (seeds for an LLM's first round).
+"""
+
+from .families import FAMILIES, FamilyMatch, NotCovered, explain, recognise_family, why_not
+from .proposer import PlaybookProposer, seed_specs
+
+__all__ = ["FAMILIES", "FamilyMatch", "NotCovered", "PlaybookProposer", "explain", "recognise_family", "seed_specs", "why_not"]

@@ -1,0 +1,138 @@
+"""The playbook's catalogue: per family, optimization ideas in natural language, each with its
+category, expected effect, the template variant that implements it and the configurations
+(branches) to render. ``round0`` ideas make the first kernel from nothing; the others apply to
+a parent built from one of the variants in ``after``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kerngen.agent.proposer import Category
+
+
+@dataclass(frozen=True)
+class Entry:
+    id: str
+    text: str
+    category: Category
+    effect: str
+    variant: str
+    branches: tuple[dict, ...] = ({},)
+    round0: bool = False
+    after: frozenset[str] = field(default_factory=frozenset)  # parent variants it improves (empty: any)
+
+
+M, A, P, C, PAR, CF = (Category.memory_access, Category.async_latency, Category.precision, Category.compute,
+                       Category.parallelism, Category.control_flow)
+
+CATALOG: dict[str, list[Entry]] = {
+    "elementwise": [
+        Entry("ew-vec", "One pass over the tensor with 16-byte vector loads and stores (float4, or 8 x 16-bit), "
+              "several vectors per thread loaded before the first use, fp32 math in registers.", M,
+              "reads and writes each byte once in wide coalesced transactions: ~90-97% of the copy bandwidth",
+              "vec", ({}, {"UNROLL": 2, "BLOCK": 512}, {"UNROLL": 8}), round0=True),
+        Entry("ew-ilp", "Raise the bytes in flight per thread: unroll to 8 independent 16-byte loads so that DRAM "
+              "latency is covered with fewer resident warps.", A, "a few % when the parent is latency-bound",
+              "vec", ({"UNROLL": 8, "BLOCK": 128}, {"UNROLL": 8, "BLOCK": 256}), after=frozenset({"vec"})),
+        Entry("ew-persistent", "Grid-stride persistent loop over a grid of a few waves (GRID_CAP blocks) instead of "
+              "one thread per vector group: fewer block launches and tail effects.", PAR,
+              "0-5%: fewer blocks to schedule, steadier occupancy", "vec",
+              ({"GRID_CAP": 1056}, {"GRID_CAP": 2112, "UNROLL": 2}), after=frozenset({"vec"})),
+        Entry("ew-stream", "Streaming cache hints (ld.global.cs / st.global.cs, evict-first) so that the output "
+              "does not displace useful lines in L2.", M, "0-5%, sometimes negative on H100/H200",
+              "vec", ({"CACHE_HINT": 1}, {"CACHE_HINT": 1, "UNROLL": 2}), after=frozenset({"vec"})),
+    ],
+    "softmax": [
+        Entry("sm-rows-reg", "Hold each row in registers: TPR threads per row (a warp for short rows, a block for "
+              "long ones), 16-byte loads, max and sum by warp shuffles (+ shared memory across warps), "
+              "one read and one write of the row.", M, "2 passes over DRAM (the floor): ~85-90% of bandwidth",
+              "rows_reg", ({}, {"BLOCK": 256}), round0=True),
+        Entry("sm-long-online", "Long rows: one block per row with an online softmax (running max and rescaled "
+              "running sum) in a single DRAM pass; the second pass re-reads the row from L2 (the SMs' rows in "
+              "flight fit in L2), or from shared memory for the part cached there; streaming stores.", M,
+              "2 DRAM passes instead of 3: ~1.5x over a 3-pass softmax, ~85-90% of bandwidth",
+              "long", ({}, {"UNROLL": 4}), round0=True),
+        Entry("sm-long-smem", "Keep as much of the row as fits (up to ~200 KB) in shared memory during pass 1 so "
+              "that pass 2 reads on-chip memory instead of L2.", M,
+              "less L2 traffic; helps when the rows in flight overflow L2, can cost occupancy",
+              "long", ({"CACHE_KB": 64}, {"CACHE_KB": 128}, {"CACHE_KB": 200}), after=frozenset({"long"})),
+        Entry("sm-rows-pack", "Pack several rows per block (BLOCK/TPR rows) so that short rows keep enough warps "
+              "per SM and each block does enough work.", PAR, "5-20% for short rows",
+              "rows_reg", ({"BLOCK": 512}, {"BLOCK": 1024}), after=frozenset({"rows_reg"})),
+        Entry("sm-more-inflight", "More independent 16-byte loads in flight per thread in pass 1 (UNROLL) and "
+              "smaller blocks so that two blocks share an SM.", A, "a few %",
+              "long", ({"UNROLL": 8, "BLOCK": 512}, {"UNROLL": 2, "BLOCK": 1024}), after=frozenset({"long"})),
+    ],
+    "layernorm": [
+        Entry("ln-rows-reg", "Short rows: hold each row in registers (TPR threads per row), exact two-pass mean and "
+              "variance from registers, one read and one write.", M, "the 2-pass DRAM floor",
+              "rows_reg", ({},), round0=True),
+        Entry("ln-split", "Few, very long rows: split every row over many blocks. Kernel 1 writes one (mean, M2) "
+              "pair per chunk (Welford/Chan merges), kernel 2 merges a row's pairs and normalises its chunk. "
+              "Grids are (rows, chunks) so one chunk of weight and bias serves all rows from L2, and kernel 2 "
+              "walks the chunks backwards to reuse what kernel 1 left in L2.", PAR,
+              "fills the GPU with 16 rows; 3 passes over x (read, read, write) ~80% of bandwidth",
+              "split", ({}, {"ITEMS": 8}), round0=True),
+        Entry("ln-split-chunks", "Tune the chunk size: fewer, larger chunks (more vectors per thread, more bytes in "
+              "flight) or more, smaller ones (more blocks, better balance).", A, "a few %",
+              "split", ({"ITEMS": 2, "BLOCK": 512}, {"ITEMS": 16}, {"BLOCK": 512, "ITEMS": 8}), after=frozenset({"split"})),
+        Entry("ln-rows-pack", "Several short rows per block for occupancy.", PAR, "5-20% for short rows",
+              "rows_reg", ({"BLOCK": 512},), after=frozenset({"rows_reg"})),
+    ],
+    "rmsnorm": [
+        Entry("rms-rows-reg", "Block per row with the row in registers: 16-byte loads (8 x bf16), sum of squares "
+              "in fp32, one block reduction, rsqrt, scale by the weight, 16-byte stores.", M,
+              "one read and one write: ~90% of bandwidth", "rows_reg", ({}, {"TPR": 256, "BLOCK": 256}), round0=True),
+        Entry("rms-rows-pack", "Smaller groups per row and several rows per block (TPR 128-256, BLOCK 256-512) for "
+              "more independent rows in flight per SM.", PAR, "0-5%",
+              "rows_reg", ({"TPR": 128, "BLOCK": 256}, {"TPR": 256, "BLOCK": 512}), after=frozenset({"rows_reg"})),
+        Entry("rms-stream", "Streaming cache hints on the row loads and stores (evict-first).", M, "0-3%",
+              "rows_reg", ({"CACHE_HINT": 1},), after=frozenset({"rows_reg"})),
+    ],
+    "conv2d": [
+        Entry("conv-direct", "Direct convolution: a TH x TW output tile for OCB output channels per block, the "
+              "zero-padded input patch in shared memory split by stride phase (conflict-free reads for any "
+              "stride), weights in shared memory as [c][kh][kw][oc] read as float4 broadcasts, OCT x PTY "
+              "outputs per thread in registers.", C,
+              "FFMA-bound inner loop with ~8 shared loads per 64 FFMAs", "direct",
+              ({}, {"TW": 16, "TH": 16, "PTY": 8, "OCB": 32, "OCT": 8}), round0=True),
+        Entry("conv-more-oc", "Register-block over more output channels per block (OCB up to all of them): the "
+              "staged input patch is reused by more channels and fewer blocks re-stage it.", C,
+              "fewer shared-memory fills per FLOP; 5-15%", "direct",
+              ({"TW": 28, "TH": 8, "PTY": 4, "OCB": 96, "OCT": 16}, {"TW": 32, "TH": 8, "PTY": 4, "OCB": 96, "OCT": 16}),
+              after=frozenset({"direct"})),
+        Entry("conv-tile-fit", "Fit the output tile to the output size (e.g. 14 or 28 columns for 55) so that no "
+              "lanes idle on the right edge.", CF, "up to ~15% fewer wasted lanes", "direct",
+              ({"TW": 14}, {"TW": 28, "TH": 4}), after=frozenset({"direct"})),
+        Entry("conv-all-channels", "Stage all input channels at once (one barrier pair per tile instead of one per "
+              "channel).", A, "fewer barriers; costs shared memory and occupancy", "direct",
+              ({"CCH": 3},), after=frozenset({"direct"})),
+    ],
+    "conv_relu_maxpool": [
+        Entry("crp-fused", "Fuse conv + relu + max-pool: each thread keeps the PK x PK conv outputs under one "
+              "pooled output for OCT channels in registers and writes max(relu) once; input rows reused across "
+              "taps from registers; input patch and weights in shared memory.", M,
+              "the conv output never reaches DRAM (4x fewer bytes written), one launch instead of three",
+              "fused", ({}, {"OCB": 32, "OCT": 8}), round0=True),
+        Entry("crp-shape", "Re-shape the block: fewer pooled positions and more channels per thread (or the "
+              "reverse) to balance register reuse against the number of blocks.", PAR, "5-15%",
+              "fused", ({"PTW": 16, "PTH": 4, "OCB": 64, "OCT": 8}, {"PTW": 8, "PTH": 8, "OCB": 32, "OCT": 8},
+                        {"OCT": 4}), after=frozenset({"fused"})),
+    ],
+    "matmul": [
+        Entry("mm-tiled", "Register-blocked SGEMM with true fp32 FFMA accumulation: a BM x BN tile per block, 8x8 "
+              "outputs per thread split 4+4 for conflict-free float4 shared loads, A transposed in shared "
+              "memory, double buffering with cp.async, grouped block order for L2 reuse.", C,
+              "~90-97% of cuBLAS fp32", "tiled", ({}, {"BM": 128, "BN": 128}), round0=True),
+        Entry("mm-simple", "Safe tiled GEMM with bounds checks for shapes the register-blocked kernel rejects.", CF,
+              "correct for any shape; ~4x slower than the tiled kernel", "simple", ({},), round0=True),
+        Entry("mm-pipeline", "Deeper K step (BK 16) and cp.async for B so that global loads of the next tile overlap "
+              "the FFMAs of this one.", A, "5-30% over a register-prefetch double buffer",
+              "tiled", ({"BK": 16, "CP_ASYNC": 1}, {"BK": 8, "CP_ASYNC": 1}), after=frozenset({"tiled"})),
+        Entry("mm-l2", "Tune the grouped launch order (GROUP_M) so that the blocks in flight share A and B tiles "
+              "in L2.", M, "0-5%", "tiled", ({"GROUP_M": 4}, {"GROUP_M": 16}), after=frozenset({"tiled"})),
+        Entry("mm-tile-shape", "Change the block tile (64x128, 128x128): a larger tile reuses more, a smaller one "
+              "gives more blocks per SM.", PAR, "0-10%", "tiled",
+              ({"BM": 128, "BN": 128}, {"BM": 64, "BN": 64}), after=frozenset({"tiled"})),
+    ],
+}

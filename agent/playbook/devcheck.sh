@@ -1,0 +1,14 @@
+#!/bin/bash
+# On a GPU machine, from the repository root: make `kerngen` importable without installing it
+# (pydantic wheels carried in .whl_pb when missing), then bench the playbook's kernels.
+set -e
+if ! python3 -c "import pydantic" 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl_pb/*.whl
+  export PYTHONPATH=/tmp/site
+fi
+rm -rf /tmp/kg && mkdir -p /tmp/kg/kerngen
+cp kerngen/*.py /tmp/kg/kerngen/
+for d in harness agent problems prompts; do ln -s "$PWD/$d" /tmp/kg/kerngen/$d; done
+export PYTHONPATH=/tmp/kg:${PYTHONPATH}
+export PYTHONUNBUFFERED=1
+python3 -P -m kerngen.agent.playbook.devcheck "$@"

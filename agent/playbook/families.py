@@ -1,0 +1,513 @@
+"""Which op family a problem belongs to, read from its reference (info + forward source + modules).
+
+``recognise_family(problem)`` returns a :class:`FamilyMatch` (the family and the facts its
+templates need: input names, dtypes, eps, conv geometry, ...) or ``None``; ``explain(problem)``
+returns the same match or a one-line reason why the playbook has nothing for the problem.
+Works on a :class:`kerngen.problems.problem.Problem` and on anything shaped like one (``.info``
+with ``inputs``/``params``/``outputs`` of ``TensorInfo(name, shape, dtype)``, ``.source()``,
+optionally ``.build_model(device, seed)``).
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+FAMILIES = ("elementwise", "softmax", "layernorm", "rmsnorm", "conv2d", "conv_relu_maxpool", "matmul")
+
+# unary elementwise ops: name -> C expression of float v
+ELEMENTWISE_OPS: dict[str, str] = {
+    "relu": "(v > 0.f ? v : 0.f)",
+    "gelu": "0.5f * v * (1.f + erff(v * 0.70710678118654752f))",
+    "gelu_tanh": "0.5f * v * (1.f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v)))",
+    "sigmoid": "1.f / (1.f + expf(-v))",
+    "tanh": "tanhf(v)",
+    "silu": "v / (1.f + expf(-v))",
+    "neg": "-v",
+    "abs": "fabsf(v)",
+    "exp": "expf(v)",
+}
+_ELEMENTWISE_ALIASES = {
+    "relu": "relu", "relu_": "relu", "ReLU": "relu",
+    "gelu": "gelu", "GELU": "gelu",
+    "sigmoid": "sigmoid", "Sigmoid": "sigmoid",
+    "tanh": "tanh", "Tanh": "tanh",
+    "silu": "silu", "SiLU": "silu",
+    "neg": "neg", "abs": "abs", "exp": "exp",
+}
+_SUPPORTED_DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass
+class FamilyMatch:
+    """A recognised problem: the family and what its templates need."""
+
+    family: str
+    inputs: list[Tensor]
+    params: list[Tensor]
+    outputs: list[Tensor]
+    facts: dict[str, Any] = field(default_factory=dict)
+    message: str = ""
+
+    @property
+    def x(self) -> Tensor:
+        return self.inputs[0]
+
+    def tensors(self) -> dict[str, tuple[int, ...]]:
+        """Bindable name -> shape (inputs, params, outputs as ``out``/``out0``...)."""
+        d = {t.name: t.shape for t in self.inputs + self.params}
+        for i, t in enumerate(self.outputs):
+            d["out" if len(self.outputs) == 1 else f"out{i}"] = t.shape
+        return d
+
+
+class NotCovered(Exception):
+    """The playbook has nothing for this problem; ``str()`` says why."""
+
+
+# ----------------------------------------------------------------------------------------------
+def _dtype(value: Any) -> str:
+    return str(value).replace("torch.", "")
+
+
+def _tensors(items: Any) -> list[Tensor]:
+    out = []
+    for t in items or []:
+        if isinstance(t, dict):
+            out.append(Tensor(str(t["name"]), tuple(int(s) for s in t["shape"]), _dtype(t["dtype"])))
+        else:
+            out.append(Tensor(str(t.name), tuple(int(s) for s in t.shape), _dtype(t.dtype)))
+    return out
+
+
+def _source(problem: Any) -> str:
+    src = getattr(problem, "source", "")
+    if callable(src):
+        src = src()
+    return src or ""
+
+
+def _model(problem: Any) -> Any:
+    """The reference module on the CPU (to read conv geometry, eps, ...), or None."""
+    cached = getattr(problem, "_playbook_model", None)
+    if cached is not None:
+        return cached
+    build = getattr(problem, "build_model", None)
+    if build is None:
+        return None
+    try:
+        model = build("cpu", 0)
+    except TypeError:
+        try:
+            model = build(device="cpu", seed=0)
+        except Exception:
+            return None
+    except Exception:
+        return None
+    try:
+        problem._playbook_model = model
+    except Exception:
+        pass
+    return model
+
+
+@dataclass
+class _Forward:
+    calls: list[tuple[str, ast.Call]]  # dotted callee name, node
+    binops: list[str]
+    params: list[str]
+    text: str
+
+
+def _dotted(node: ast.AST) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    elif isinstance(node, ast.Call):
+        parts.append(_dotted(node.func) + "()")
+    else:
+        parts.append("?")
+    return ".".join(reversed(parts))
+
+
+def _forward(source: str) -> _Forward | None:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    cls = None
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name == "Model":
+            cls = node
+    if cls is None:
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and any(
+                isinstance(f, ast.FunctionDef) and f.name == "forward" for f in node.body
+            ):
+                cls = node
+    if cls is None:
+        return None
+    fwd = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "forward"), None)
+    if fwd is None:
+        return None
+    calls = [(_dotted(n.func), n) for n in ast.walk(fwd) if isinstance(n, ast.Call)]
+    binops = [type(n.op).__name__ for n in ast.walk(fwd) if isinstance(n, ast.BinOp)]
+    params = [a.arg for a in fwd.args.args[1:]]
+    return _Forward(calls, binops, params, ast.get_source_segment(source, fwd) or "")
+
+
+def _kw(call: ast.Call, name: str, pos: int | None = None) -> Any:
+    for k in call.keywords:
+        if k.arg == name:
+            try:
+                return ast.literal_eval(k.value)
+            except Exception:
+                return _Unknown
+    if pos is not None and len(call.args) > pos:
+        try:
+            return ast.literal_eval(call.args[pos])
+        except Exception:
+            return _Unknown
+    return None
+
+
+class _UnknownType:
+    def __repr__(self) -> str:
+        return "<unknown>"
+
+
+_Unknown = _UnknownType()
+
+
+def _leaf(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
+
+
+def _module_of(model: Any, callee: str) -> Any:
+    """``self.conv`` -> the model's ``conv`` submodule (or None)."""
+    if model is None or not callee.startswith("self."):
+        return None
+    obj = model
+    for part in callee.split(".")[1:]:
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
+
+
+def _kind(model: Any, callee: str, init_types: dict[str, str]) -> str:
+    """What a call in forward is: a module type name for ``self.x(...)``, else the leaf name."""
+    mod = _module_of(model, callee)
+    if mod is not None:
+        return type(mod).__name__
+    if callee.startswith("self.") and callee.count(".") == 1:
+        return init_types.get(callee.split(".", 1)[1], _leaf(callee))
+    return _leaf(callee)
+
+
+def _init_types(source: str) -> dict[str, str]:
+    """``self.conv = nn.Conv2d(...)`` in any __init__ -> {"conv": "Conv2d"}."""
+    out: dict[str, str] = {}
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return out
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            for t in node.targets:
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                    out[t.attr] = _leaf(_dotted(node.value.func))
+    return out
+
+
+def _param_for(params: list[Tensor], prefix: str, leaf: str) -> Tensor | None:
+    for p in params:
+        if p.name == f"{prefix}.{leaf}":
+            return p
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+def explain(problem: Any) -> FamilyMatch:
+    """The match, or raise :class:`NotCovered` with a one-line reason."""
+    info = getattr(problem, "info", problem)
+    inputs = _tensors(getattr(info, "inputs", None))
+    params = _tensors(getattr(info, "params", None))
+    outputs = _tensors(getattr(info, "outputs", None))
+    source = _source(problem)
+    name = str(getattr(problem, "name", "") or getattr(info, "name", "") or "")
+    low = source.lower()
+    if "attention" in low or "scaled_dot_product" in low or "attention" in name.lower():
+        raise NotCovered("the playbook does not cover attention; use an LLM proposer (--proposer llm)")
+    if not inputs or not outputs:
+        raise NotCovered("the problem has no tensor inputs or outputs the playbook can read")
+    if len(outputs) != 1:
+        raise NotCovered("the playbook covers single-output problems only")
+    fwd = _forward(source)
+    if fwd is None:
+        raise NotCovered("no Model.forward found in the reference source")
+    model = _model(problem)
+    init_types = _init_types(source)
+    kinds = [(_kind(model, callee, init_types), callee, node) for callee, node in fwd.calls]
+    names = [k for k, _, _ in kinds]
+    dtypes = {t.dtype for t in inputs} | {outputs[0].dtype}
+    for d in dtypes:
+        if d not in _SUPPORTED_DTYPES:
+            raise NotCovered(f"dtype {d} is not covered by the playbook")
+    out = outputs[0]
+    match = FamilyMatch("", inputs, params, outputs)
+
+    # -- matmul -----------------------------------------------------------------------------
+    if any(n in ("matmul", "mm") for n in names) or "MatMult" in fwd.binops:
+        others = [n for n in names if n not in ("matmul", "mm")]
+        a_b = [t for t in inputs]
+        transposed = re.search(r"\.(T|mT|t\(\)|transpose|permute)\b", fwd.text) is not None
+        if others or len(a_b) != 2 or any(len(t.shape) != 2 for t in a_b) or transposed:
+            raise NotCovered("the playbook covers plain 2-D A @ B only (no transposes, batches or epilogues)")
+        a, b = a_b
+        if a.shape[1] != b.shape[0] or out.shape != (a.shape[0], b.shape[1]):
+            raise NotCovered("matmul operands do not match A (M, K) @ B (K, N)")
+        if dtypes != {"float32"}:
+            raise NotCovered("the playbook's matmul is fp32 only")
+        match.family = "matmul"
+        return match
+
+    # -- convolutions ---------------------------------------------------------------------------
+    conv_calls = [(k, c, n) for k, c, n in kinds if k == "Conv2d"]
+    if conv_calls or any(n in ("conv2d",) for n in names):
+        if len(conv_calls) != 1 or len(inputs) != 1:
+            raise NotCovered("the playbook covers one nn.Conv2d module applied to one input")
+        _, callee, _ = conv_calls[0]
+        mod = _module_of(model, callee)
+        if mod is None:
+            raise NotCovered("cannot read the nn.Conv2d module's geometry (model did not build on the CPU)")
+        prefix = callee.split(".", 1)[1]
+        geo = _conv_geometry(mod)
+        x = inputs[0]
+        if len(x.shape) != 4 or dtypes != {"float32"}:
+            raise NotCovered("the playbook's conv2d is NCHW fp32 only")
+        weight = _param_for(params, prefix, "weight")
+        bias = _param_for(params, prefix, "bias")
+        if weight is None:
+            raise NotCovered(f"no parameter {prefix}.weight among the model's parameters")
+        facts = dict(geo, weight=weight.name, bias=bias.name if bias else None)
+        rest = [k for k in names if k != "Conv2d"]
+        relu = [k for k in rest if k in ("relu", "relu_", "ReLU")]
+        pools = [(k, c, n) for k, c, n in kinds if k in ("MaxPool2d", "max_pool2d")]
+        other = [k for k in rest if k not in ("relu", "relu_", "ReLU", "MaxPool2d", "max_pool2d")]
+        if other:
+            raise NotCovered(f"conv2d followed by {other[0]}: not covered by the playbook")
+        if not relu and not pools:
+            if out.shape[1:] != (geo["OC"], *_conv_out(x.shape, geo)):
+                raise NotCovered("conv2d output shape does not match the module's geometry")
+            match.family, match.facts = "conv2d", facts
+            return match
+        if len(relu) == 1 and len(pools) == 1:
+            pk, ps = _pool_geometry(model, pools[0])
+            oh, ow = _conv_out(x.shape, geo)
+            poh, pow_ = (oh - pk) // ps + 1, (ow - pk) // ps + 1
+            if out.shape != (x.shape[0], geo["OC"], poh, pow_):
+                raise NotCovered("conv+relu+maxpool output shape does not match the modules' geometry")
+            facts.update(PK=pk, PS=ps)
+            match.family, match.facts = "conv_relu_maxpool", facts
+            return match
+        raise NotCovered("the playbook fuses conv2d + one relu + one max-pool only")
+
+    x = inputs[0]
+    if len(inputs) != 1:
+        raise NotCovered("the playbook's row and elementwise families take one input")
+    last = len(x.shape) - 1
+
+    # -- softmax ---------------------------------------------------------------------------------
+    sm = [(k, c, n) for k, c, n in kinds if k in ("softmax", "Softmax")]
+    if sm:
+        k, callee, node = sm[0]
+        if len(kinds) != 1:
+            raise NotCovered("softmax with other ops around it is not covered by the playbook")
+        mod = _module_of(model, callee)
+        dim = getattr(mod, "dim", None) if mod is not None else _kw(node, "dim", 1 if callee.startswith(("torch.", "F.", "nn.")) else 0)
+        if dim is None or dim is _Unknown:
+            raise NotCovered("cannot read softmax's dim from the source")
+        if dim not in (-1, last):
+            raise NotCovered(f"softmax over dim {dim} (not the last) is not covered by the playbook")
+        if out.shape != x.shape or x.dtype != out.dtype:
+            raise NotCovered("softmax output differs from its input in shape or dtype")
+        match.family = "softmax"
+        return match
+
+    # -- layernorm -------------------------------------------------------------------------------
+    ln = [(k, c, n) for k, c, n in kinds if k in ("LayerNorm", "layer_norm")]
+    if ln:
+        if len(kinds) != 1:
+            raise NotCovered("layernorm with other ops around it is not covered by the playbook")
+        k, callee, node = ln[0]
+        mod = _module_of(model, callee)
+        if mod is None:
+            raise NotCovered("the playbook reads layernorm from an nn.LayerNorm module only")
+        shape = tuple(mod.normalized_shape)
+        if tuple(x.shape[len(x.shape) - len(shape):]) != shape:
+            raise NotCovered("layernorm's normalized_shape is not the input's trailing dims")
+        prefix = callee.split(".", 1)[1]
+        w = _param_for(params, prefix, "weight")
+        b = _param_for(params, prefix, "bias")
+        match.family = "layernorm"
+        match.facts = dict(ndims=len(shape), eps=float(mod.eps), weight=w.name if w else None, bias=b.name if b else None,
+                           wdtype=(w or b).dtype if (w or b) else x.dtype)
+        return _check_wdtype(match, x)
+
+    # -- rmsnorm ---------------------------------------------------------------------------------
+    rms = [(k, c, n) for k, c, n in kinds if k in ("RMSNorm", "rms_norm")]
+    if rms or ({"rsqrt", "sqrt"} & set(names) and "mean" in names):
+        return _rmsnorm(match, x, kinds, fwd, model, params, source)
+
+    # -- elementwise -----------------------------------------------------------------------------
+    ops = []
+    for k, callee, node in kinds:
+        canon = _ELEMENTWISE_ALIASES.get(k)
+        if canon is None:
+            raise NotCovered(f"op {k!r} is not covered by the playbook")
+        if canon == "gelu":
+            mod = _module_of(model, callee)
+            approx = getattr(mod, "approximate", None) if mod is not None else _kw(node, "approximate")
+            if approx is _Unknown:
+                raise NotCovered("cannot read gelu's approximate= from the source")
+            canon = "gelu_tanh" if approx == "tanh" else "gelu"
+        ops.append(canon)
+    if len(ops) != 1 or fwd.binops:
+        raise NotCovered("the playbook covers a single unary elementwise op (relu, gelu, sigmoid, tanh, silu, ...)")
+    if out.shape != x.shape or out.dtype != x.dtype:
+        raise NotCovered("elementwise output differs from its input in shape or dtype")
+    match.family = "elementwise"
+    match.facts = dict(op=ops[0], expr=ELEMENTWISE_OPS[ops[0]])
+    return match
+
+
+def _check_wdtype(match: FamilyMatch, x: Tensor) -> FamilyMatch:
+    wd = match.facts.get("wdtype")
+    if wd not in ("float32", x.dtype):
+        raise NotCovered(f"normalization weights in {wd} with {x.dtype} input are not covered")
+    for t in match.params:
+        if t.name in (match.facts.get("weight"), match.facts.get("bias")) and t.dtype != wd:
+            raise NotCovered("normalization weight and bias differ in dtype")
+    return match
+
+
+def _rmsnorm(match: FamilyMatch, x: Tensor, kinds: list, fwd: _Forward, model: Any, params: list[Tensor], source: str) -> FamilyMatch:
+    last = len(x.shape) - 1
+    eps: float | None = None
+    weight: Tensor | None = None
+    mods = [(k, c, n) for k, c, n in kinds if k == "RMSNorm"]
+    if mods:
+        k, callee, node = mods[0]
+        mod = _module_of(model, callee)
+        if mod is None:
+            raise NotCovered("cannot read the nn.RMSNorm module (model did not build on the CPU)")
+        if tuple(mod.normalized_shape) != (x.shape[-1],):
+            raise NotCovered("rmsnorm over more than the last dim is not covered by the playbook")
+        eps = mod.eps
+        if eps is None:
+            import torch
+
+            eps = float(torch.finfo(getattr(torch, x.dtype)).eps)
+        weight = _param_for(params, callee.split(".", 1)[1], "weight")
+    else:
+        # a hand-written x * rsqrt(mean(x^2, dim=-1) + eps) [* weight]
+        means = [n for k, c, n in kinds if k == "mean"]
+        for node in means:
+            dim = _kw(node, "dim", 0 if not _dotted(node.func).startswith("torch.") else 1)
+            if isinstance(dim, (tuple, list)) and len(dim) == 1:
+                dim = dim[0]
+            if dim not in (-1, last):
+                raise NotCovered(f"rmsnorm over dim {dim} (not the last) is not covered by the playbook")
+        eps_v = getattr(model, "eps", None) if model is not None else None
+        if eps_v is None:
+            m = re.search(r"eps\s*[:=]\s*(?:float\s*=\s*)?([0-9.eE+-]+)", source)
+            eps_v = float(m.group(1)) if m else None
+        if eps_v is None:
+            raise NotCovered("cannot read rmsnorm's eps from the source")
+        eps = float(eps_v)
+        ws = [p for p in params if p.shape == (x.shape[-1],)]
+        if len(params) > 1 or (params and not ws):
+            raise NotCovered("rmsnorm with parameters other than one weight vector is not covered")
+        weight = ws[0] if ws else None
+    if match.outputs[0].shape != x.shape:
+        raise NotCovered("rmsnorm output differs from its input in shape")
+    match.family = "rmsnorm"
+    match.facts = dict(ndims=1, eps=float(eps), weight=weight.name if weight else None, bias=None,
+                       wdtype=weight.dtype if weight else x.dtype)
+    return _check_wdtype(match, x)
+
+
+def _pair(v: Any) -> tuple[int, int]:
+    if isinstance(v, (tuple, list)):
+        return int(v[0]), int(v[1])
+    return int(v), int(v)
+
+
+def _conv_geometry(mod: Any) -> dict[str, int]:
+    if getattr(mod, "groups", 1) != 1 or _pair(getattr(mod, "dilation", 1)) != (1, 1):
+        raise NotCovered("grouped or dilated conv2d is not covered by the playbook")
+    if getattr(mod, "padding_mode", "zeros") != "zeros" or isinstance(mod.padding, str):
+        raise NotCovered("conv2d with non-zero or string padding is not covered by the playbook")
+    kh, kw = _pair(mod.kernel_size)
+    sh, sw = _pair(mod.stride)
+    ph, pw = _pair(mod.padding)
+    return dict(C=int(mod.in_channels), OC=int(mod.out_channels), KH=kh, KW=kw, SH=sh, SW=sw, PH=ph, PW=pw)
+
+
+def _conv_out(shape: tuple[int, ...], g: dict[str, int]) -> tuple[int, int]:
+    return (shape[2] + 2 * g["PH"] - g["KH"]) // g["SH"] + 1, (shape[3] + 2 * g["PW"] - g["KW"]) // g["SW"] + 1
+
+
+def _pool_geometry(model: Any, pool: tuple) -> tuple[int, int]:
+    k, callee, node = pool
+    mod = _module_of(model, callee)
+    if mod is not None:
+        ks, st, pad = mod.kernel_size, mod.stride, mod.padding
+        dil, ceil = getattr(mod, "dilation", 1), getattr(mod, "ceil_mode", False)
+    else:
+        ks, st = _kw(node, "kernel_size", 1), _kw(node, "stride", 2)
+        pad, dil, ceil = _kw(node, "padding", 3) or 0, _kw(node, "dilation", 4) or 1, _kw(node, "ceil_mode", 5) or False
+        if st is None:
+            st = ks
+    if any(v is _Unknown for v in (ks, st, pad, dil, ceil)) or ks is None:
+        raise NotCovered("cannot read the max-pool's geometry from the source")
+    ks, st = _pair(ks), _pair(st if st is not None else ks)
+    if ks[0] != ks[1] or st[0] != st[1] or _pair(pad) != (0, 0) or _pair(dil) != (1, 1) or ceil:
+        raise NotCovered("the playbook fuses square, unpadded, floor-mode max-pools only")
+    return ks[0], st[0]
+
+
+def recognise_family(problem: Any) -> FamilyMatch | None:
+    """The playbook family of ``problem``, or None (``explain`` says why)."""
+    try:
+        return explain(problem)
+    except NotCovered:
+        return None
+
+
+def why_not(problem: Any) -> str:
+    """One line: the family found, or why the playbook has nothing for the problem."""
+    try:
+        m = explain(problem)
+    except NotCovered as exc:
+        return str(exc)
+    return f"playbook family {m.family}"
+
+
+__all__ = ["FAMILIES", "FamilyMatch", "NotCovered", "Tensor", "explain", "recognise_family", "why_not"]
+
+_ = math  # kept for callers that compute shapes

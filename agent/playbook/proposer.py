@@ -1,0 +1,163 @@
+"""The offline playbook proposer: the same Protocol as the LLM proposer, answers from a catalogue."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kerngen.agent.proposer import Branch, Idea, NodeSummary, SearchContext
+from kerngen.harness import plan
+from kerngen.harness.expr import TensorFacts
+from kerngen.harness.spec import KernelSpec
+
+from . import builders
+from .catalog import CATALOG, Entry
+from .families import FamilyMatch, NotCovered, explain
+
+
+_NAMES: dict[tuple[str, str], str] = {
+    ("elementwise", "vec"): "playbook-elementwise-",  # + the op
+    ("softmax", "rows_reg"): "playbook-softmax-rows-reg",
+    ("softmax", "long"): "playbook-softmax-long",
+    ("layernorm", "rows_reg"): "playbook-layernorm-rows-reg",
+    ("layernorm", "split"): "playbook-layernorm-split",
+    ("rmsnorm", "rows_reg"): "playbook-rmsnorm-rows-reg",
+    ("conv2d", "direct"): "playbook-conv2d-direct",
+    ("conv_relu_maxpool", "fused"): "playbook-conv-relu-maxpool",
+    ("matmul", "tiled"): "playbook-matmul-sgemm",
+    ("matmul", "simple"): "playbook-matmul-simple",
+}
+
+
+def _variant_from_name(name: str) -> str | None:
+    for (fam, var), prefix in _NAMES.items():
+        if name == prefix or (prefix.endswith("-") and name.startswith(prefix)):
+            return var
+    return None
+
+
+class PlaybookProposer:
+    """Proposes the catalogue's ideas for the problem's family, round by round, never repeating one."""
+
+    name = "playbook"
+
+    def __init__(self, problem: Any) -> None:
+        self.problem = problem
+        try:
+            self.match: FamilyMatch | None = explain(problem)
+            self.reason = ""
+        except NotCovered as exc:
+            self.match = None
+            self.reason = str(exc)
+        self._proposed: set[str] = set()
+        self._by_text: dict[str, Entry] = {}
+
+    # ----- helpers ---------------------------------------------------------------------------
+    def _entries(self) -> list[Entry]:
+        return CATALOG.get(self.match.family, []) if self.match else []
+
+    def _facts(self, ctx: SearchContext | None) -> dict[str, TensorFacts]:
+        tensors = dict(self.match.tensors()) if self.match else {}
+        if ctx is not None and ctx.tensors:
+            tensors.update({k: tuple(v) for k, v in ctx.tensors.items()})
+        return {k: TensorFacts(tuple(v)) for k, v in tensors.items()}
+
+    def _fits(self, spec: KernelSpec, ctx: SearchContext | None) -> bool:
+        try:
+            plan.resolve(spec, sizes=dict(ctx.sizes) if ctx else {}, tensors=self._facts(ctx))
+            return True
+        except Exception:
+            return False
+
+    def _render(self, entry: Entry, ctx: SearchContext | None, m: int, parent: NodeSummary | None = None) -> list[Branch]:
+        out: list[Branch] = []
+        base: dict[str, int] = {}
+        if parent is not None and variant_of_spec(parent.spec) == entry.variant:
+            base = dict(parent.spec.default_config())
+        seen: set[str] = set()
+        for overrides in entry.branches:
+            if len(out) >= m:
+                break
+            try:
+                spec = builders.build(self.match, entry.variant, {**base, **overrides})
+            except Exception as exc:  # a template that cannot render for this problem
+                out.append(Branch(error=f"playbook could not render {entry.variant}: {exc}"))
+                continue
+            if not self._fits(spec, ctx):
+                spec = builders.build(self.match, entry.variant, dict(overrides))
+                if not self._fits(spec, ctx):
+                    continue
+            key = spec.content_hash()
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append(Branch(spec=spec, notes=f"playbook {entry.id}: {entry.variant} with {spec.default_config()}"))
+        return out
+
+    def _idea(self, e: Entry) -> Idea:
+        idea = Idea(text=e.text, category=e.category, expected_effect=e.effect)
+        self._by_text[e.text] = e
+        return idea
+
+    # ----- Protocol ----------------------------------------------------------------------------
+    def ideas(self, ctx: SearchContext, parent: NodeSummary | None, k: int) -> list[Idea]:
+        if self.match is None or k <= 0:
+            return []
+        tried = {t.idea.text for t in ctx.tried} if ctx is not None else set()
+        pvar = variant_of_spec(parent.spec) if parent is not None else None
+        picks: list[Entry] = []
+        for e in self._entries():
+            if e.id in self._proposed or e.text in tried:
+                continue
+            if parent is None:
+                if not e.round0:
+                    continue
+            else:
+                if e.round0 and pvar is not None:
+                    continue  # round-0 kernels are starting points, not refinements of a playbook parent
+                if e.after and pvar is not None and pvar not in e.after:
+                    continue
+            if not self._render(e, ctx, 1):
+                continue  # its kernel does not admit this problem's shapes
+            picks.append(e)
+            if len(picks) >= k:
+                break
+        for e in picks:
+            self._proposed.add(e.id)
+        return [self._idea(e) for e in picks]
+
+    def implement(self, ctx: SearchContext, parent: NodeSummary | None, idea: Idea, m: int) -> list[Branch]:
+        if self.match is None:
+            return [Branch(error=f"playbook has nothing for this problem: {self.reason}")]
+        entry = self._by_text.get(idea.text) or next((e for e in self._entries() if e.text == idea.text), None)
+        if entry is None:
+            return [Branch(error="playbook does not know this idea (it implements its own catalogue only)")]
+        branches = self._render(entry, ctx, max(1, m), parent)
+        return branches or [Branch(error=f"playbook: no configuration of {entry.variant} admits this problem's shapes")]
+
+    def repair(self, ctx: SearchContext, spec: KernelSpec, result: Any, attempt: int) -> Branch:
+        """A safer variant when one exists (the bounds-checked GEMM), else no repair."""
+        if self.match is not None and attempt == 0 and self.match.family == "matmul" and variant_of_spec(spec) == "tiled":
+            safe = builders.build(self.match, "simple", {})
+            if self._fits(safe, ctx):
+                return Branch(spec=safe, notes="playbook repair: the bounds-checked tiled GEMM")
+        return Branch(error="playbook cannot repair")
+
+
+def variant_of_spec(spec: KernelSpec | None) -> str | None:
+    if spec is None:
+        return None
+    return _variant_from_name(spec.name)
+
+
+def seed_specs(problem: Any) -> list[KernelSpec]:
+    """The playbook's round-0 kernels for ``problem`` (empty when it has nothing): seeds for an LLM."""
+    prop = PlaybookProposer(problem)
+    if prop.match is None:
+        return []
+    specs: list[KernelSpec] = []
+    for e in prop._entries():
+        if e.round0:
+            for b in prop._render(e, None, 1):
+                if b.spec is not None:
+                    specs.append(b.spec)
+    return specs

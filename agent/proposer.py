@@ -1,0 +1,106 @@
+"""What a proposer is: the source of ideas and kernels for the tree search.
+
+Three stand behind this Protocol: the LLM proposer (:mod:`kerngen.agent.llm_proposer`), the
+offline playbook (:mod:`kerngen.agent.playbook`) and replay of a journal
+(:mod:`kerngen.agent.replay`). Tests use a deterministic one. The search journals every
+proposer answer, so the tree, replay and reports are the same whichever proposer ran.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Protocol
+
+from pydantic import BaseModel, Field
+
+from kerngen.harness.results import Baseline, CompileInfo, EvalResult, GpuFacts
+from kerngen.harness.spec import KernelSpec
+
+
+class Category(str, Enum):
+    """The six families of optimization ideas (seed 001)."""
+
+    memory_access = "memory_access"
+    async_latency = "async_latency"  # asynchrony and latency hiding
+    precision = "precision"  # data type and precision
+    compute = "compute"  # compute and instruction optimization
+    parallelism = "parallelism"  # parallelism and occupancy
+    control_flow = "control_flow"  # control flow and loops
+
+
+class Idea(BaseModel):
+    """One optimization idea in natural language."""
+
+    text: str = Field(description="the idea, in a few sentences")
+    category: Category
+    expected_effect: str = Field(
+        default="", description="what it should change in the measured profile, and by how much"
+    )
+
+
+class Branch(BaseModel):
+    """One implementation of an idea (or a repair): a spec, or why none could be read."""
+
+    spec: KernelSpec | None = None
+    notes: str = ""  # the proposer's own words on what it did
+    error: str = ""  # set when the answer could not be turned into a valid spec
+
+
+class NodeSummary(BaseModel):
+    """A node as a prompt sees it: its kernel and what was measured of it."""
+
+    node_id: int
+    idea: Idea | None = None
+    spec: KernelSpec
+    result: EvalResult
+    speedup_eager: float | None = None
+    speedup_compile: float | None = None
+    pct_roofline: float | None = None
+
+
+class TriedIdea(BaseModel):
+    idea: Idea
+    outcome: str  # e.g. "ok 1.21x over parent" or "incorrect after 2 repairs"
+
+
+class SearchContext(BaseModel):
+    """Everything a proposer may use to decide; the same for every proposer."""
+
+    problem_name: str
+    problem_source: str  # the reference's Python source
+    problem_summary: str  # inputs, outputs, sizes, dtypes, FLOPs, bytes (human-readable)
+    sizes: dict[str, int | float] = Field(default_factory=dict)
+    tensors: dict[str, list[int]] = Field(default_factory=dict)  # bindable name -> shape
+    dtypes: dict[str, str] = Field(default_factory=dict)  # bindable name -> dtype
+    gpu: GpuFacts
+    baseline: Baseline | None = None
+    round: int = 0
+    tried: list[TriedIdea] = Field(default_factory=list)
+
+
+class Proposer(Protocol):
+    name: str
+
+    def ideas(self, ctx: SearchContext, parent: NodeSummary | None, k: int) -> list[Idea]:
+        """Up to ``k`` ideas for improving ``parent`` (None: the first kernel from nothing)."""
+        ...
+
+    def implement(self, ctx: SearchContext, parent: NodeSummary | None, idea: Idea, m: int) -> list[Branch]:
+        """Up to ``m`` different implementations of ``idea`` applied to ``parent``."""
+        ...
+
+    def repair(self, ctx: SearchContext, spec: KernelSpec, result: EvalResult, attempt: int) -> Branch:
+        """Fix ``spec`` given its failed ``result`` (compile log, max error and where, verdict)."""
+        ...
+
+
+__all__ = [
+    "Branch",
+    "Category",
+    "CompileInfo",
+    "Idea",
+    "NodeSummary",
+    "Proposer",
+    "SearchContext",
+    "TriedIdea",
+]

@@ -1,0 +1,111 @@
+"""Make the proposer (and the tuner) a ``kerngen generate`` asked for.
+
+* ``llm``: :class:`kerngen.agent.llm_proposer.LLMProposer` over an OpenAI-compatible endpoint
+  (``--model``, ``--base-url``, ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``); every call is reported
+  to ``usage.on_call`` (the search journals it and counts calls and tokens).
+* ``playbook``: the offline :class:`kerngen.agent.playbook.PlaybookProposer` (no network).
+* ``scripted``: :class:`kerngen.agent.scripted.ScriptedProposer` (deterministic, for demos/tests).
+* ``auto``: ``llm`` when a model is given or ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` is set,
+  else ``playbook``.
+
+Imports are lazy: each proposer lives in its own module.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from kerngen.agent.budget import Usage
+from kerngen.harness.errors import KerngenError, LLMError
+from kerngen.harness.results import EvalResult, GpuFacts
+from kerngen.harness.spec import KernelSpec
+from kerngen.problems.ref import ProblemRef
+
+KINDS = ("auto", "llm", "playbook", "scripted")
+
+
+def resolve_kind(kind: str, model: str | None) -> str:
+    if kind not in KINDS:
+        raise KerngenError(f"unknown proposer {kind!r} (choose from {', '.join(KINDS)})")
+    if kind != "auto":
+        return kind
+    if model or os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_KEY"):
+        return "llm"
+    return "playbook"
+
+
+def default_model() -> str | None:
+    return os.environ.get("KERNGEN_MODEL") or os.environ.get("OPENAI_MODEL")
+
+
+def make_proposer(kind: str, problem: ProblemRef, *, usage: Usage, model: str | None = None,
+                  base_url: str | None = None) -> tuple[Any, str | None]:
+    """(proposer, model name or None)."""
+    kind = resolve_kind(kind, model)
+    if kind == "scripted":
+        from kerngen.agent.scripted import ScriptedProposer
+
+        return ScriptedProposer(), None
+    if kind == "playbook":
+        try:
+            from kerngen.agent.playbook import PlaybookProposer  # type: ignore[attr-defined]
+        except ImportError as exc:
+            raise KerngenError(f"the playbook proposer is not available in this install ({exc})") from None
+        return PlaybookProposer(problem), None
+    model = model or default_model()
+    if not model:
+        raise LLMError("no model: pass --model (or set KERNGEN_MODEL)")
+    try:
+        from kerngen.agent.llm_client import LLMClient
+        from kerngen.agent.llm_config import LLMConfig
+        from kerngen.agent.llm_proposer import LLMProposer
+    except ImportError as exc:
+        raise KerngenError(f"the LLM proposer is not available in this install ({exc})") from None
+    config = LLMConfig.from_env(model, base_url)
+    return LLMProposer(LLMClient(config), on_call=usage.on_call), model
+
+
+# ----- the tuner, as the search calls it ----------------------------------------------------
+class TuneOutcome(BaseModel):
+    config: dict[str, int]
+    result: EvalResult
+    evaluated: int
+    curve: list[dict] = Field(default_factory=list)
+    seconds: float = 0.0
+
+
+def make_tuner(evaluator: Any, problem: ProblemRef, gpu: GpuFacts, *, max_evals: int = 60,
+               minutes: float | None = 3.0) -> Any | None:
+    """A ``(problem, spec, result) -> TuneOutcome | None`` over :mod:`kerngen.harness.tuner`;
+    ``None`` when the tuner is not installed (survivors then keep their default config)."""
+    try:
+        from kerngen.harness import tuner as tmod
+    except ImportError:
+        return None
+    for name in ("search_tuner", "make_search_tuner"):  # the tuner's own adapter, if it has one
+        fn = getattr(tmod, name, None)
+        if callable(fn):
+            return fn(evaluator, gpu=gpu)
+    tune = getattr(tmod, "tune", None)
+    if tune is None:
+        return None
+    from kerngen.problems.problem import load_problem
+
+    info = load_problem(problem).info
+    sizes, tensors = dict(info.sizes), info.tensor_facts()
+
+    def run(ref: ProblemRef, spec: KernelSpec, result: EvalResult) -> TuneOutcome | None:
+        if spec.space_size() <= 1:
+            return None
+        res = tune(evaluator, ref, spec, sizes=sizes, tensors=tensors, gpu=gpu, max_evals=max_evals,
+                   minutes=minutes)
+        if res.best_config is None or res.best is None:
+            return None
+        curve = [p.model_dump() for p in res.curve]
+        return TuneOutcome(config=res.best_config, result=res.best, evaluated=len(res.evaluated), curve=curve,
+                           seconds=float(res.seconds))
+
+    return run

@@ -1,0 +1,683 @@
+"""The tree search over natural-language ideas, journaled, resumable and replayable.
+
+Each round: the best ``B`` nodes so far (the beam; round 0 starts from a seed spec if one is
+given, else from nothing) each get ``K`` ideas from the proposer; each idea is implemented ``M``
+ways; every branch with a spec becomes a node and all of a round's nodes are evaluated in ONE
+``evaluator.evaluate`` call (parallel on all GPUs). Failed nodes get up to ``R`` repairs (each a
+child node, each wave one batch). The fastest correct nodes of the round (up to ``B``) are
+autotuned; their tuned config and result are recorded on the node. Budgets and patience stop it.
+
+Every proposer answer and every result goes to the journal first (:mod:`kerngen.agent.journal`)
+and the tree is rebuilt from it (:mod:`kerngen.agent.tree`), so:
+
+* **resume** re-runs the same loop over a journal: recorded answers are reused (no proposer
+  call), recorded evaluations and tunings are not redone, recorded rounds are followed as they
+  were, and only what has no recorded answer is asked;
+* **replay** re-runs a recorded search strictly from its answers (no proposer call) and
+  re-evaluates every node on the current GPU (:mod:`kerngen.agent.replay`).
+
+Entry points: :func:`run_search`, :func:`resume_search`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Literal, Protocol, Sequence
+
+from kerngen.agent.budget import SearchBudget, SearchConfig, Usage, exhausted
+from kerngen.agent.journal import (
+    BEST, TREE, BaselineEvent, IdeasEvent, ImplementedEvent, Journal, NodeCreated, NodeEvaluated, NodeTuned,
+    RoundFinished, RoundStarted, RunFinished, RunResumed, RunStarted, new_run_id, versions, write_atomic,
+)
+from kerngen.agent.proposer import Branch, Idea, Proposer, SearchContext, TriedIdea
+from kerngen.agent.tree import (
+    AnswerBook, Key, Node, Run, Tree, ideas_key, implement_key, load_run, repair_key,
+)
+from kerngen.harness.errors import JournalError, KerngenError, ProblemError
+from kerngen.harness.evaluator import Candidate, EvalOptions, Evaluator
+from kerngen.harness.results import Baseline, EvalResult, GpuFacts
+from kerngen.harness.spec import KernelSpec
+from kerngen.problems.ref import ProblemRef
+
+
+# ----- the tuner's interface (implemented in kerngen.harness.tuner by its owner) ------------
+class TuneOutcomeLike(Protocol):
+    config: dict[str, int]
+    result: EvalResult
+    evaluated: int
+    curve: list[dict]
+
+
+Tuner = Callable[[ProblemRef, KernelSpec, EvalResult], "TuneOutcomeLike | None"]
+ContextFactory = Callable[[ProblemRef, GpuFacts, "Baseline | None"], SearchContext]
+Mode = Literal["new", "resume", "replay"]
+
+
+# ----- the problem as a proposer sees it ----------------------------------------------------
+def default_context(problem: ProblemRef, gpu: GpuFacts, baseline: Baseline | None) -> SearchContext:
+    """SearchContext from :func:`kerngen.problems.problem.load_problem` (its info and source)."""
+    try:
+        from kerngen.problems.problem import load_problem  # written by the problems owner
+    except ImportError:
+        return minimal_context(problem, gpu, baseline)
+    prob = load_problem(problem)
+    info = prob.info
+    tensors: dict[str, list[int]] = {}
+    dtypes: dict[str, str] = {}
+    for group in ("inputs", "params", "outputs"):
+        for t in getattr(info, group, None) or []:
+            tensors[t.name] = list(t.shape)
+            dtypes[t.name] = str(t.dtype)
+    return SearchContext(
+        problem_name=info.name, problem_source=prob.source(), problem_summary=info.summary(),
+        sizes=dict(getattr(info, "sizes", {}) or {}), tensors=tensors, dtypes=dtypes, gpu=gpu, baseline=baseline,
+    )
+
+
+def minimal_context(problem: ProblemRef, gpu: GpuFacts, baseline: Baseline | None) -> SearchContext:
+    """A context that needs nothing but the reference (tests, the scripted demo)."""
+    return SearchContext(problem_name=problem.source, problem_source="", problem_summary=problem.label(),
+                         gpu=gpu, baseline=baseline)
+
+
+# ----- outcome ------------------------------------------------------------------------------
+@dataclass
+class SearchOutcome:
+    run_dir: Path
+    run_id: str
+    tree: Tree
+    reason: str
+    usage: Usage
+
+    @property
+    def best(self) -> Node | None:
+        return self.tree.best()
+
+
+class ReplayMissError(KerngenError):
+    """A replay was asked a question its journal has no answer for."""
+
+
+# ----- the search ---------------------------------------------------------------------------
+class Search:
+    def __init__(
+        self,
+        problem: ProblemRef,
+        proposer: Proposer,
+        evaluator: Evaluator,
+        *,
+        run_dir: Path,
+        mode: Mode = "new",
+        config: SearchConfig | None = None,
+        budget: SearchBudget | None = None,
+        tuner: Tuner | None = None,
+        seed_spec: KernelSpec | None = None,
+        context_factory: ContextFactory | None = None,
+        usage: Usage | None = None,
+        record: Run | None = None,
+        eval_options: EvalOptions | None = None,
+        force: bool = False,
+        model: str | None = None,
+        listeners: Iterable[Callable[[Any], None]] = (),
+        argv: Sequence[str] | None = None,
+    ) -> None:
+        self.problem = problem
+        self.proposer = proposer
+        self.evaluator = evaluator
+        self.run_dir = Path(run_dir)
+        self.mode = mode
+        self.config = config or SearchConfig()
+        self.budget = budget or SearchBudget()
+        self.tuner = tuner
+        self.seed_spec = seed_spec
+        self.context_factory = context_factory or default_context
+        self.usage = usage or Usage()
+        self.record = record
+        self.eval_options = eval_options
+        self.force = force
+        self.model = model
+        self.extra_listeners = list(listeners)
+        raw = list(argv) if argv is not None else list(sys.argv)
+        self.argv = (["kerngen"] + raw[1:]) if raw else []  # not the interpreter's paths
+        self.strict = mode == "replay"
+        self.tree = Tree()
+        self.own = AnswerBook()  # answers already in THIS journal
+        self.external = record.book if (record is not None and mode == "replay") else AnswerBook()
+        self.record_tree = record.tree if record is not None else Tree()
+        self.node_by_key: dict[tuple, int] = {}
+        self.stop_reason: str | None = None  # set when a budget runs out mid-round
+        self.journal: Journal | None = None
+        self.ctx: SearchContext | None = None
+
+    # ----- plumbing ---------------------------------------------------------------------------
+    def _on_event(self, ev: Any) -> None:
+        self.tree.apply(ev)
+        if isinstance(ev, NodeCreated):
+            self.node_by_key[_node_key(ev)] = ev.id
+        for key, answer in _answers_of(ev):
+            self.own.answers[key] = answer
+
+    def _write(self, ev: Any) -> Any:
+        assert self.journal is not None
+        return self.journal.append(ev)
+
+    def _open(self) -> None:
+        if self.mode == "resume":
+            assert self.record is not None
+            journal, events, truncated = Journal.reopen(self.run_dir)
+            self.journal = journal
+            for ev in events:
+                self._on_event(ev)
+            self.usage.prior_wall_s = self.record.elapsed_s()
+            self.usage.gpu_s = _gpu_seconds(events)
+            llm = [e for e in events if e.type == "llm_call"]
+            if llm:
+                self.usage.calls, self.usage.tokens = llm[-1].calls, llm[-1].tokens
+            for fn in self.extra_listeners:  # let a live view catch up with what is recorded
+                for ev in events:
+                    _safe(fn, ev)
+            journal.listeners.append(self._on_event)
+            journal.listeners.extend(_guarded(fn) for fn in self.extra_listeners)
+            self.usage.listeners.append(journal.on_llm_call(self.usage))
+            gpu = self.evaluator.gpu_facts()
+            self._write(RunResumed(session=self.record.sessions, versions=versions(), gpu=gpu, budget=self.budget,
+                                   truncated_bytes=truncated))
+            return
+        if (self.run_dir / "events.jsonl").exists():
+            raise JournalError(f"run {self.run_dir.name}: already exists; resume it with --resume")
+        gpu = self.evaluator.gpu_facts()  # before the folder exists: no GPU, no half-made run
+        self.journal = Journal(self.run_dir)
+        self.journal.listeners.append(self._on_event)
+        self.journal.listeners.extend(_guarded(fn) for fn in self.extra_listeners)
+        self.usage.listeners.append(self.journal.on_llm_call(self.usage))
+        replay_of = None
+        if self.mode == "replay" and self.record is not None:
+            replay_of = f"{self.record.id} ({self.record.path})"
+        self._write(RunStarted(
+            run_id=self.run_dir.name, problem=self.problem, config=self.config, budget=self.budget,
+            proposer=getattr(self.proposer, "name", type(self.proposer).__name__), model=self.model,
+            versions=versions(), gpu=gpu, seed_spec=self.seed_spec, replay_of=replay_of, argv=self.argv,
+        ))
+
+    # ----- the run ----------------------------------------------------------------------------
+    def run(self) -> SearchOutcome:
+        self._open()
+        try:
+            reason = self._loop()
+        except KeyboardInterrupt:
+            self._finish("interrupted")
+            raise
+        except BaseException as exc:
+            self._finish(f"error: {' '.join(str(exc).split())[:300] or type(exc).__name__}")
+            raise
+        self._finish(reason)
+        assert self.journal is not None
+        self.journal.close()
+        return SearchOutcome(self.run_dir, self.run_dir.name, self.tree, reason, self.usage)
+
+    def _finish(self, reason: str) -> None:
+        if self.journal is None:
+            return
+        best = self.tree.best()
+        try:
+            self._write(RunFinished(reason=reason, best=best.id if best else None,
+                                    best_ms=best.ms if best else None, usage=self.usage.snapshot()))
+            self.write_derived()
+        finally:
+            self.journal.close()
+
+    def _loop(self) -> str:
+        gpu = self.tree.gpu or self.evaluator.gpu_facts()
+        baseline = self.tree.baseline
+        if baseline is None:
+            baseline = self.evaluator.baseline(self.problem)
+            self._write(BaselineEvent(baseline=baseline))
+        if baseline.degenerate and not self.force:
+            why = baseline.degenerate_reason or "its output barely depends on its input"
+            raise ProblemError(f"problem {self.problem.label()} is degenerate ({why}); use --force to search anyway")
+        self.ctx = self.context_factory(self.problem, gpu, baseline)
+
+        if self.seed_spec is not None:
+            self._seed()
+
+        stale = 0
+        prev_best = math.inf
+        r = 0
+        while True:
+            followed = r in self.record_tree.beams
+            if not followed:
+                if self.strict:
+                    orig = self.record.finished.reason if (self.record and self.record.finished) else "unfinished"
+                    return f"replay: end of the record (the original stopped on: {orig})"
+                reason = self._should_stop(r, stale)
+                if reason:
+                    return reason
+            beam = self._beam(r)
+            if r not in self.tree.beams:
+                self._write(RoundStarted(round=r, beam=beam))
+            created = self._round(r, beam)
+            best = self.tree.best()
+            best_ms = best.ms if best else math.inf
+            recorded = self.tree.rounds_finished.get(r)
+            if recorded is not None:
+                improved = recorded.improved
+            else:
+                improved = best_ms < prev_best * (1 - self.budget.min_gain) if math.isfinite(best_ms) else False
+                self._write(RoundFinished(round=r, best=best.id if best else None,
+                                          best_ms=best_ms if math.isfinite(best_ms) else None, improved=improved,
+                                          tried=self._tried(r), usage=self.usage.snapshot()))
+            self.write_derived()
+            prev_best = min(prev_best, best_ms)
+            stale = 0 if improved else stale + 1
+            r += 1
+            if self.stop_reason:
+                return self.stop_reason
+            if created == 0 and not followed:
+                return "proposer gave no new candidates"
+
+    def _should_stop(self, r: int, stale: int) -> str | None:
+        if self.stop_reason:
+            return self.stop_reason
+        if r >= self.budget.rounds:
+            return f"rounds: {r} done"
+        if self.budget.patience is not None and stale >= self.budget.patience:
+            return f"patience: no better kernel in {stale} rounds"
+        return exhausted(self.budget, self.usage)
+
+    def _beam(self, r: int) -> list[int | None]:
+        if r in self.record_tree.beams:
+            return list(self.record_tree.beams[r])
+        nodes = self.tree.beam(self.config.beam)
+        return [n.id for n in nodes] if nodes else [None]
+
+    # ----- asking the proposer ----------------------------------------------------------------
+    def _ask(self, key: Key, fn: Callable[[], Any]) -> tuple[Any, bool]:
+        """(answer, already journaled here). ``None``: not asked (budget spent, or not recorded
+        in a strict replay)."""
+        if key in self.own:
+            self.usage.reused_answers += 1
+            return self.own.get(key), True
+        if key in self.external:
+            self.usage.reused_answers += 1
+            return self.external.get(key), False
+        if self.strict:
+            return None, False
+        if self.stop_reason is None:
+            self.stop_reason = exhausted(self.budget, self.usage)
+        if self.stop_reason:
+            return None, False
+        self.usage.proposer_calls += 1
+        return fn(), False
+
+    def _summary(self, node_id: int | None):
+        return self.tree.summary(self.tree.nodes[node_id]) if node_id is not None else None
+
+    def _ctx(self, r: int) -> SearchContext:
+        assert self.ctx is not None
+        return self.ctx.model_copy(update={"round": r, "tried": list(self.tree.tried)})
+
+    # ----- a round ----------------------------------------------------------------------------
+    def _round(self, r: int, beam: list[int | None]) -> int:
+        ctx = self._ctx(r)
+        heads: list[int] = []
+        for pid in beam:
+            parent = self._summary(pid)
+            ideas, journaled = self._ask(ideas_key(r, pid), lambda: self.proposer.ideas(ctx, parent, self.config.ideas))
+            if ideas is None:
+                continue
+            ideas = [Idea.model_validate(i) for i in list(ideas)[: self.config.ideas]]
+            if not journaled:
+                self._write(IdeasEvent(round=r, parent=pid, ideas=ideas))
+            for i, idea in enumerate(ideas):
+                key = implement_key(r, pid, i)
+                branches, journaled = self._ask(
+                    key, lambda: self.proposer.implement(ctx, parent, idea, self.config.branches))
+                if branches is None:
+                    continue
+                branches = [Branch.model_validate(b) for b in list(branches)[: self.config.branches]]
+                if not journaled:
+                    self._write(ImplementedEvent(round=r, parent=pid, idea_index=i, branches=branches))
+                for j, br in enumerate(branches):
+                    heads.append(self._create(("branch", r, pid, i, j), parent=pid, round=r, kind="branch",
+                                              idea=idea, idea_index=i, branch_index=j, branch=br))
+        self._evaluate(heads)
+        self._repairs(r, heads)
+        self._tune_survivors(r, heads)
+        return len(heads)
+
+    def _seed(self) -> None:
+        assert self.seed_spec is not None
+        nid = self._create(("seed",), parent=None, round=0, kind="seed", idea=None, idea_index=None,
+                           branch_index=None, branch=Branch(spec=self.seed_spec, notes="seed kernel"))
+        self._evaluate([nid])
+        self._repairs(0, [nid])
+        self._tune_survivors(0, [nid])
+
+    def _create(self, nkey: tuple, *, branch: Branch, **fields: Any) -> int:
+        if nkey in self.node_by_key:
+            return self.node_by_key[nkey]
+        nid = self.tree.next_id()
+        error = branch.error if branch.spec is None else ""
+        if branch.spec is None and not error:
+            error = "the proposer gave no spec"
+        self._write(NodeCreated(id=nid, spec=branch.spec, error=error, notes=branch.notes, **fields))
+        return nid
+
+    def _evaluate(self, ids: list[int]) -> None:
+        todo = [self.tree.nodes[i] for i in ids]
+        todo = [n for n in todo if n.spec is not None and n.result is None]
+        if not todo:
+            return
+        if not self.strict:
+            reason = exhausted(self.budget, self.usage)
+            if reason and "GPU" in reason:
+                self.stop_reason = self.stop_reason or reason
+                return
+        done: set[int] = set()
+
+        def on_result(i: int, res: EvalResult) -> None:
+            node = todo[i]
+            if node.id in done:
+                return
+            done.add(node.id)
+            self.usage.gpu_s += res.wall_s
+            self.usage.evaluations += 1
+            self._write(NodeEvaluated(id=node.id, result=res))
+
+        results = self.evaluator.evaluate(self.problem, [Candidate(spec=n.spec) for n in todo], self.eval_options,
+                                          on_result)
+        for i, res in enumerate(results):
+            on_result(i, res)
+
+    def _repairs(self, r: int, heads: list[int]) -> None:
+        if self.config.repairs <= 0 and not self.strict:
+            return
+        max_attempts = self.config.repairs
+        if self.strict:
+            max_attempts = max([k[2] for k in self.external.answers if k[0] == "repair"] + [0])
+        ctx = self._ctx(r)
+        for attempt in range(1, max_attempts + 1):
+            wave: list[int] = []
+            for head in heads:
+                key = repair_key(head, attempt)
+                if ("repair", head, attempt) in self.node_by_key:  # resumed: created, maybe not evaluated
+                    wave.append(self.node_by_key[("repair", head, attempt)])
+                    continue
+                if self.strict:
+                    # follow the record: repair what was repaired, whatever the new verdicts
+                    if key not in self.external:
+                        continue
+                    answer, _ = self._ask(key, lambda: None)
+                else:
+                    target = self._repair_target(head)
+                    if target is None:
+                        continue
+                    spec, result = target.spec, target.result
+                    answer, _ = self._ask(key, lambda: self.proposer.repair(ctx, spec, result, attempt))
+                if answer is None:
+                    continue
+                answer = Branch.model_validate(answer)
+                last = self._chain(head)[-1]
+                h = self.tree.nodes[head]
+                wave.append(self._create(("repair", head, attempt), parent=last.id, round=r, kind="repair",
+                                         idea=h.idea, idea_index=h.idea_index, branch_index=h.branch_index,
+                                         repair_of=head, attempt=attempt, branch=answer))
+            if not wave:
+                break
+            self._evaluate(wave)
+
+    def _chain(self, head: int) -> list[Node]:
+        chain = [self.tree.nodes[head]]
+        for n in sorted(self.tree.nodes.values(), key=lambda n: n.attempt):
+            if n.repair_of == head and n.kind == "repair":
+                chain.append(n)
+        return chain
+
+    def _repair_target(self, head: int) -> Node | None:
+        """The chain's latest node with a spec, if it failed and no node of the chain is correct."""
+        chain = self._chain(head)
+        if any(n.ok for n in chain):
+            return None
+        with_spec = [n for n in chain if n.spec is not None]
+        if not with_spec:
+            return None
+        last = with_spec[-1]
+        return last if last.failed else None
+
+    def _tune_survivors(self, r: int, heads: list[int]) -> None:
+        ids = set()
+        for h in heads:
+            ids.update(n.id for n in self._chain(h))
+        if self.strict:  # follow the record: re-measure what was tuned, at its tuned config
+            for i in sorted(ids):
+                if self.tree.nodes[i].tuned is None:
+                    self._tune_recorded(self.tree.nodes[i])
+            return
+        survivors = sorted((self.tree.nodes[i] for i in ids if self.tree.nodes[i].ok), key=lambda n: (n.ms, n.id))
+        for node in survivors[: self.config.beam]:
+            if node.tuned is not None:
+                continue
+            if self.tuner is None or not self.config.tune:
+                continue
+            reason = exhausted(self.budget, self.usage)
+            if reason and "GPU" in reason:
+                self.stop_reason = self.stop_reason or reason
+                return
+            assert node.spec is not None and node.result is not None
+            outcome = self.tuner(self.problem, node.spec, node.result)
+            if outcome is None:
+                self._write(NodeTuned(id=node.id))
+                continue
+            self.usage.gpu_s += _tune_seconds(outcome)
+            self._write(NodeTuned(id=node.id, config=dict(outcome.config), result=outcome.result,
+                                  evaluated=int(outcome.evaluated), curve=list(outcome.curve or [])))
+
+    def _tune_recorded(self, node: Node) -> None:
+        """Replay: re-measure the recorded tuned config (no new tuning)."""
+        rec = self.record.tuned.get(node.id) if self.record else None
+        if rec is None or rec.config is None or node.spec is None:
+            return
+        res = self.evaluator.evaluate(self.problem, [Candidate(spec=node.spec, config=rec.config)],
+                                      self.eval_options)[0]
+        self.usage.gpu_s += res.wall_s
+        self._write(NodeTuned(id=node.id, config=dict(rec.config), result=res, evaluated=1,
+                              curve=[{"config": rec.config, "ms": res.ms if res.ok else None,
+                                      "verdict": res.verdict.value}]))
+
+    # ----- what the user gets -----------------------------------------------------------------
+    def _tried(self, r: int) -> list[TriedIdea]:
+        out = []
+        for (rr, pid), ideas in sorted(self.tree.ideas.items(), key=lambda kv: (kv[0][0], kv[0][1] is None,
+                                                                                kv[0][1] or 0)):
+            if rr != r:
+                continue
+            parent = self.tree.nodes.get(pid) if pid is not None else None
+            for i, idea in enumerate(ideas):
+                nodes = [n for n in self.tree.nodes.values()
+                         if n.round == r and n.parent == pid and n.idea_index == i and n.kind == "branch"]
+                out.append(TriedIdea(idea=idea, outcome=self.outcome(nodes, parent)))
+        return out
+
+    def outcome(self, heads: list[Node], parent: Node | None) -> str:
+        if not heads:
+            return "not implemented (no answer)"
+        best: Node | None = None
+        worst_verdicts: list[str] = []
+        for h in heads:
+            chain = self._chain(h.id)
+            ok = [n for n in chain if n.ok]
+            if ok:
+                cand = min(ok, key=lambda n: n.ms)
+                if best is None or cand.ms < best.ms:
+                    best = cand
+            else:
+                repairs = len(chain) - 1
+                last = chain[-1]
+                v = last.verdict if last.spec is not None else "no valid spec"
+                worst_verdicts.append(f"{v} after {repairs} repair{'s' if repairs != 1 else ''}" if repairs else v)
+        parts = []
+        if best is not None:
+            if parent is not None and math.isfinite(parent.ms):
+                parts.append(f"ok {parent.ms / best.ms:.2f}x vs parent ({best.ms:.4g} ms)")
+            else:
+                f = self.tree.figures(best)
+                sp = f["speedup_eager"]
+                parts.append(f"ok {best.ms:.4g} ms" + (f", {sp:.2f}x vs eager" if sp else ""))
+        if worst_verdicts:
+            parts.append(f"{len(worst_verdicts)}/{len(heads)} branches failed: " + "; ".join(worst_verdicts))
+        return "; ".join(parts)
+
+    def write_derived(self) -> None:
+        write_derived(self.run_dir, self.tree)
+
+
+def write_derived(run_dir: Path, tree: Tree) -> None:
+    """tree.json and best/ (spec with its config, figures as JSON and Markdown), atomically."""
+    write_atomic(run_dir / TREE, json.dumps(tree.to_json(), indent=1) + "\n")
+    best = tree.best()
+    if best is None or best.spec is None:
+        return
+    spec = best.best_spec()
+    assert spec is not None
+    f = tree.figures(best)
+    b = tree.baseline
+    fig = {
+        "run_id": tree.started.run_id if tree.started else None,
+        "problem": tree.problem.label() if tree.problem else None,
+        "gpu": tree.gpu.name if tree.gpu else None,
+        "node": best.id, "idea": best.idea.text if best.idea else None,
+        "config": best.config, **f,
+        "eager_ms": b.eager.median_ms if b else None,
+        "compile_ms": b.compiled.median_ms if b and b.compiled else None,
+        "floor_ms": b.floor_ms if b else None,
+        "registers": (best.best_result.compile.worst().registers
+                      if best.best_result and best.best_result.compile else None),
+        "lineage": [n.id for n in tree.lineage(best)],
+    }
+    write_atomic(run_dir / BEST / "spec.json", spec.model_dump_json(indent=2) + "\n")
+    write_atomic(run_dir / BEST / "figures.json", json.dumps(fig, indent=2) + "\n")
+    write_atomic(run_dir / BEST / "figures.md", figures_markdown(fig))
+
+
+def figures_markdown(fig: dict[str, Any]) -> str:
+    def num(v: Any, fmt: str) -> str:
+        return "n/a" if v is None else format(v, fmt)
+
+    rows = [
+        ("problem", fig["problem"]), ("GPU", fig["gpu"]), ("best node", f"#{fig['node']}"),
+        ("idea", fig["idea"] or "(seed / first kernel)"), ("config", json.dumps(fig["config"])),
+        ("kernel ms", num(fig["ms"], ".4f")), ("eager ms", num(fig["eager_ms"], ".4f")),
+        ("torch.compile ms", num(fig["compile_ms"], ".4f")), ("floor ms", num(fig["floor_ms"], ".4f")),
+        ("speedup vs eager", num(fig["speedup_eager"], ".2f") + "x"),
+        ("speedup vs torch.compile", num(fig["speedup_compile"], ".2f") + "x"),
+        ("% of roofline", num(fig["pct_roofline"], ".1f")), ("registers", str(fig["registers"])),
+        ("lineage", " -> ".join(f"#{i}" for i in fig["lineage"])),
+    ]
+    lines = [f"# Best kernel of {fig['run_id']}", "", "| figure | value |", "|---|---|"]
+    lines += [f"| {k} | {str(v).replace('|', '/')} |" for k, v in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _node_key(ev: NodeCreated) -> tuple:
+    if ev.kind == "seed":
+        return ("seed",)
+    if ev.kind == "repair":
+        return ("repair", ev.repair_of, ev.attempt)
+    return ("branch", ev.round, ev.parent, ev.idea_index, ev.branch_index)
+
+
+def _answers_of(ev: Any) -> list[tuple[Key, Any]]:
+    if isinstance(ev, IdeasEvent):
+        return [(ideas_key(ev.round, ev.parent), list(ev.ideas))]
+    if isinstance(ev, ImplementedEvent):
+        return [(implement_key(ev.round, ev.parent, ev.idea_index), list(ev.branches))]
+    if isinstance(ev, NodeCreated) and ev.kind == "repair" and ev.repair_of is not None:
+        return [(repair_key(ev.repair_of, ev.attempt), Branch(spec=ev.spec, notes=ev.notes, error=ev.error))]
+    return []
+
+
+def _tune_seconds(outcome: Any) -> float:
+    secs = getattr(outcome, "seconds", None)
+    if isinstance(secs, (int, float)) and secs > 0:
+        return float(secs)
+    curve = list(getattr(outcome, "curve", None) or [])
+    walls = [c.get("wall_s") for c in curve if isinstance(c, dict) and isinstance(c.get("wall_s"), (int, float))]
+    if walls:
+        return float(sum(walls))
+    res = getattr(outcome, "result", None)
+    return float(getattr(res, "wall_s", 0.0) or 0.0) * max(1, int(getattr(outcome, "evaluated", 1) or 1))
+
+
+def _gpu_seconds(events: list[Any]) -> float:
+    total = 0.0
+    for e in events:
+        if isinstance(e, NodeEvaluated):
+            total += e.result.wall_s
+        elif isinstance(e, NodeTuned) and e.result is not None:
+            total += _tune_seconds(e)
+    return total
+
+
+def _guarded(fn: Callable[[Any], None]) -> Callable[[Any], None]:
+    return lambda ev: _safe(fn, ev)
+
+
+def _safe(fn: Callable[[Any], None], ev: Any) -> None:
+    try:
+        fn(ev)
+    except Exception:  # noqa: BLE001 - a view must never stop a search
+        pass
+
+
+# ----- entry points -------------------------------------------------------------------------
+def run_search(
+    problem: ProblemRef,
+    proposer: Proposer,
+    evaluator: Evaluator,
+    *,
+    runs_dir: str | Path = "runs",
+    run_id: str | None = None,
+    config: SearchConfig | None = None,
+    budget: SearchBudget | None = None,
+    tuner: Tuner | None = None,
+    seed_spec: KernelSpec | None = None,
+    context_factory: ContextFactory | None = None,
+    usage: Usage | None = None,
+    eval_options: EvalOptions | None = None,
+    force: bool = False,
+    model: str | None = None,
+    listeners: Iterable[Callable[[Any], None]] = (),
+) -> SearchOutcome:
+    """Run a new search; journal it under ``runs_dir/<run_id>/`` (a new id if none is given)."""
+    rid = run_id or new_run_id(problem)
+    return Search(problem, proposer, evaluator, run_dir=Path(runs_dir) / rid, config=config, budget=budget,
+                  tuner=tuner, seed_spec=seed_spec, context_factory=context_factory, usage=usage,
+                  eval_options=eval_options, force=force, model=model, listeners=listeners).run()
+
+
+def resume_search(
+    run: str | Path,
+    proposer: Proposer,
+    evaluator: Evaluator,
+    *,
+    runs_dir: str | Path = "runs",
+    budget: SearchBudget | None = None,
+    tuner: Tuner | None = None,
+    context_factory: ContextFactory | None = None,
+    usage: Usage | None = None,
+    eval_options: EvalOptions | None = None,
+    force: bool = False,
+    listeners: Iterable[Callable[[Any], None]] = (),
+) -> SearchOutcome:
+    """Continue a journaled run: nothing evaluated is evaluated again, no recorded answer is
+    asked again. ``budget`` replaces the recorded one (e.g. more rounds)."""
+    rec = load_run(run, runs_dir)
+    st = rec.started
+    return Search(st.problem, proposer, evaluator, run_dir=rec.path, mode="resume", config=st.config,
+                  budget=budget or st.budget, tuner=tuner, seed_spec=st.seed_spec, context_factory=context_factory,
+                  usage=usage, record=rec, eval_options=eval_options, force=force, model=st.model,
+                  listeners=listeners).run()

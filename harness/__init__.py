@@ -1,0 +1,1 @@
+"""Run-time facts and the compile/check/bench harness."""

@@ -1,0 +1,146 @@
+"""Content-addressed on-disk cache of NVRTC results (cubins and failures).
+
+Layout under the root (``$KERNGEN_CACHE_DIR``, else ``~/.cache/kerngen/cubin``)::
+
+    ab/abcdef....json    the record: {"ok": true, "info": CompileInfo, "cubin_sha256": ...}
+                         or {"ok": false, "message": ..., "log": ...} for a failed compile
+    ab/abcdef....cubin   the module (only for ok records)
+
+Every file is written to a temporary name in the same folder and moved into place with
+``os.replace``; the cubin goes first and the JSON record last, so a record never points at a torn
+module. A record that does not parse, or whose cubin is missing or does not match its hash, is a
+miss (and is removed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from .results import CompileInfo
+
+SCHEMA = 1
+
+
+def default_root() -> Path:
+    env = os.environ.get("KERNGEN_CACHE_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "kerngen" / "cubin"
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+class CacheEntry:
+    """What :meth:`CompileCache.get` returns: a cubin with its info, or a cached failure."""
+
+    __slots__ = ("ok", "cubin", "info", "message", "log")
+
+    def __init__(self, ok: bool, cubin: bytes = b"", info: CompileInfo | None = None, message: str = "", log: str = ""):
+        self.ok, self.cubin, self.info, self.message, self.log = ok, cubin, info, message, log
+
+
+class CompileCache:
+    def __init__(self, root: Path | str | None = None) -> None:
+        self.root = Path(root).expanduser() if root is not None else default_root()
+
+    # ----- keys -------------------------------------------------------------------------------
+    @staticmethod
+    def key_for(job: Any) -> str:
+        """sha256 over (source, options, arch, NVRTC version, header fingerprint)."""
+        from .compile import nvrtc_version  # lazy: compile imports this module
+        from .headers import fingerprint
+
+        payload = json.dumps(
+            {
+                "schema": SCHEMA,
+                "source": job.source,
+                "options": list(job.options),
+                "arch": job.arch,
+                "nvrtc": nvrtc_version(),
+                "headers": fingerprint(),
+            },
+            sort_keys=True,
+        )
+        return hashlib.sha256(payload.encode()).hexdigest()
+
+    def _paths(self, key: str) -> tuple[Path, Path]:
+        folder = self.root / key[:2]
+        return folder / f"{key}.json", folder / f"{key}.cubin"
+
+    # ----- reading ----------------------------------------------------------------------------
+    def get(self, key: str) -> CacheEntry | None:
+        meta, blob = self._paths(key)
+        try:
+            record = json.loads(meta.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, UnicodeDecodeError):
+            self._drop(key)
+            return None
+        try:
+            if not isinstance(record, dict) or record.get("schema") != SCHEMA or record.get("key") != key:
+                raise ValueError("foreign record")
+            if not record["ok"]:
+                return CacheEntry(False, message=str(record["message"]), log=str(record.get("log", "")))
+            cubin = blob.read_bytes()
+            if hashlib.sha256(cubin).hexdigest() != record["cubin_sha256"]:
+                raise ValueError("cubin does not match its hash")
+            info = CompileInfo.model_validate(record["info"])
+            return CacheEntry(True, cubin=cubin, info=info)
+        except (OSError, ValueError, KeyError, TypeError):
+            self._drop(key)
+            return None
+
+    # ----- writing ----------------------------------------------------------------------------
+    def put(self, key: str, cubin: bytes, info: CompileInfo) -> None:
+        meta, blob = self._paths(key)
+        _atomic_write(blob, cubin)
+        record = {
+            "schema": SCHEMA,
+            "key": key,
+            "ok": True,
+            "cubin_sha256": hashlib.sha256(cubin).hexdigest(),
+            "info": info.model_dump(mode="json"),
+        }
+        _atomic_write(meta, json.dumps(record).encode())
+
+    def put_failure(self, key: str, message: str, log: str) -> None:
+        meta, _ = self._paths(key)
+        record = {"schema": SCHEMA, "key": key, "ok": False, "message": message, "log": log}
+        _atomic_write(meta, json.dumps(record).encode())
+
+    def _drop(self, key: str) -> None:
+        for p in self._paths(key):
+            try:
+                p.unlink()
+            except OSError:
+                pass
+
+    def clear(self) -> int:
+        """Remove every entry; returns how many records were removed."""
+        n = 0
+        if self.root.is_dir():
+            for p in self.root.glob("*/*"):
+                if p.suffix == ".json":
+                    n += 1
+                try:
+                    p.unlink()
+                except OSError:
+                    pass
+        return n

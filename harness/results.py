@@ -1,0 +1,185 @@
+"""What an evaluation produces: a closed set of verdicts, each with its evidence.
+
+Everything here crosses a process boundary (worker -> caller) or lands in a journal, so it is a
+pydantic model. Times are milliseconds everywhere.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, Field
+
+
+class Verdict(str, Enum):
+    compile_error = "compile_error"
+    runtime_error = "runtime_error"
+    timeout = "timeout"
+    incorrect = "incorrect"
+    ok = "ok"
+
+
+class CheckFailure(str, Enum):
+    """Which correctness check failed (the evidence of an ``incorrect`` verdict)."""
+
+    mismatch = "mismatch"  # values differ from the reference beyond atol/rtol
+    nan_mismatch = "nan_mismatch"  # NaN/Inf where the reference has none (or the reverse)
+    unwritten_output = "unwritten_output"  # poison left in the output: elements never written
+    guard_overwritten = "guard_overwritten"  # a write landed outside an output or scratch buffer
+    input_mutated = "input_mutated"  # an input or model parameter changed
+    nondeterministic = "nondeterministic"  # two runs on the same inputs disagree (race, uninit read)
+    timed_output_mismatch = "timed_output_mismatch"  # output of the timed runs is wrong
+    shape_mismatch = "shape_mismatch"  # output of another shape or dtype than the reference
+
+
+class KernelResources(BaseModel):
+    """One kernel's entry of the ptxas report."""
+
+    registers: int = 0
+    spill_stores: int = 0  # bytes
+    spill_loads: int = 0  # bytes
+    shared_bytes: int = 0  # static shared memory
+    stack_bytes: int = 0
+    const_bytes: int = 0
+
+
+class CompileInfo(BaseModel):
+    key: str  # content address of the cubin in the cache
+    arch: str  # e.g. "sm_90"
+    nvrtc_version: str
+    options: list[str]
+    seconds: float  # 0 when served from cache
+    cached: bool
+    log: str = ""
+    kernels: dict[str, KernelResources] = Field(default_factory=dict)
+
+    def worst(self) -> KernelResources:
+        """The heaviest figures over all kernels (what a prompt or a table shows)."""
+        ks = list(self.kernels.values()) or [KernelResources()]
+        return KernelResources(**{f: max(getattr(k, f) for k in ks) for f in KernelResources.model_fields})
+
+
+class Timing(BaseModel):
+    """A distribution of per-call times measured with CUDA events, L2 flushed before each rep."""
+
+    median_ms: float
+    q25_ms: float
+    q75_ms: float
+    min_ms: float
+    max_ms: float
+    mean_ms: float
+    reps: int
+    warmup: int
+    samples_ms: list[float] = Field(default_factory=list)
+    l2_flushed: bool = True
+    clocks: "ClockReading | None" = None
+
+    @property
+    def iqr_ms(self) -> float:
+        return self.q75_ms - self.q25_ms
+
+    @property
+    def spread(self) -> float:
+        """Interquartile range relative to the median."""
+        return self.iqr_ms / self.median_ms if self.median_ms > 0 else 0.0
+
+
+class ClockReading(BaseModel):
+    """NVML readings before and after a measurement; ``sagged`` flags a drop of the SM clock
+    (or an active thermal/power slowdown) while it ran. Nothing is ever set, only read."""
+
+    sm_mhz_before: int | None = None
+    sm_mhz_after: int | None = None
+    sm_mhz_max: int | None = None
+    mem_mhz: int | None = None
+    temp_c_before: int | None = None
+    temp_c_after: int | None = None
+    power_w: float | None = None
+    throttle_reasons: list[str] = Field(default_factory=list)
+    sagged: bool = False
+    available: bool = True
+
+
+class CheckEvidence(BaseModel):
+    """Why a candidate is (in)correct. ``failed`` names the first check that failed."""
+
+    seeds: list[int] = Field(default_factory=list)
+    atol: float = 0.0
+    rtol: float = 0.0
+    max_abs_err: float = 0.0
+    max_err_index: list[int] = Field(default_factory=list)
+    max_err_output: str = ""
+    got: float | None = None
+    expected: float | None = None
+    rel_err: float = 0.0  # ||out - ref|| / ||ref||, worst over seeds and outputs
+    mismatches: int = 0
+    deterministic: bool = True
+    failed: CheckFailure | None = None
+    message: str = ""
+
+
+class EvalResult(BaseModel):
+    """The outcome of evaluating one (spec, config) on one problem."""
+
+    verdict: Verdict
+    message: str = ""  # one line a human (or the LLM) reads first
+    spec_hash: str = ""
+    config: dict[str, int] = Field(default_factory=dict)
+    compile: CompileInfo | None = None
+    check: CheckEvidence | None = None
+    timing: Timing | None = None
+    log: str = ""  # compile log, or the error text of a runtime failure
+    gpu: str = ""
+    worker: int | None = None
+    wall_s: float = 0.0  # seconds in the worker (load, check, bench, verify)
+    phases_s: dict[str, float] = Field(default_factory=dict)  # seconds per phase, for overhead figures
+
+    @property
+    def ok(self) -> bool:
+        return self.verdict is Verdict.ok
+
+    @property
+    def ms(self) -> float:
+        """Median ms, or ``inf`` for anything that is not a correct, timed kernel."""
+        return self.timing.median_ms if (self.ok and self.timing) else float("inf")
+
+
+class Baseline(BaseModel):
+    """PyTorch's own times for a problem on one GPU, and the roofline floor."""
+
+    problem: str
+    gpu: str
+    eager: Timing
+    compiled: Timing | None = None
+    compile_error: str = ""
+    floor_ms: float | None = None
+    floor_bound: str = ""  # "memory" | "compute"
+    flops: float | None = None
+    min_bytes: int | None = None
+    degenerate: bool = False
+    degenerate_reason: str = ""
+    launch_bound: bool = False
+
+
+Timing.model_rebuild()
+
+
+class GpuFacts(BaseModel):
+    """What the worker reports of its device at start, plus the measured ceilings."""
+
+    name: str
+    index: int = 0
+    arch: str = "sm_90"  # NVRTC target, from the compute capability
+    sm_count: int = 0
+    max_threads_per_block: int = 1024
+    max_shared_per_block: int = 48 * 1024  # without opt-in
+    max_shared_per_block_optin: int = 227 * 1024
+    shared_per_sm: int = 228 * 1024
+    regs_per_block: int = 65536
+    regs_per_sm: int = 65536
+    l2_bytes: int = 50 * 1024 * 1024
+    mem_bytes: int = 0
+    driver: str = ""
+    copy_gbps: float | None = None  # measured device copy bandwidth (read + write bytes)
+    fp32_tflops: float | None = None  # measured fp32 (no TF32) matmul rate
+    bf16_tflops: float | None = None  # measured bf16 matmul rate

@@ -1,0 +1,261 @@
+"""The kernel spec: a candidate as data (CUDA-C source, tunables, a declarative launch plan).
+
+No host code from a candidate ever runs: the harness reads this model, compiles ``source`` with
+NVRTC and performs the ``steps`` itself. Grid, block, shared memory, scratch sizes, scalar
+arguments and ``defines`` are expressions (:mod:`kerngen.harness.expr`) over the problem's sizes,
+its tensors' shapes and the tunables.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
+
+from . import expr
+from .errors import SpecError
+
+DTYPES = ("float32", "float16", "bfloat16", "float64", "int8", "uint8", "int16", "int32", "int64", "bool")
+Dtype = Literal["float32", "float16", "bfloat16", "float64", "int8", "uint8", "int16", "int32", "int64", "bool"]
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_TENSOR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+Expr = Union[str, int]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TensorArg(_Model):
+    """A pointer argument: an input (forward's parameter name), a model parameter or buffer
+    (its ``named_parameters`` name, e.g. ``conv.weight``), an output (``out``, or ``out0``,
+    ``out1`` ... for several) or a scratch buffer declared in ``scratch``."""
+
+    kind: Literal["tensor"] = "tensor"
+    name: str = Field(pattern=_TENSOR_NAME.pattern)
+
+
+class ScalarArg(_Model):
+    """A by-value scalar argument whose value is an expression."""
+
+    kind: Literal["int32", "int64", "float32"]
+    value: Expr
+
+
+def _arg_tag(value: Any) -> str:
+    kind = value.get("kind", "tensor") if isinstance(value, dict) else getattr(value, "kind", "tensor")
+    return "tensor" if kind == "tensor" else "scalar"
+
+
+# ``kind`` may be left out of a tensor argument: {"name": "x"}
+Arg = Annotated[
+    Union[Annotated[TensorArg, Tag("tensor")], Annotated[ScalarArg, Tag("scalar")]], Discriminator(_arg_tag)
+]
+
+
+class Launch(_Model):
+    """One kernel launch. ``grid`` and ``block`` have 1 to 3 expressions (x, y, z)."""
+
+    op: Literal["launch"] = "launch"
+    kernel: str = Field(pattern=_IDENT.pattern, description="extern \"C\" __global__ function name")
+    grid: list[Expr] = Field(min_length=1, max_length=3)
+    block: list[Expr] = Field(min_length=1, max_length=3)
+    shared_mem: Expr = Field(default=0, description="dynamic shared memory in bytes")
+    args: list[Arg] = Field(default_factory=list)
+
+
+class Memset(_Model):
+    """Set every byte of a tensor (usually scratch or an output accumulated with atomics) to
+    ``value``. Runs inside the timed region like the launches: it is part of the kernel's cost."""
+
+    op: Literal["memset"] = "memset"
+    tensor: str = Field(pattern=_TENSOR_NAME.pattern)
+    value: int = Field(default=0, ge=0, le=255)
+
+
+def _step_tag(value: Any) -> str:
+    if isinstance(value, dict):
+        return str(value.get("op", "memset" if "tensor" in value and "kernel" not in value else "launch"))
+    return getattr(value, "op", "launch")
+
+
+# ``op`` may be left out: a step with ``kernel`` is a launch, one with only ``tensor`` a memset
+Step = Annotated[
+    Union[Annotated[Launch, Tag("launch")], Annotated[Memset, Tag("memset")]], Discriminator(_step_tag)
+]
+
+
+class Scratch(_Model):
+    """A device buffer the harness allocates (poisoned, guarded) and passes by name."""
+
+    name: str = Field(pattern=_IDENT.pattern)
+    dtype: Dtype = "float32"
+    size: Expr = Field(description="number of elements")
+
+
+class KernelSpec(_Model):
+    """A candidate kernel: pure CUDA-C plus a launch plan. Loadable from JSON or YAML."""
+
+    name: str = "candidate"
+    description: str = ""
+    source: str = Field(description='CUDA-C with extern "C" __global__ kernels; no host code')
+    tunables: dict[str, list[int]] = Field(
+        default_factory=dict, description="name -> allowed values; each enters the source as -DNAME=value"
+    )
+    defaults: dict[str, int] = Field(default_factory=dict, description="default config (else first values)")
+    constraints: list[str] = Field(
+        default_factory=list, description="boolean expressions over tunables and sizes a config must satisfy"
+    )
+    defines: dict[str, Expr] = Field(
+        default_factory=dict, description="extra -DNAME=value, values are expressions over sizes and tunables"
+    )
+    fast_math: bool = Field(default=False, description="compile with -use_fast_math")
+    scratch: list[Scratch] = Field(default_factory=list)
+    steps: list[Step] = Field(min_length=1, description="ordered launches and memsets of one call")
+
+    @field_validator("tunables")
+    @classmethod
+    def _tunables(cls, value: dict[str, list[int]]) -> dict[str, list[int]]:
+        for name, values in value.items():
+            if not _IDENT.match(name):
+                raise ValueError(f"tunable name {name!r} is not a C identifier")
+            if not values:
+                raise ValueError(f"tunable {name!r} has no values")
+            if len(set(values)) != len(values):
+                raise ValueError(f"tunable {name!r} repeats a value")
+        return value
+
+    @field_validator("defines")
+    @classmethod
+    def _defines(cls, value: dict[str, Expr]) -> dict[str, Expr]:
+        for name in value:
+            if not _IDENT.match(name):
+                raise ValueError(f"define name {name!r} is not a C identifier")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "KernelSpec":
+        for name, val in self.defaults.items():
+            if name not in self.tunables:
+                raise ValueError(f"default for unknown tunable {name!r}")
+            if val not in self.tunables[name]:
+                raise ValueError(f"default {name}={val} is not among its values {self.tunables[name]}")
+        clash = set(self.tunables) & set(self.defines)
+        if clash:
+            raise ValueError(f"names both tunable and define: {sorted(clash)}")
+        for text in self._expressions():
+            if isinstance(text, str):
+                try:
+                    expr.parse(text)
+                except SpecError as exc:
+                    raise ValueError(str(exc)) from None
+        scratch_names = [s.name for s in self.scratch]
+        if len(set(scratch_names)) != len(scratch_names):
+            raise ValueError("two scratch buffers share a name")
+        return self
+
+    def _expressions(self) -> list[Expr]:
+        out: list[Expr] = list(self.constraints) + list(self.defines.values())
+        out += [s.size for s in self.scratch]
+        for step in self.steps:
+            if isinstance(step, Launch):
+                out += list(step.grid) + list(step.block) + [step.shared_mem]
+                out += [a.value for a in step.args if isinstance(a, ScalarArg)]
+        return out
+
+    # ----- configurations -------------------------------------------------------------------
+    def default_config(self) -> dict[str, int]:
+        return {name: self.defaults.get(name, values[0]) for name, values in self.tunables.items()}
+
+    def space_size(self) -> int:
+        size = 1
+        for values in self.tunables.values():
+            size *= len(values)
+        return size
+
+    def configs(self) -> list[dict[str, int]]:
+        """Every combination of tunable values (constraints not applied)."""
+        names = list(self.tunables)
+        return [dict(zip(names, combo)) for combo in itertools.product(*(self.tunables[n] for n in names))]
+
+    def check_config(self, config: dict[str, int]) -> None:
+        unknown = set(config) - set(self.tunables)
+        if unknown:
+            raise SpecError(f"unknown tunables in config: {sorted(unknown)}")
+        for name, values in self.tunables.items():
+            if name in config and config[name] not in values:
+                raise SpecError(f"{name}={config[name]} is not among its values {values}")
+
+    def full_config(self, config: dict[str, int] | None) -> dict[str, int]:
+        merged = self.default_config()
+        if config:
+            self.check_config(config)
+            merged.update(config)
+        return merged
+
+    # ----- identity, files, schema ----------------------------------------------------------
+    def source_hash(self) -> str:
+        return hashlib.sha256(self.source.encode()).hexdigest()[:16]
+
+    def content_hash(self) -> str:
+        """Hash of everything that defines the candidate (not its name or description)."""
+        data = self.model_dump(mode="json", exclude={"name", "description"})
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+    @classmethod
+    def from_text(cls, text: str, *, fmt: str = "auto", origin: str = "spec") -> "KernelSpec":
+        data = _parse_text(text, fmt, origin)
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise SpecError(f"invalid kernel spec {origin}: {_first_error(exc)}") from None
+
+    @classmethod
+    def load(cls, path: str | Path) -> "KernelSpec":
+        p = Path(path)
+        if not p.is_file():
+            raise SpecError(f"kernel spec not found: {p}")
+        fmt = "yaml" if p.suffix in (".yaml", ".yml") else "json" if p.suffix == ".json" else "auto"
+        try:
+            text = p.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SpecError(f"cannot read kernel spec {p}: {exc}") from None
+        return cls.from_text(text, fmt=fmt, origin=str(p))
+
+    def dump(self, path: str | Path) -> None:
+        Path(path).write_text(self.model_dump_json(indent=2) + "\n")
+
+    @classmethod
+    def schema_json(cls) -> str:
+        return json.dumps(cls.model_json_schema(), indent=2)
+
+
+def _parse_text(text: str, fmt: str, origin: str) -> Any:
+    if fmt in ("json", "auto"):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            if fmt == "json":
+                raise SpecError(f"invalid JSON in {origin}: {exc.msg} at line {exc.lineno}") from None
+    import yaml  # only needed for YAML specs
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"invalid YAML in {origin}: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"kernel spec {origin} is not a mapping")
+    return data
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err.get("loc", ()))
+    msg = err.get("msg", "invalid")
+    more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{where}: {msg}{more}" if where else f"{msg}{more}"

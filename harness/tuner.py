@@ -1,0 +1,399 @@
+"""The autotuner: tune the launch parameters (tunables) of one kernel spec on one problem.
+
+Flow of :func:`tune`:
+
+1. Enumerate the spec's configurations (a seeded sample of :data:`ENUM_LIMIT` when the product
+   is larger) and prune them on the CPU (:mod:`kerngen.harness.prune`): constraints, launch plans
+   that do not resolve, threads and dynamic shared memory over the GPU's limits.
+2. Load what the on-disk cache (:mod:`kerngen.harness.tune_cache`) holds for this key; re-measure
+   the best few cached configs on this run (``confirm``) and tell the rest to the strategy.
+3. Ask the strategy (:mod:`kerngen.harness.strategies`) for batches sized to keep every GPU busy;
+   compile each batch with NVRTC first (``compile_many``; the compile layer caches cubins on disk,
+   so the evaluator's own compile is a cache hit) and prune configs whose registers or static +
+   dynamic shared memory cannot fit a block; evaluate the rest through the Evaluator, which runs
+   the FULL correctness check on every config, then times it.
+4. A config that fails to compile, crashes, hangs or is wrong scores ``inf`` with its verdict and
+   tuning goes on. Each result is appended (fsync'ed) to the cache as it lands, and the tuning
+   curve (best-so-far against evaluations and seconds) is recorded.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+import time
+from typing import Callable, Mapping, Sequence
+
+from pydantic import BaseModel, Field
+
+from kerngen.problems.ref import ProblemRef
+
+from .evaluator import Candidate, EvalOptions, Evaluator
+from .expr import TensorFacts
+from .plan import ResolvedPlan
+from .prune import KINDS, PrunedConfig, examples, resource_reason, static_prune, summarize
+from .results import CompileInfo, EvalResult, GpuFacts, Verdict
+from .spec import KernelSpec
+from .strategies import STRATEGIES, Space, make_strategy
+from .tune_cache import CacheRecord, TuneCache, TuneKey, config_id
+
+ENUM_LIMIT = 100_000  # larger spaces are sampled (seeded) down to this many configs
+PER_GPU_BATCH = 8
+CONFIRM_TOP = 3  # cached configs re-measured on a run that reuses the cache
+
+
+class TunedConfig(BaseModel):
+    config: dict[str, int]
+    result: EvalResult | None = None
+    pruned: str = ""  # the reason, when the config was pruned
+    prune_kind: str = ""  # one of prune.KINDS
+    cached: bool = False  # result taken from the cache, not measured on this run
+
+    @property
+    def ms(self) -> float:
+        return self.result.ms if self.result is not None else math.inf
+
+
+class CurvePoint(BaseModel):
+    evals: int
+    seconds: float
+    best_ms: float
+
+
+class TuneResult(BaseModel):
+    best_config: dict[str, int] | None
+    best: EvalResult | None
+    evaluated: list[TunedConfig]
+    pruned: list[TunedConfig]
+    curve: list[CurvePoint]
+    strategy: str
+    seconds: float
+    evals_per_minute: float
+    cache_hits: int
+    space_size: int = 0  # configurations of the spec (product of the tunables' values)
+    feasible: int = 0  # after static pruning
+    measured: int = 0  # evaluations run on this run (re-measurements included)
+    remeasured: int = 0  # cached configs re-measured on this run
+    notes: list[str] = Field(default_factory=list)
+
+    def pruned_counts(self) -> dict[str, int]:
+        return summarize(PrunedConfig(config=p.config, kind=p.prune_kind, reason=p.pruned) for p in self.pruned)
+
+    def pruned_examples(self) -> dict[str, str]:
+        return examples(PrunedConfig(config=p.config, kind=p.prune_kind, reason=p.pruned) for p in self.pruned)
+
+    def ranked(self) -> list[TunedConfig]:
+        """Correct configs, fastest first."""
+        ok = [t for t in self.evaluated if t.result is not None and t.result.ok]
+        return sorted(ok, key=lambda t: t.ms)
+
+    def failures(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for t in self.evaluated:
+            if t.result is not None and not t.result.ok:
+                out[t.result.verdict.value] = out.get(t.result.verdict.value, 0) + 1
+        return out
+
+
+# (spec, [(config, plan)], gpu) -> per item: CompileInfo, or an exception (compile error)
+ResourceProbe = Callable[[KernelSpec, Sequence[tuple[dict[str, int], ResolvedPlan]], GpuFacts], list]
+
+
+def compile_probe(spec: KernelSpec, items: Sequence[tuple[dict[str, int], ResolvedPlan]], gpu: GpuFacts) -> list:
+    """Compile the configs with NVRTC (in parallel, cached on disk by the compile layer) and
+    return each one's CompileInfo or its CompileError."""
+    from . import compile as nvrtc_compile  # lazy: keeps the tuner importable without NVRTC
+
+    jobs = [nvrtc_compile.job_for(spec, plan, gpu.arch) for _, plan in items]
+    out = []
+    for res in nvrtc_compile.compile_many(jobs):
+        out.append(res if isinstance(res, BaseException) else getattr(res, "info", res))
+    return out
+
+
+def nvrtc_version() -> str:
+    try:
+        from . import compile as nvrtc_compile
+
+        fn = getattr(nvrtc_compile, "nvrtc_version", None)
+        if callable(fn):
+            return str(fn())
+    except Exception:  # noqa: BLE001 - the compile layer may be absent or broken here
+        pass
+    try:
+        from cuda.bindings import nvrtc
+
+        err, major, minor = nvrtc.nvrtcVersion()
+        return f"{major}.{minor}"
+    except Exception:  # noqa: BLE001
+        return "unknown"
+
+
+def gpu_count(evaluator: object) -> int:
+    for attr in ("n_gpus", "num_gpus", "n_workers", "num_workers"):
+        value = getattr(evaluator, attr, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    for attr in ("gpus", "workers"):
+        value = getattr(evaluator, attr, None)
+        if isinstance(value, (list, tuple)) and value:
+            return len(value)
+    return 1
+
+
+def enumerate_configs(spec: KernelSpec, *, seed: int = 0, limit: int = ENUM_LIMIT) -> list[dict[str, int]]:
+    """Every configuration, or a seeded sample of ``limit`` distinct ones (default config
+    included) when the space is larger."""
+    if spec.space_size() <= limit:
+        return spec.configs()
+    rng = random.Random(seed)
+    names = list(spec.tunables)
+    seen = {tuple(spec.default_config()[n] for n in names)}
+    while len(seen) < limit:
+        seen.add(tuple(rng.choice(spec.tunables[n]) for n in names))
+    return [dict(zip(names, combo)) for combo in seen]
+
+
+def _failed(config: dict[str, int], spec_hash: str, verdict: Verdict, message: str, log: str = "") -> EvalResult:
+    return EvalResult(verdict=verdict, message=message, spec_hash=spec_hash, config=config, log=log)
+
+
+class _Run:
+    """Mutable state of one tune() call (results, curve, cache writes), thread-safe for the
+    evaluator's ``on_result`` callback."""
+
+    def __init__(self, cache: TuneCache | None, key: TuneKey, on_result) -> None:
+        self.cache, self.key, self.on_result = cache, key, on_result
+        self.t0 = time.monotonic()
+        self.evaluated: dict[str, TunedConfig] = {}
+        self.pruned: list[TunedConfig] = []
+        self.curve: list[CurvePoint] = []
+        self.best_ms = math.inf
+        self.measured = 0
+        self.n_results = 0  # results seen (cached ones and re-measurements included)
+        self.lock = threading.Lock()
+        self.notes: list[str] = []
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def record(self, config: dict[str, int], result: EvalResult, *, cached: bool = False) -> None:
+        with self.lock:
+            cid = config_id(config)
+            self.evaluated[cid] = TunedConfig(config=config, result=result, cached=cached)
+            if not cached:
+                self.measured += 1
+                if self.cache is not None:
+                    try:
+                        self.cache.append(self.key, CacheRecord(config=config, result=result))
+                    except OSError as exc:  # a full disk must not stop the tuning
+                        if not any(n.startswith("cache write failed") for n in self.notes):
+                            self.notes.append(f"cache write failed: {exc}")
+            self.best_ms = min(self.best_ms, result.ms)
+            self.n_results += 1
+            self.curve.append(CurvePoint(evals=self.n_results, seconds=0.0 if cached else round(self.elapsed(), 4),
+                                         best_ms=self.best_ms))
+        if self.on_result is not None and not cached:
+            self.on_result(self.evaluated[cid])
+
+    def prune(self, config: dict[str, int], kind: str, reason: str, *, write: bool) -> None:
+        with self.lock:
+            self.pruned.append(TunedConfig(config=config, pruned=reason, prune_kind=kind))
+            if write and self.cache is not None:
+                try:
+                    self.cache.append(self.key, CacheRecord(config=config, pruned=reason, prune_kind=kind))
+                except OSError:
+                    pass
+
+
+def tune(
+    evaluator: Evaluator,
+    problem: ProblemRef,
+    spec: KernelSpec,
+    *,
+    sizes: Mapping[str, int | float],
+    tensors: Mapping[str, TensorFacts],
+    gpu: GpuFacts,
+    strategy: str = "auto",
+    max_evals: int = 200,
+    minutes: float | None = None,
+    batch: int | None = None,
+    cache: TuneCache | None = None,
+    seed: int = 0,
+    on_result: Callable[[TunedConfig], None] | None = None,
+    options: EvalOptions | None = None,
+    probe: ResourceProbe | None = compile_probe,
+    confirm: int = CONFIRM_TOP,
+    nvrtc: str | None = None,
+) -> TuneResult:
+    """Tune ``spec`` on ``problem``; see the module docstring. ``probe=None`` skips the
+    compile-time resource pruning; ``nvrtc`` overrides the NVRTC version of the cache key."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r} (choose from {', '.join(STRATEGIES)})")
+    max_evals = max(1, int(max_evals))
+    batch = batch or PER_GPU_BATCH * gpu_count(evaluator)
+    deadline = None if minutes is None else time.monotonic() + minutes * 60.0
+    spec_hash = spec.content_hash()
+    key = TuneKey(spec_hash=spec_hash, problem_key=problem.key(), gpu=gpu.name,
+                  nvrtc=nvrtc or nvrtc_version(), driver=gpu.driver)
+    run = _Run(cache, key, on_result)
+
+    # 1. static pruning -------------------------------------------------------------------
+    all_configs = enumerate_configs(spec, seed=seed)
+    if len(all_configs) < spec.space_size():
+        run.notes.append(f"space of {spec.space_size()} configs sampled down to {len(all_configs)}")
+    survivors, static_pruned = static_prune(spec, all_configs, sizes=sizes, tensors=tensors, gpu=gpu)
+    for p in static_pruned:
+        run.prune(p.config, p.kind, p.reason, write=False)
+    plans = {config_id(c): p for c, p in survivors}
+    space = Space(spec.tunables, [c for c, _ in survivors])
+    default = spec.default_config()
+    strat = make_strategy(strategy, space, budget=max_evals, seed=seed,
+                          default=default if config_id(default) in plans else None)
+
+    # 2. the cache --------------------------------------------------------------------------
+    cached = cache.load(key) if cache is not None else {}
+    for cid, rec in cached.items():
+        if cid not in plans:
+            continue  # not in this space (e.g. sampled differently): ignore
+        if rec.pruned:
+            run.prune(rec.config, rec.prune_kind or "registers", rec.pruned, write=False)
+            strat.drop(rec.config)
+        elif rec.result is not None:
+            run.record(rec.config, rec.result, cached=True)
+    hits = len(run.evaluated)
+    to_confirm: list[dict[str, int]] = []
+    if hits and confirm > 0:
+        ranked = sorted((t for t in run.evaluated.values() if t.result is not None and t.result.ok), key=lambda t: t.ms)
+        to_confirm = [t.config for t in ranked[:confirm]]
+    confirm_ids = {config_id(c) for c in to_confirm}
+    for t in list(run.evaluated.values()):
+        if config_id(t.config) not in confirm_ids:
+            strat.tell(t.config, t.ms)
+
+    failures_in_a_row = 0
+
+    def evaluate(configs: list[dict[str, int]]) -> None:
+        nonlocal failures_in_a_row
+        if not configs:
+            return
+        landed: set[int] = set()
+
+        def landed_cb(i: int, result: EvalResult) -> None:
+            if 0 <= i < len(configs) and i not in landed:
+                landed.add(i)
+                run.record(configs[i], result)
+
+        cands = [Candidate(spec=spec, config=c) for c in configs]
+        try:
+            results = list(evaluator.evaluate(problem, cands, options, landed_cb))
+            failures_in_a_row = 0
+        except Exception as exc:  # noqa: BLE001 - one broken batch must not stop the tuning
+            failures_in_a_row += 1
+            if failures_in_a_row >= 2:
+                raise
+            msg = f"evaluator failed: {type(exc).__name__}: {exc}"
+            results = [_failed(c, spec_hash, Verdict.runtime_error, msg[:300]) for c in configs]
+            run.notes.append(msg[:300])
+        for i, cfg in enumerate(configs):
+            if i in landed:
+                continue
+            # the returned list is used only when it is complete (its order is then the candidates')
+            res = results[i] if len(results) == len(configs) else _failed(
+                cfg, spec_hash, Verdict.runtime_error, "the evaluator returned no result for this config")
+            landed.add(i)
+            run.record(cfg, res)
+        for cfg in configs:
+            strat.tell(cfg, run.evaluated[config_id(cfg)].ms)
+
+    # re-measure the best cached configs on this run
+    if to_confirm:
+        evaluate(to_confirm)
+
+    # 3. the search loop --------------------------------------------------------------------
+    def budget_left() -> int:
+        return max_evals - len(run.evaluated)
+
+    probe_ok = probe is not None
+    while budget_left() > 0:
+        if deadline is not None and time.monotonic() >= deadline:
+            run.notes.append(f"stopped by the time budget ({minutes} min)")
+            break
+        asked = strat.ask(min(batch, budget_left()))
+        if not asked:
+            break
+        go: list[dict[str, int]] = []
+        infos: list = [None] * len(asked)
+        if probe_ok:
+            try:
+                infos = list(probe(spec, [(c, plans[config_id(c)]) for c in asked], gpu))  # type: ignore[misc]
+            except Exception as exc:  # noqa: BLE001 - no compiler here: the evaluator compiles
+                probe_ok = False
+                infos = [None] * len(asked)
+                run.notes.append(f"resource pruning off (compile failed: {type(exc).__name__}: {exc})"[:300])
+        for cfg, info in zip(asked, infos + [None] * (len(asked) - len(infos))):
+            if isinstance(info, BaseException):
+                log = getattr(info, "log", "") or ""
+                res = _failed(cfg, spec_hash, Verdict.compile_error, f"compile error: {info}"[:300], log)
+                run.record(cfg, res)
+                strat.tell(cfg, math.inf)
+                continue
+            if isinstance(info, CompileInfo):
+                kind, reason = resource_reason(plans[config_id(cfg)], info, gpu)
+                if kind:
+                    run.prune(cfg, kind, reason, write=True)
+                    strat.drop(cfg)
+                    continue
+            go.append(cfg)
+        evaluate(go)
+
+    # 4. the result -------------------------------------------------------------------------
+    evaluated = list(run.evaluated.values())
+    ok = [t for t in evaluated if t.result is not None and t.result.ok]
+    best = min(ok, key=lambda t: t.ms) if ok else None
+    seconds = run.elapsed()
+    return TuneResult(
+        best_config=best.config if best else None,
+        best=best.result if best else None,
+        evaluated=evaluated,
+        pruned=run.pruned,
+        curve=run.curve,
+        strategy=strat.name,
+        seconds=round(seconds, 3),
+        evals_per_minute=round(run.measured / (seconds / 60.0), 2) if seconds > 0 and run.measured else 0.0,
+        cache_hits=hits,
+        space_size=spec.space_size(),
+        feasible=len(space),
+        measured=run.measured,
+        remeasured=len(to_confirm),
+        notes=run.notes,
+    )
+
+
+def replay_strategy(table: TuneResult, spec: KernelSpec, strategy: str, *, budget: int, seed: int = 0,
+                    batch: int = PER_GPU_BATCH) -> float:
+    """Best ms a strategy finds with ``budget`` evaluations when every evaluation is a look-up in
+    an exhaustive run's measurements (no GPU time): how good the strategy is, free of noise."""
+    times = {config_id(t.config): t.ms for t in table.evaluated}
+    space = Space(spec.tunables, [t.config for t in table.evaluated])
+    default = spec.default_config()
+    strat = make_strategy(strategy, space, budget=budget, seed=seed,
+                          default=default if config_id(default) in times else None)
+    best, n = math.inf, 0
+    while n < budget:
+        asked = strat.ask(min(batch, budget - n))
+        if not asked:
+            break
+        for cfg in asked:
+            ms = times[config_id(cfg)]
+            strat.tell(cfg, ms)
+            best = min(best, ms)
+            n += 1
+    return best
+
+
+__all__ = [
+    "KINDS", "CurvePoint", "TuneResult", "TunedConfig", "compile_probe", "enumerate_configs", "gpu_count",
+    "nvrtc_version", "replay_strategy", "tune",
+]

@@ -1,0 +1,9 @@
+"""kerngen: an LLM-driven agent writes CUDA-C kernels for a PyTorch op at a given shape; a
+harness proves them correct and fast on a real GPU.
+
+Folders of the repository map onto subpackages: ``harness/`` -> ``kerngen.harness``,
+``agent/`` -> ``kerngen.agent``, ``problems/`` -> ``kerngen.problems``,
+``prompts/`` -> ``kerngen.prompts`` (templates as package data).
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,3 @@
+from kerngen.cli import main
+
+main()

@@ -1,0 +1,57 @@
+"""The ``kerngen`` command. Each subcommand lives beside the code it drives and registers
+itself here; heavy imports (torch, cupy) happen inside the commands, so ``--help`` is fast."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+from rich.console import Console
+
+from kerngen.harness.errors import KerngenError
+
+app = typer.Typer(
+    name="kerngen",
+    help="Generate, check and benchmark fast CUDA-C kernels for PyTorch ops.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# module -> it defines register(app)
+COMMAND_MODULES = (
+    "kerngen.problems.cli",  # problems
+    "kerngen.harness.cli",  # bench
+    "kerngen.harness.tune_cli",  # tune
+    "kerngen.agent.cli",  # generate, show, replay
+    "kerngen.agent.results_cli",  # suite, report, export
+)
+
+_registered = False
+
+
+def _register() -> None:
+    global _registered
+    if not _registered:
+        for name in COMMAND_MODULES:
+            importlib.import_module(name).register(app)
+        _registered = True
+
+
+def main() -> None:
+    _register()
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    try:
+        app()
+    except KerngenError as exc:
+        err.print(f"[bold red]error:[/] {_one_line(str(exc))}")
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        err.print("[bold red]interrupted[/]")
+        sys.exit(130)
+
+
+def _one_line(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= 400 else line[:397] + "..."

@@ -1,0 +1,1 @@
+"""Problems: KernelBench-format files, the built-in suite, shapes and dtypes."""

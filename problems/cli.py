@@ -1,0 +1,51 @@
+"""``kerngen problems``: list the built-ins, or describe problems (built-in names or files).
+
+Works without a GPU and fast at multi-GB sizes: everything is computed on meta tensors. torch is
+imported inside the command so that ``kerngen --help`` stays quick.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import List, Optional
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("problems")
+    def problems(
+        paths: Optional[List[str]] = typer.Argument(
+            None, metavar="[PATH|NAME]...", help="KernelBench-format files or built-in names; none lists the built-ins"
+        ),
+        shape: Optional[str] = typer.Option(
+            None, "--shape", help="built-ins only: shape override, e.g. 8192x1024 (its meaning is per problem)"
+        ),
+        dtype: Optional[str] = typer.Option(
+            None, "--dtype", help="built-ins only: bf16, fp16, fp32 (or bfloat16, float16, float32)"
+        ),
+        as_json: bool = typer.Option(False, "--json", help="print a JSON list of problem descriptions"),
+    ) -> None:
+        """List the built-in problems, or describe problems: tensors, sizes, FLOPs, bytes, tolerance."""
+        from rich.console import Console
+
+        from . import describe, registry
+        from .problem import canonical_dtype, load_problem, parse_shape
+        from .ref import ProblemRef
+        from kerngen.harness.errors import ProblemError
+
+        shape_t = parse_shape(shape) if shape is not None else None
+        dtype_s = canonical_dtype(dtype) if dtype is not None else None
+        sources = list(paths or [])
+        if not sources and (shape_t is not None or dtype_s is not None):
+            raise ProblemError("--shape/--dtype need a built-in name, e.g. kerngen problems softmax --shape 8192x1024")
+        if not sources and not as_json:
+            describe.print_builtins(Console())
+            return
+        if not sources:
+            sources = registry.builtin_names()
+        infos = [load_problem(ProblemRef(source=s, shape=shape_t, dtype=dtype_s)).info for s in sources]
+        if as_json:
+            typer.echo(json.dumps([i.model_dump(mode="json") for i in infos], indent=2))
+        else:
+            describe.print_problems(Console(), infos)

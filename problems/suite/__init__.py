@@ -1,0 +1,1 @@
+"""The built-in suite of problems (KernelBench format, parameterised by shape and dtype)."""
