@@ -135,6 +135,8 @@ def generate(
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=0, help="LLM token budget [2M]"),
     patience: Optional[int] = typer.Option(None, "--patience", min=1, help="stop after P rounds without a gain [2]"),
     no_tune: bool = typer.Option(False, "--no-tune", help="do not autotune the survivors"),
+    no_playbook_seed: bool = typer.Option(False, "--no-playbook-seed",
+                                          help="with an LLM: start from nothing, not from the playbook's kernel"),
     force: bool = typer.Option(False, "--force", help="search a degenerate problem anyway"),
     resume: Optional[str] = typer.Option(None, "--resume", help="continue a run (its folder or id)"),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="where run folders live"),
@@ -180,6 +182,10 @@ def generate(
                               repairs=repairs if repairs is not None else defaults.repairs, tune=not no_tune)
         budget = SearchBudget(**given)
         prop, model_name = make_proposer(proposer, ref, usage=usage, model=model, base_url=base_url)
+        if seed is None and model_name is not None and not no_playbook_seed:
+            from kerngen.agent.proposers import playbook_seed
+
+            seed = playbook_seed(ref)  # the LLM starts from the playbook's kernel where it has one
         from kerngen.agent.journal import new_run_id
 
         run_dir, mode = runs_dir / new_run_id(ref), "new"

@@ -37,6 +37,15 @@ def resolve_kind(kind: str, model: str | None) -> str:
     return "playbook"
 
 
+def playbook_seed(problem: ProblemRef) -> Any | None:
+    """The playbook's first kernel for ``problem`` (to seed an LLM's first round), or None."""
+    from kerngen.agent.playbook import seed_specs
+    from kerngen.problems.problem import load_problem
+
+    specs = seed_specs(load_problem(problem))
+    return specs[0] if specs else None
+
+
 def default_model() -> str | None:
     return os.environ.get("KERNGEN_MODEL") or os.environ.get("OPENAI_MODEL")
 
@@ -50,20 +59,20 @@ def make_proposer(kind: str, problem: ProblemRef, *, usage: Usage, model: str | 
 
         return ScriptedProposer(), None
     if kind == "playbook":
-        try:
-            from kerngen.agent.playbook import PlaybookProposer  # type: ignore[attr-defined]
-        except ImportError as exc:
-            raise KerngenError(f"the playbook proposer is not available in this install ({exc})") from None
-        return PlaybookProposer(problem), None
+        from kerngen.agent.playbook import PlaybookProposer
+        from kerngen.problems.problem import load_problem
+
+        proposer = PlaybookProposer(load_problem(problem))
+        if proposer.match is None:
+            raise KerngenError(f"the offline playbook has nothing for {problem.label()}: {proposer.reason}")
+        return proposer, None
     model = model or default_model()
     if not model:
         raise LLMError("no model: pass --model (or set KERNGEN_MODEL)")
-    try:
-        from kerngen.agent.llm_client import LLMClient
-        from kerngen.agent.llm_config import LLMConfig
-        from kerngen.agent.llm_proposer import LLMProposer
-    except ImportError as exc:
-        raise KerngenError(f"the LLM proposer is not available in this install ({exc})") from None
+    from kerngen.agent.llm_client import LLMClient
+    from kerngen.agent.llm_config import LLMConfig
+    from kerngen.agent.llm_proposer import LLMProposer
+
     config = LLMConfig.from_env(model, base_url)
     return LLMProposer(LLMClient(config), on_call=usage.on_call), model
 

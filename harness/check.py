@@ -16,7 +16,7 @@ from typing import Callable
 import torch
 
 from .buffers import POISON_PATTERNS, GuardedBuffer, alloc_guarded, guarded_copy, poison, torch_dtype
-from .compare import Comparison, compare
+from .compare import Comparison, compare, rel_err_limit
 from .launcher import LoadedModule, PlanRunner
 from .plan import ResolvedPlan
 from .results import CheckEvidence, CheckFailure
@@ -29,8 +29,11 @@ class BoundSet:
     inputs: dict[str, GuardedBuffer]
     outputs: dict[str, GuardedBuffer]
     scratch: dict[str, GuardedBuffer]
-    pristine: list[torch.Tensor]  # untouched copies of the inputs (the reference reads these)
+    pristine: list  # untouched copies of forward's arguments (tensors and scalars): the reference's
     refs: list[torch.Tensor] = field(default_factory=list)
+
+    def pristine_tensors(self) -> dict[str, torch.Tensor]:
+        return dict(zip(self.inputs, (x for x in self.pristine if isinstance(x, torch.Tensor))))
 
     def tensors(self, params: dict[str, GuardedBuffer]) -> dict[str, torch.Tensor]:
         named = {**params, **self.inputs, **self.outputs, **self.scratch}
@@ -50,7 +53,10 @@ class ProblemState:
         self.model = problem.build_model(device, seed)
         self.gen = torch.Generator(device=device)
         self.gen.manual_seed(seed)
-        self._param_sources = {**dict(self.model.named_parameters()), **dict(self.model.named_buffers())}
+        from kerngen.problems.problem import _named_tensors
+
+        # named exactly as the problem's info names them (prefixed where a name clashes with an input)
+        self._param_sources = dict(_named_tensors(self.model, {t.name for t in self.info.inputs}))
         self.params = self._guard_params()
 
     def _guard_params(self) -> dict[str, GuardedBuffer]:
@@ -70,8 +76,13 @@ class ProblemState:
 
     def new_set(self, seed: int, plan: ResolvedPlan) -> BoundSet:
         raw = self.problem.make_inputs(self.device, seed)
-        names = [t.name for t in self.info.inputs]
-        inputs = {n: guarded_copy(n, x.contiguous(), self.gen) for n, x in zip(names, raw)}
+        tensors = {t.name for t in self.info.inputs}
+        # forward's arguments in order; scalars (a Python float input) are not bound as tensors
+        inputs = {
+            n: guarded_copy(n, x.contiguous(), self.gen)
+            for n, x in zip(self.info.args, raw)
+            if n in tensors and isinstance(x, torch.Tensor)
+        }
         outputs = {
             o.name: alloc_guarded(o.name, tuple(o.shape), torch_dtype(o.dtype), self.device, self.gen)
             for o in self.info.outputs
@@ -80,11 +91,13 @@ class ProblemState:
             s.name: alloc_guarded(s.name, (s.size,), torch_dtype(s.dtype), self.device, self.gen)
             for s in plan.scratch
         }
-        return BoundSet(inputs=inputs, outputs=outputs, scratch=scratch, pristine=[x.clone() for x in raw])
+        pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in raw]
+        return BoundSet(inputs=inputs, outputs=outputs, scratch=scratch, pristine=pristine)
 
     def reference(self, bound: BoundSet) -> list[torch.Tensor]:
         # a KernelBench reference may work in place (ReLU(inplace=True)): give it a copy
-        outs = self.problem.run_reference(self.model, [x.clone() for x in bound.pristine])
+        args = [x.clone() if isinstance(x, torch.Tensor) else x for x in bound.pristine]
+        outs = self.problem.run_reference(self.model, args)
         return [o.contiguous() for o in outs]
 
 
@@ -106,7 +119,8 @@ def run_check(
 ) -> CheckEvidence:
     """Return the evidence; ``failed`` is None when the candidate is correct."""
     atol, rtol = state.info.atol, state.info.rtol
-    evidence = CheckEvidence(seeds=seeds, atol=atol, rtol=rtol)
+    limits = [rel_err_limit(torch_dtype(o.dtype)) for o in state.info.outputs]
+    evidence = CheckEvidence(seeds=seeds, atol=atol, rtol=rtol, max_rel_err=max(limits, default=0.0))
     try:
         for i, seed in enumerate(seeds):
             _check_one_set(state, module, plan, stream, seed, i, sync, evidence)
@@ -157,8 +171,8 @@ def _verify_untouched(state: ProblemState, bound: BoundSet, evidence: CheckEvide
     for buf in bound.buffers():
         if not buf.guards_intact():
             _fail(evidence, CheckFailure.guard_overwritten, f"a write landed outside {buf.name!r} ({when})")
-    for (name, buf), pristine in zip(bound.inputs.items(), bound.pristine):
-        if not torch.equal(buf.view, pristine):
+    for name, pristine in bound.pristine_tensors().items():
+        if not torch.equal(bound.inputs[name].view, pristine):
             _fail(evidence, CheckFailure.input_mutated, f"input {name!r} was modified ({when})")
     changed = state.params_intact()
     if changed:

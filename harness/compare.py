@@ -11,6 +11,16 @@ from .buffers import still_poisoned
 from .results import CheckFailure
 
 
+# ||out - ref|| / ||ref|| an honest kernel stays under, per output dtype. allclose alone lets a
+# precision downgrade through where outputs are small next to atol (softmax rows of 65536 values
+# are ~1e-5 each: bf16-rounded outputs pass atol=1e-4 but sit at ~2e-3 relative error).
+REL_ERR_LIMITS = {"float32": 1e-5, "float64": 1e-10, "float16": 5e-3, "bfloat16": 1e-2}
+
+
+def rel_err_limit(dtype: torch.dtype) -> float:
+    return REL_ERR_LIMITS.get(str(dtype).removeprefix("torch."), 0.0)
+
+
 class Comparison(BaseModel):
     ok: bool
     failed: CheckFailure | None = None
@@ -49,6 +59,12 @@ def compare(
     rel = _rel_err(o, r, finite_both)
     if nbad == 0:
         worst = torch.where(finite_both, diff, torch.zeros_like(diff))
+        limit = rel_err_limit(ref.dtype)
+        if limit and rel > limit:
+            c = _result(False, CheckFailure.precision_loss, 0, worst, o, r, rel, name)
+            c.message = (f"{name}: within atol/rtol but ||out-ref||/||ref|| = {rel:.3g} exceeds {limit:g} for "
+                         f"{str(ref.dtype).removeprefix('torch.')} (lower precision inside?)")
+            return c
         return _result(True, None, 0, worst, o, r, rel, name)
     nonfinite_disagree = bad & ~(finite_both)
     failed = CheckFailure.nan_mismatch if bool(nonfinite_disagree.any()) else CheckFailure.mismatch

@@ -156,10 +156,20 @@ def library_exemption_ok(source: str) -> bool:
     return True
 
 
+def math_tables_ok(source: str) -> bool:
+    """The math library's tables come from NVRTC's built-in headers, never from the candidate:
+    a source that spells ``__cudart`` (or pastes tokens, or spells mangled names) could declare
+    a variable of the same name and size to smuggle state across calls."""
+    return "__cudart" not in source and "##" not in source and "_ZN" not in source
+
+
 def forbidden(cubin: Cubin, source: str | None = None) -> list[str]:
     """One line per violation; empty when the module is clean. ``source`` (the candidate's)
     enables the exemption of the header libraries' constexpr globals (see module doc)."""
     library_ok = source is not None and library_exemption_ok(source)
+    tables_ok = source is not None and math_tables_ok(source)
+    # string literals are writable in practice: exempt them only where printf can be their use
+    strings_ok = "vprintf" in cubin.undefined_functions
     problems: list[str] = []
     library_hits: list[str] = []
     explained: dict[str, int] = {}
@@ -168,7 +178,8 @@ def forbidden(cubin: Cubin, source: str | None = None) -> list[str]:
             continue
         explained[s.section] = explained.get(s.section, 0) + s.size
         if s.section == ".nv.global.init" and (
-            s.name.startswith("$str") or (s.name in LIBRARY_TABLES and s.size <= LIBRARY_TABLES[s.name])
+            (strings_ok and s.name.startswith("$str"))
+            or (tables_ok and s.name in LIBRARY_TABLES and s.size <= LIBRARY_TABLES[s.name])
         ):
             continue
         if _LIB_MANGLED.match(s.name):

@@ -56,9 +56,11 @@ class Evaluation:
                 self._bench(module, plan, options, result, phases)
         result.wall_s = time.perf_counter() - started
         result.phases_s = phases.spans
-        if result.ok:
+        if result.ok and result.timing is not None:
             t = result.timing
             result.message = f"ok: {t.median_ms:.4f} ms (IQR {t.iqr_ms:.4f}); {result.check.message}"
+        elif result.ok:
+            result.message = f"ok (not timed); {result.check.message}"
         return result
 
     def _bench(self, module, plan: ResolvedPlan, options: EvalOptions, result: EvalResult, phases) -> None:

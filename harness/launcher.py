@@ -13,6 +13,7 @@ from .errors import SpecError
 from .plan import ResolvedLaunch, ResolvedMemset, ResolvedPlan
 
 DEFAULT_SMEM_LIMIT = 48 * 1024  # above this a kernel must opt in to more dynamic shared memory
+CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 
 _SCALARS = {"int32": np.int32, "int64": np.int64, "float32": np.float32}
 
@@ -28,9 +29,12 @@ class LoadedModule:
         self.functions = {name: self.module.get_function(name) for name in kernels}
 
     def function(self, name: str, shared_mem: int) -> Any:
+        import cupy
+
         fn = self.functions[name]
-        if shared_mem > DEFAULT_SMEM_LIMIT and fn.max_dynamic_shared_size_bytes < shared_mem:
-            fn.max_dynamic_shared_size_bytes = shared_mem
+        if shared_mem > DEFAULT_SMEM_LIMIT:
+            # cupy 14's Function has no setter for this: go through the driver API
+            cupy.cuda.driver.funcSetAttribute(fn.ptr, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_mem)
         return fn
 
 

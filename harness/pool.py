@@ -135,7 +135,12 @@ class WorkerPool:
                     i, cand, plan, compiled = jobs.get_nowait()
                 except queue.Empty:
                     return
-                r = self._run_one(worker, problem, cand, plan, compiled, options)
+                try:
+                    r = self._run_one(worker, problem, cand, plan, compiled, options)
+                except Exception as exc:  # noqa: BLE001 - a harness fault becomes this candidate's verdict
+                    worker.kill()
+                    r = EvalResult(verdict=Verdict.runtime_error, message=f"harness error: {exc!r}"[:400],
+                                   spec_hash=cand.spec.content_hash(), config=plan.config, worker=worker.index)
                 self._land(i, r, results, on_result)
 
         threads = [threading.Thread(target=drain, args=(w,), daemon=True) for w in self.workers]

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from enum import Enum
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Record(BaseModel):
+    # errors and times may be inf or NaN (a failed kernel scores inf): keep them through JSON
+    model_config = ConfigDict(ser_json_inf_nan="constants")
 
 
 class Verdict(str, Enum):
@@ -29,10 +34,11 @@ class CheckFailure(str, Enum):
     input_mutated = "input_mutated"  # an input or model parameter changed
     nondeterministic = "nondeterministic"  # two runs on the same inputs disagree (race, uninit read)
     timed_output_mismatch = "timed_output_mismatch"  # output of the timed runs is wrong
+    precision_loss = "precision_loss"  # within atol/rtol, but ||out-ref||/||ref|| too large for the dtype
     shape_mismatch = "shape_mismatch"  # output of another shape or dtype than the reference
 
 
-class KernelResources(BaseModel):
+class KernelResources(_Record):
     """One kernel's entry of the ptxas report."""
 
     registers: int = 0
@@ -43,7 +49,7 @@ class KernelResources(BaseModel):
     const_bytes: int = 0
 
 
-class CompileInfo(BaseModel):
+class CompileInfo(_Record):
     key: str  # content address of the cubin in the cache
     arch: str  # e.g. "sm_90"
     nvrtc_version: str
@@ -59,7 +65,7 @@ class CompileInfo(BaseModel):
         return KernelResources(**{f: max(getattr(k, f) for k in ks) for f in KernelResources.model_fields})
 
 
-class Timing(BaseModel):
+class Timing(_Record):
     """A distribution of per-call times measured with CUDA events, L2 flushed before each rep."""
 
     median_ms: float
@@ -84,7 +90,7 @@ class Timing(BaseModel):
         return self.iqr_ms / self.median_ms if self.median_ms > 0 else 0.0
 
 
-class ClockReading(BaseModel):
+class ClockReading(_Record):
     """NVML readings before and after a measurement; ``sagged`` flags a drop of the SM clock
     (or an active thermal/power slowdown) while it ran. Nothing is ever set, only read."""
 
@@ -100,7 +106,7 @@ class ClockReading(BaseModel):
     available: bool = True
 
 
-class CheckEvidence(BaseModel):
+class CheckEvidence(_Record):
     """Why a candidate is (in)correct. ``failed`` names the first check that failed."""
 
     seeds: list[int] = Field(default_factory=list)
@@ -112,13 +118,14 @@ class CheckEvidence(BaseModel):
     got: float | None = None
     expected: float | None = None
     rel_err: float = 0.0  # ||out - ref|| / ||ref||, worst over seeds and outputs
+    max_rel_err: float = 0.0  # the limit on rel_err for the output dtype (0: none)
     mismatches: int = 0
     deterministic: bool = True
     failed: CheckFailure | None = None
     message: str = ""
 
 
-class EvalResult(BaseModel):
+class EvalResult(_Record):
     """The outcome of evaluating one (spec, config) on one problem."""
 
     verdict: Verdict
@@ -144,7 +151,7 @@ class EvalResult(BaseModel):
         return self.timing.median_ms if (self.ok and self.timing) else float("inf")
 
 
-class Baseline(BaseModel):
+class Baseline(_Record):
     """PyTorch's own times for a problem on one GPU, and the roofline floor."""
 
     problem: str
@@ -164,7 +171,7 @@ class Baseline(BaseModel):
 Timing.model_rebuild()
 
 
-class GpuFacts(BaseModel):
+class GpuFacts(_Record):
     """What the worker reports of its device at start, plus the measured ceilings."""
 
     name: str

@@ -119,6 +119,9 @@ def tune_cmd(
     seed: int = typer.Option(0, "--seed", help="seed of the random and model-guided strategies"),
     no_cache: bool = typer.Option(False, "--no-cache", help="neither read nor write the tuning cache"),
     timeout_s: float = typer.Option(60.0, "--timeout", help="per-config timeout in seconds"),
+    budget_ms: float = typer.Option(
+        25.0, "--budget-ms", min=1.0, help="timed repetitions per config (ms); the best few are re-measured"
+    ),
     compare_exhaustive: bool = typer.Option(
         False, "--compare-exhaustive", help="run exhaustive and model-guided (20% budget) and compare"
     ),
@@ -162,8 +165,11 @@ def tune_cmd(
             floor, bound = floor_ms(info.flops, info.min_bytes, info.dtype, gpu)
             if not as_json:
                 console.print(f"note: no PyTorch baseline: {exc}", markup=False)
+        from kerngen.harness.evaluator import EvalOptions
+
+        options = EvalOptions(budget_ms=budget_ms, timeout_s=timeout_s)
         common = dict(sizes=sizes, tensors=tensors, gpu=gpu, minutes=minutes, batch=batch, seed=seed,
-                      on_result=progress)
+                      on_result=progress, options=options)
         if not compare_exhaustive:
             result = tune(pool, ref, spec, strategy=strategy, max_evals=max_evals, cache=cache, **common)
             payload = {

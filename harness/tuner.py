@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field
 
 from kerngen.problems.ref import ProblemRef
 
+from .errors import KerngenError
 from .evaluator import Candidate, EvalOptions, Evaluator
 from .expr import TensorFacts
 from .plan import ResolvedPlan
@@ -240,20 +241,31 @@ def tune(
     run = _Run(cache, key, on_result)
 
     # 1. static pruning -------------------------------------------------------------------
-    all_configs = enumerate_configs(spec, seed=seed)
+    all_configs = enumerate_configs(spec, seed=seed, limit=ENUM_LIMIT)
     if len(all_configs) < spec.space_size():
         run.notes.append(f"space of {spec.space_size()} configs sampled down to {len(all_configs)}")
     survivors, static_pruned = static_prune(spec, all_configs, sizes=sizes, tensors=tensors, gpu=gpu)
     for p in static_pruned:
         run.prune(p.config, p.kind, p.reason, write=False)
     plans = {config_id(c): p for c, p in survivors}
+    cached = cache.load(key) if cache is not None else {}
+    if len(all_configs) < spec.space_size():  # a sampled space: keep what an earlier run measured
+        extra = []
+        for cid, rec in cached.items():
+            if cid not in plans and set(rec.config) == set(spec.tunables):
+                try:
+                    extra.append(spec.full_config(rec.config))
+                except KerngenError:
+                    continue
+        more, _ = static_prune(spec, extra, sizes=sizes, tensors=tensors, gpu=gpu)
+        survivors += more
+        plans.update({config_id(c): p for c, p in more})
     space = Space(spec.tunables, [c for c, _ in survivors])
     default = spec.default_config()
     strat = make_strategy(strategy, space, budget=max_evals, seed=seed,
                           default=default if config_id(default) in plans else None)
 
     # 2. the cache --------------------------------------------------------------------------
-    cached = cache.load(key) if cache is not None else {}
     for cid, rec in cached.items():
         if cid not in plans:
             continue  # not in this space (e.g. sampled differently): ignore

@@ -72,8 +72,20 @@ class WorkerProcess:
     def request(self, request, timeout_s: float) -> Reply:
         """Send one request and wait for its reply. Raises WorkerTimeout or WorkerDied."""
         if not self.alive:
-            self.start()
-            timeout_s += self.start_timeout_s  # importing torch and creating the context
+            self._start_and_greet()
+        return self._exchange(request, timeout_s)
+
+    def _start_and_greet(self) -> None:
+        """Start a worker and wait (with the start-up allowance: importing torch, creating the
+        context) until it answers; the caller's timeout then covers only its own request."""
+        from .protocol import HelloRequest
+
+        self.start()
+        reply = self._exchange(HelloRequest(ceilings=False), self.start_timeout_s)
+        if reply.error:
+            raise WorkerDied(f"the worker could not start: {reply.error}", self.log_tail())
+
+    def _exchange(self, request, timeout_s: float) -> Reply:
         self._next_id += 1
         env = Envelope(id=self._next_id, request=request)
         assert self.proc is not None and self.proc.stdin is not None

@@ -7,3 +7,10 @@ Folders of the repository map onto subpackages: ``harness/`` -> ``kerngen.harnes
 """
 
 __version__ = "0.1.0"
+
+
+def load(path, runs_dir="runs"):
+    """The PyTorch op of an export folder or of a run's best kernel (see :mod:`kerngen.load`)."""
+    from kerngen.load import load_op
+
+    return load_op(path, runs_dir)

@@ -21,7 +21,7 @@ def pytest_collection_modifyitems(config, items):
     skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
     skip_multi = pytest.mark.skip(reason="needs two or more CUDA devices")
     for item in items:
-        if "gpu" in item.keywords and n == 0:
+        if item.get_closest_marker("gpu") is not None and n == 0:
             item.add_marker(skip_gpu)
-        if "multigpu" in item.keywords and n < 2:
+        if item.get_closest_marker("multigpu") is not None and n < 2:
             item.add_marker(skip_multi)

@@ -279,3 +279,22 @@ def test_cubin_travels_base64():
     again = EvaluateRequest.model_validate_json(req.model_dump_json())
     assert again.cubin() == b"\x7fELF\x00\xff"
     assert math.isfinite(again.options.budget_ms)
+
+
+def test_precision_downgrade_hidden_by_atol_is_caught():
+    # softmax over 65536 columns: values ~1.5e-5, far under atol=1e-4
+    ref = torch.softmax(torch.randn(4, 65536, dtype=torch.float64), dim=1).float()
+    downgraded = ref.bfloat16().float()
+    assert torch.allclose(downgraded, ref, atol=1e-4, rtol=1e-4)  # allclose alone would pass it
+    c = compare(downgraded, ref, atol=1e-4, rtol=1e-4)
+    assert not c.ok and c.failed is CheckFailure.precision_loss and c.rel_err > 1e-3
+    honest = torch.softmax(torch.log(ref.double()), dim=1).float()  # recomputed in another order
+    assert compare(honest, ref, atol=1e-4, rtol=1e-4).ok
+
+
+def test_inf_errors_survive_the_pipe():
+    from kerngen.harness.results import CheckEvidence, EvalResult
+
+    r = EvalResult(verdict=Verdict.incorrect, check=CheckEvidence(max_abs_err=float("inf"), rel_err=float("nan")))
+    back = EvalResult.model_validate_json(r.model_dump_json())
+    assert back.check.max_abs_err == float("inf") and math.isnan(back.check.rel_err)

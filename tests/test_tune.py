@@ -134,7 +134,7 @@ def test_second_run_reuses_cache_and_remeasures_only_the_top_three(tmp_path):
     assert {json.dumps(t.config, sort_keys=True) for t in second.evaluated if not t.cached} == _ids(top3)
 
 
-@pytest.mark.parametrize("component", ["spec", "problem", "gpu", "nvrtc", "driver"])
+@pytest.mark.parametrize("component", ["spec", "problem", "gpu_name", "nvrtc", "driver"])
 def test_a_change_to_any_key_component_retunes(tmp_path, component):
     cache = TuneCache(tmp_path)
     _tune(FakeEvaluator(), strategy="exhaustive", max_evals=1000, cache=cache)
@@ -144,7 +144,7 @@ def test_a_change_to_any_key_component_retunes(tmp_path, component):
         spec = make_spec(source_extra="\n// a different kernel")
     elif component == "problem":
         kw["problem"] = PROBLEM.model_copy(update={"shape": (2048, 512)})
-    elif component == "gpu":
+    elif component == "gpu_name":
         kw["gpu"] = GPU.model_copy(update={"name": "Fake H100"})
     elif component == "nvrtc":
         kw["nvrtc"] = "13.1"
@@ -314,7 +314,6 @@ def fake_pool(monkeypatch, tmp_path):
     import kerngen.harness.pool as pool_mod
 
     monkeypatch.setattr(pool_mod, "WorkerPool", _FakePool)
-    monkeypatch.setattr("kerngen.harness.tuner.compile_probe", None, raising=True)
     monkeypatch.setenv("KERNGEN_CACHE_DIR", str(tmp_path / "cache"))
     spec = tmp_path / "softmax.json"
     _softmax_spec(spec)
@@ -361,3 +360,27 @@ def test_cli_compare_exhaustive(fake_pool, monkeypatch):
     r = _run_app("softmax", "--shape", "256x512", "--kernel", str(fake_pool), "--compare-exhaustive")
     assert r.exit_code == 0, r.output
     assert "exhaustive vs model-guided" in r.output and "gap" in r.output
+
+
+def test_an_evaluator_that_keeps_raising_stops_with_its_error(tmp_path):
+    class Dead(FakeEvaluator):
+        def evaluate(self, *a, **kw):
+            raise RuntimeError("pool is gone")
+
+    with pytest.raises(RuntimeError, match="pool is gone"):
+        _tune(Dead(), strategy="exhaustive", max_evals=1000, batch=8)
+
+
+def test_huge_spaces_are_sampled_with_the_default_kept(monkeypatch):
+    import kerngen.harness.tuner as tuner_mod
+    from kerngen.harness.tuner import enumerate_configs
+
+    spec = make_spec(BIG_TUNABLES)
+    sample = enumerate_configs(spec, seed=1, limit=100)
+    assert len(sample) == 100 and len(_ids(sample)) == 100
+    assert spec.default_config() in sample
+    monkeypatch.setattr(tuner_mod, "ENUM_LIMIT", 200)
+    ev = FakeEvaluator()
+    res = _tune(ev, spec, strategy="auto", max_evals=50)
+    assert res.feasible <= 200 and res.space_size == 1440 and len(ev.calls) == 50
+    assert any("sampled" in n for n in res.notes)

@@ -29,11 +29,18 @@ def describe(r: EvalResult) -> str:
 
 class Batches:
     """Evaluates all named cases of one problem in a single ``evaluate`` call (compiled in
-    parallel, run back to back) the first time any of them is asked for; then serves results."""
+    parallel, run back to back) the first time any of them is asked for; then serves results.
+
+    ``evaluate`` must return one result per candidate. If it does not (a harness bug), the
+    batch is retried one candidate at a time so each test still reports its own cheat, and the
+    test that asked first fails on the short batch."""
 
     def __init__(self, pool, names: Iterable[str], options: EvalOptions = OPTIONS) -> None:
         self.pool, self.names, self.options = pool, list(names), options
-        self.results: dict[str, EvalResult] = {}
+        self.results: dict[str, EvalResult | None] = {}
+
+    def _evaluate(self, problem, names: list[str]) -> list[EvalResult]:
+        return self.pool.evaluate(problem, [Candidate(spec=CASES[n].spec) for n in names], self.options)
 
     def __getitem__(self, name: str) -> EvalResult:
         if name not in self.results:
@@ -41,7 +48,14 @@ class Batches:
             group = [n for n in self.names if CASES[n].problem == problem and n not in self.results]
             if name not in group:
                 group.append(name)
-            out = self.pool.evaluate(problem, [Candidate(spec=CASES[n].spec) for n in group], self.options)
-            assert len(out) == len(group), f"{len(out)} results for {len(group)} candidates"
-            self.results.update(zip(group, out))
-        return self.results[name]
+            out = self._evaluate(problem, group)
+            if len(out) == len(group):
+                self.results.update(zip(group, out))
+            else:
+                for n in group:
+                    one = self._evaluate(problem, [n])
+                    self.results[n] = one[0] if len(one) == 1 else None
+                raise AssertionError(f"evaluate returned {len(out)} results for {len(group)} candidates")
+        r = self.results[name]
+        assert r is not None, f"evaluate returned no result for {name} (evaluated alone)"
+        return r

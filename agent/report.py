@@ -1,0 +1,247 @@
+"""``kerngen report RUN``: one self-contained HTML file of a run.
+
+The tree of ideas (each node with its idea, verdict, time, speedup, registers, spills, source and
+a diff against its parent), best-so-far over rounds and over GPU time, the autotuning curves, a
+roofline chart, and the run's configuration, GPU and versions. No script, font or image is
+loaded from anywhere: CSS is inline and the charts are inline SVG. Everything that comes from the
+run (ideas and sources come from an LLM) is HTML-escaped by the template engine (autoescape).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from kerngen.agent.journal import NodeEvaluated, NodeTuned, RoundFinished, write_atomic
+from kerngen.agent.report_charts import Point, RooflineData, Series
+from kerngen.agent.tree import Node, Run
+from kerngen.harness.errors import ProblemError
+from kerngen.harness.spec import KernelSpec
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+TEMPLATE = "report_template.html.j2"
+
+
+# ----- numbers for the charts -----------------------------------------------------------------
+def _eager_ms(run: Run) -> float | None:
+    b = run.baseline
+    return b.eager.median_ms if b is not None and b.eager.median_ms > 0 else None
+
+
+def _score(run: Run, ms: float) -> float:
+    """What the charts plot: speedup vs eager when a baseline exists, else ms."""
+    eager = _eager_ms(run)
+    return eager / ms if eager else ms
+
+
+def progress_series(run: Run) -> tuple[Series, Series]:
+    """(best per round, every correct result over cumulative GPU seconds). GPU seconds are the
+    workers' wall time of each evaluation and of each configuration the tuner tried."""
+    by_round = Series(name="best per round")
+    for ev in run.events:
+        if isinstance(ev, RoundFinished) and ev.best_ms and math.isfinite(ev.best_ms):
+            by_round.points.append(Point(x=ev.round, y=_score(run, ev.best_ms)))
+    by_gpu = Series(name="over GPU time")
+    gpu_s = 0.0
+    for ev in run.events:
+        if isinstance(ev, NodeEvaluated):
+            gpu_s += ev.result.wall_s
+            ok = ev.result.ok and math.isfinite(ev.result.ms)
+            by_gpu.points.append(Point(x=gpu_s, y=_score(run, ev.result.ms) if ok else 0.0, ok=ok,
+                                       label=f"#{ev.id}"))
+        elif isinstance(ev, NodeTuned):
+            gpu_s += sum(float(c.get("wall_s") or 0.0) for c in ev.curve) or (ev.result.wall_s if ev.result else 0.0)
+            ok = ev.result is not None and ev.result.ok
+            if ok:
+                by_gpu.points.append(Point(x=gpu_s, y=_score(run, ev.result.ms), label=f"#{ev.id} tuned"))
+    return by_round, by_gpu
+
+
+def tuning_series(run: Run) -> list[Series]:
+    out = []
+    for node_id, ev in sorted(run.tuned.items()):
+        s = Series(name=f"#{node_id}")
+        for i, c in enumerate(ev.curve):
+            ms = c.get("ms")
+            ok = c.get("verdict", "ok") == "ok" and isinstance(ms, (int, float)) and math.isfinite(ms)
+            s.points.append(Point(x=i, y=float(ms) if ok else 0.0, ok=ok))
+        out.append(s)
+    return out
+
+
+def _problem_counts(run: Run) -> tuple[float | None, float | None]:
+    """(flops, min_bytes): from the baseline, else from the problem (if it still loads), else
+    min_bytes from a memory-bound floor (floor_ms x copy bandwidth)."""
+    b, gpu = run.baseline, run.tree.gpu
+    flops = b.flops if b else None
+    nbytes = float(b.min_bytes) if b and b.min_bytes else None
+    if (flops is None or nbytes is None) and run.tree.problem is not None:
+        try:
+            from kerngen.problems.problem import load_problem
+
+            info = load_problem(run.tree.problem).info
+            flops = flops if flops is not None else info.flops
+            nbytes = nbytes if nbytes is not None else float(info.min_bytes)
+        except ProblemError:
+            pass  # a problem file that moved: draw what the journal knows
+    if nbytes is None and b and b.floor_ms and b.floor_bound == "memory" and gpu and gpu.copy_gbps:
+        nbytes = b.floor_ms * 1e-3 * gpu.copy_gbps * 1e9
+    return flops, nbytes
+
+
+def roofline_data(run: Run) -> RooflineData | None:
+    from kerngen.harness.roofline import compute_rate_tflops
+
+    flops, nbytes = _problem_counts(run)
+    if not nbytes:
+        return None
+    gpu, b = run.tree.gpu, run.baseline
+    dtype = run.tree.problem.dtype if run.tree.problem and run.tree.problem.dtype else "float32"
+    data = RooflineData(flops=flops, min_bytes=nbytes, copy_gbps=gpu.copy_gbps if gpu else None,
+                        peak_tflops=compute_rate_tflops(dtype, gpu) if gpu else None)
+    data.kernels = [Point(x=n.id, y=n.ms, label=f"#{n.id}") for n in run.tree.ranked()]
+    if b is not None:
+        data.references.append(Point(x=0, y=b.eager.median_ms, label="PyTorch eager"))
+        if b.compiled is not None:
+            data.references.append(Point(x=0, y=b.compiled.median_ms, label="torch.compile"))
+    return data
+
+
+def charts(run: Run) -> dict[str, str | None]:
+    from kerngen.agent import report_charts as rc
+
+    ylabel = "speedup vs eager" if _eager_ms(run) else "median ms"
+    by_round, by_gpu = progress_series(run)
+    roof = roofline_data(run)
+    return {
+        "progress": rc.progress_chart(by_round, by_gpu, ylabel),
+        "tuning": rc.tuning_chart(tuning_series(run)),
+        "roofline": rc.roofline_chart(roof) if roof else None,
+    }
+
+
+# ----- the tree -------------------------------------------------------------------------------
+def plan_text(spec: KernelSpec) -> str:
+    """The spec without its source: what the diff shows under the source's."""
+    data = spec.model_dump(mode="json", exclude={"source", "name", "description"})
+    steps = data.pop("steps")
+    # one line per field and per step: short to read, and a diff points at the step that changed
+    lines = [f"{k}: {json.dumps(v, sort_keys=True)}" for k, v in sorted(data.items())]
+    lines += [f"step {i}: {json.dumps(st, sort_keys=True)}" for i, st in enumerate(steps)]
+    return "\n".join(lines)
+
+
+def spec_diff(parent: KernelSpec | None, child: KernelSpec | None, pid: int | None, cid: int) -> list[str]:
+    """Unified diff of source then plan, parent -> child; [] when there is nothing to compare."""
+    if parent is None or child is None:
+        return []
+    lines: list[str] = []
+    for what, a, b in (("kernel.cu", parent.source, child.source), ("plan.json", plan_text(parent), plan_text(child))):
+        lines += difflib.unified_diff(a.splitlines(), b.splitlines(), fromfile=f"#{pid} {what}",
+                                      tofile=f"#{cid} {what}", lineterm="")
+    return lines
+
+
+def _diff_class(line: str) -> str:
+    if line.startswith(("+++", "---")):
+        return "dh"
+    if line.startswith("@@"):
+        return "dr"
+    return {"+": "da", "-": "dd"}.get(line[:1], "")
+
+
+def node_view(run: Run, n: Node, best_id: int | None) -> dict[str, Any]:
+    f = run.tree.figures(n)
+    r = n.best_result
+    worst = r.compile.worst() if r is not None and r.compile is not None and r.compile.kernels else None
+    parent = run.nodes.get(n.parent) if n.parent is not None else None
+    diff = spec_diff(parent.spec if parent else None, n.spec, n.parent, n.id)
+    t = r.timing if r is not None and r.ok else None
+    return {
+        "id": n.id, "parent": n.parent, "round": n.round, "kind": n.kind, "attempt": n.attempt,
+        "idea": n.idea.text if n.idea else "", "category": n.idea.category.value if n.idea else "",
+        "expected": n.idea.expected_effect if n.idea else "",
+        "verdict": n.verdict, "best": n.id == best_id, "tuned": n.tuned_ok,
+        "message": (r.message if r is not None else n.error) or n.error,
+        "ms": f["ms"], "iqr": t.iqr_ms if t else None, "speedup_eager": f["speedup_eager"],
+        "speedup_compile": f["speedup_compile"], "pct_roofline": f["pct_roofline"],
+        "registers": worst.registers if worst else None, "spills": worst.spill_stores if worst else None,
+        "config": n.config, "source": n.spec.source if n.spec else "",
+        "plan": plan_text(n.spec) if n.spec else "", "notes": n.notes,
+        "diff": [(_diff_class(l), l) for l in diff],
+        "children": [node_view(run, run.nodes[c], best_id) for c in sorted(n.children) if c in run.nodes],
+    }
+
+
+def tree_view(run: Run) -> list[dict[str, Any]]:
+    best = run.best
+    roots = sorted(run.tree.roots(), key=lambda n: n.id)
+    return [node_view(run, n, best.id if best else None) for n in roots]
+
+
+# ----- the page -------------------------------------------------------------------------------
+def _facts(run: Run) -> dict[str, Any]:
+    st = run.started
+    gpu = run.tree.gpu.model_dump(mode="json") if run.tree.gpu else {}
+    return {
+        "search": st.config.model_dump(mode="json"), "budget": st.budget.model_dump(mode="json"),
+        "versions": dict(st.versions), "gpu": gpu, "argv": " ".join(st.argv),
+        "proposer": st.proposer + (f" ({st.model})" if st.model else ""), "replay_of": st.replay_of or "",
+    }
+
+
+def _tuning_tables(run: Run) -> list[dict[str, Any]]:
+    return [{"id": nid, "rows": [{"config": ", ".join(f"{k}={v}" for k, v in (c.get("config") or {}).items()),
+                                  "ms": c.get("ms"), "verdict": c.get("verdict", "")} for c in ev.curve],
+             "best": ev.config} for nid, ev in sorted(run.tuned.items())]
+
+
+def context(run: Run) -> dict[str, Any]:
+    best = run.best
+    b = run.baseline
+    verdicts: dict[str, int] = {}
+    for n in run.nodes.values():
+        verdicts[n.verdict] = verdicts.get(n.verdict, 0) + 1
+    return {
+        "run_id": run.id, "problem": run.tree.problem.label() if run.tree.problem else "?",
+        "gpu_name": run.tree.gpu.name if run.tree.gpu else "?",
+        "status": f"finished: {run.finished.reason}" if run.finished else "unfinished",
+        "baseline": b.model_dump(mode="json") if b else None,
+        "best": {"id": best.id, "idea": best.idea.text if best.idea else "", "config": best.config,
+                 **run.tree.figures(best)} if best else None,
+        "verdicts": sorted(verdicts.items()), "nodes": len(run.nodes), "rounds": len(run.tree.rounds_finished),
+        "elapsed_min": run.elapsed_s() / 60, "usage": run.finished.usage if run.finished else {},
+        "tree": tree_view(run), "charts": charts(run), "tuning": _tuning_tables(run), "facts": _facts(run),
+    }
+
+
+def _fmt(value: Any, spec: str = ".4f", suffix: str = "") -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return f"{value:{spec}}{suffix}"
+
+
+def render(run: Run) -> str:
+    import jinja2
+    from markupsafe import Markup
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters["fmt"] = _fmt
+    ctx = context(run)
+    # our own matplotlib output, the only unescaped text of the page
+    ctx["charts"] = {k: Markup(v) if v else None for k, v in ctx["charts"].items()}
+    return env.get_template(TEMPLATE).render(**ctx)
+
+
+def write_report(run: Run, out: str | Path | None = None) -> Path:
+    """Render ``run`` to ``out`` (default: ``<run>/report.html``); returns the path written."""
+    path = Path(out) if out is not None else run.path / "report.html"
+    write_atomic(path, render(run))
+    return path
+
+
+__all__ = ["render", "write_report", "context", "spec_diff", "progress_series", "roofline_data"]
