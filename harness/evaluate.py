@@ -47,13 +47,16 @@ class Evaluation:
         with torch.cuda.stream(self.stream):
             module = LoadedModule(cubin, sorted({l.kernel for l in plan.launches}))
             phases.mark("load")
-            evidence = run_check(self.state, module, plan, self.stream, fresh_seeds(options.seeds), self.sync)
+            kept: list[BoundSet] = []
+            seeds = fresh_seeds(options.seeds)
+            evidence = run_check(self.state, module, plan, self.stream, seeds, self.sync,
+                                 keep=kept, keep_max=self._rotate_count() if options.bench else 0)
             phases.mark("check")
             result.check = evidence
             if evidence.failed is not None:
                 result.verdict, result.message = Verdict.incorrect, evidence.message
             elif options.bench:
-                self._bench(module, plan, options, result, phases)
+                self._bench(module, plan, options, result, phases, kept)
         result.wall_s = time.perf_counter() - started
         result.phases_s = phases.spans
         if result.ok and result.timing is not None:
@@ -63,9 +66,7 @@ class Evaluation:
             result.message = f"ok (not timed); {result.check.message}"
         return result
 
-    def _bench(self, module, plan: ResolvedPlan, options: EvalOptions, result: EvalResult, phases) -> None:
-        sets = self._timed_sets(plan)
-        phases.mark("prepare_timed_sets")
+    def _bench(self, module, plan: ResolvedPlan, options: EvalOptions, result: EvalResult, phases, sets) -> None:
         runners = [PlanRunner(module, plan, s.tensors(self.state.params), self.stream) for s in sets]
         rotation = _Rotation(sets, runners)
         timing = bench(
@@ -74,6 +75,7 @@ class Evaluation:
             before_each=rotation.prepare,
             flusher=self.flusher,
             budget_ms=options.budget_ms,
+            warmup_ms=min(25.0, options.budget_ms),  # no longer than the measurement itself
             clocks=ClockMonitor(self.device_index),
         )
         self.sync()
@@ -85,17 +87,12 @@ class Evaluation:
             return
         result.timing = timing
 
-    def _timed_sets(self, plan: ResolvedPlan) -> list[BoundSet]:
-        info = self.state.info
-        per_set = info.min_bytes * 3  # inputs, outputs, pristine copies and references
+    def _rotate_count(self) -> int:
+        """How many input sets the timed runs rotate over: ROTATE_SETS, fewer when they would
+        not fit in a quarter of the GPU's memory (inputs, pristine copies, outputs, references)."""
+        per_set = self.state.info.min_bytes * 3
         budget = torch.cuda.get_device_properties(self.device_index).total_memory // 4
-        count = max(1, min(ROTATE_SETS, budget // max(per_set, 1)))
-        sets = []
-        for seed in fresh_seeds(count):
-            s = self.state.new_set(seed, plan)
-            s.refs = self.state.reference(s)
-            sets.append(s)
-        return sets
+        return max(1, min(ROTATE_SETS, budget // max(per_set, 1)))
 
 
 class _Phases:

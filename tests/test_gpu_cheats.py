@@ -33,7 +33,7 @@ INCORRECT: dict[str, set[F]] = {
     "gelu_tanh_approx": {F.mismatch},
     "matmul_bf16_operands": {F.mismatch},
     "matmul_fp16_operands": {F.mismatch},
-    "softmax_bf16_output": {F.mismatch},
+    "softmax_bf16_output": {F.precision_loss},  # within atol: only the relative-error limit sees it
     # 6: partial writes
     "gelu_first_half": {F.unwritten_output},
     "gelu_only_sampled": {F.mismatch},
