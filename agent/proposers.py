@@ -74,7 +74,9 @@ def make_proposer(kind: str, problem: ProblemRef, *, usage: Usage, model: str | 
     from kerngen.agent.llm_proposer import LLMProposer
 
     config = LLMConfig.from_env(model, base_url)
-    return LLMProposer(LLMClient(config), on_call=usage.on_call), model
+    client = LLMClient(config)
+    client.check()  # before any GPU work: an unreachable endpoint, a wrong key or an unknown model
+    return LLMProposer(client, on_call=usage.on_call), model
 
 
 # ----- the tuner, as the search calls it ----------------------------------------------------

@@ -4,6 +4,8 @@ itself here; heavy imports (torch, cupy) happen inside the commands, so ``--help
 from __future__ import annotations
 
 import importlib
+import logging
+import os
 import sys
 
 import typer
@@ -39,7 +41,20 @@ def _register() -> None:
         _registered = True
 
 
+def _configure_logging() -> None:
+    """kerngen's own log lines (retries, torch.compile failures...) stay quiet unless asked for
+    with KERNGEN_LOG_LEVEL=INFO|WARNING: the terminal shows results and one-line errors."""
+    level = os.environ.get("KERNGEN_LOG_LEVEL", "ERROR").upper()
+    logger = logging.getLogger("kerngen")
+    logger.setLevel(getattr(logging, level, logging.ERROR))
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    logger.addHandler(handler)
+    logger.propagate = False
+
+
 def main() -> None:
+    _configure_logging()
     _register()
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:

@@ -150,3 +150,43 @@ def test_live_view_renders_on_a_terminal(tmp_path):
                    budget=SearchBudget(rounds=1), context_factory=minimal_context, listeners=[view])
     assert view.evaluated > 0 and "best" in buf.getvalue()
     assert not LiveView(Console(file=io.StringIO())).enabled  # not a terminal: off
+
+
+def test_generate_with_unreachable_endpoint_is_one_line_exit_2(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from tests.llm_server import closed_port
+
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    env = dict(os.environ, OPENAI_API_KEY="sk-never-printed")
+    proc = subprocess.run(
+        [sys.executable, "-m", "kerngen", "generate", "softmax", "--proposer", "llm", "--model", "m",
+         "--base-url", url, "--runs-dir", str(tmp_path)],
+        capture_output=True, text=True, env=env, timeout=120,
+    )
+    assert proc.returncode == 2
+    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and "cannot reach" in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr and "sk-never-printed" not in proc.stderr + proc.stdout
+    assert not any(tmp_path.iterdir()), "no run folder for a search that never started"
+
+
+def test_generate_with_wrong_key_is_one_line_exit_2(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from tests.llm_server import ChatServer, Reply
+
+    with ChatServer() as server:
+        server.default = Reply.error(401, "Incorrect API key provided: sk-wrong-key")
+        env = dict(os.environ, OPENAI_API_KEY="sk-wrong-key")
+        proc = subprocess.run(
+            [sys.executable, "-m", "kerngen", "generate", "softmax", "--proposer", "llm", "--model", "m",
+             "--base-url", server.url, "--runs-dir", str(tmp_path)],
+            capture_output=True, text=True, env=env, timeout=120,
+        )
+    assert proc.returncode == 2, proc.stderr
+    assert "authentication" in proc.stderr.lower() and "sk-wrong-key" not in proc.stderr + proc.stdout
