@@ -37,39 +37,6 @@ def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _parse_shape(text: str | None) -> tuple[int, ...] | None:
-    if not text:
-        return None
-    try:
-        from kerngen.problems.problem import parse_shape
-
-        return tuple(parse_shape(text))
-    except ImportError:
-        pass
-    try:
-        return tuple(int(p) for p in text.lower().replace(",", "x").split("x") if p.strip())
-    except ValueError:
-        raise ProblemError(f"bad --shape {text!r}: expected sizes like 8192x1024") from None
-
-
-_DTYPES = {"fp32": "float32", "f32": "float32", "float": "float32", "float32": "float32", "fp16": "float16",
-           "f16": "float16", "half": "float16", "float16": "float16", "bf16": "bfloat16", "bfloat16": "bfloat16"}
-
-
-def _parse_dtype(text: str | None) -> str | None:
-    if not text:
-        return None
-    try:
-        from kerngen.problems.problem import canonical_dtype
-
-        return canonical_dtype(text)
-    except ImportError:
-        pass
-    if text.lower() not in _DTYPES:
-        raise ProblemError(f"bad --dtype {text!r} (use fp32, fp16 or bf16)")
-    return _DTYPES[text.lower()]
-
-
 def make_evaluator(kind: str) -> Any:
     if kind == "scripted":
         from kerngen.agent.scripted import ScriptedEvaluator
@@ -151,7 +118,7 @@ def generate(
     from kerngen.agent.show import render_header
     from kerngen.agent.tree import load_run
     from kerngen.harness.spec import KernelSpec
-    from kerngen.problems.ref import ProblemRef
+    from kerngen.problems.ref import parse_problem_ref
 
     out = Console(highlight=False)
     given = {k: v for k, v in dict(rounds=rounds, max_llm_calls=max_llm_calls, max_tokens=max_tokens,
@@ -173,7 +140,7 @@ def generate(
         if not problem:
             raise KerngenError("generate needs a PROBLEM (or --resume RUN)")
         rec = None
-        ref = ProblemRef(source=problem, shape=_parse_shape(shape), dtype=_parse_dtype(dtype))
+        ref = parse_problem_ref(problem, shape, dtype)
         _check_problem(ref, evaluator_kind)
         seed = KernelSpec.load(kernel) if kernel else None
         defaults = SearchConfig()
@@ -210,10 +177,8 @@ def generate(
 
 def _check_problem(ref: Any, evaluator_kind: str) -> None:
     """Fail fast (before a run folder exists) on a problem that does not load."""
-    try:
-        from kerngen.problems.problem import load_problem
-    except ImportError:
-        return
+    from kerngen.problems.problem import load_problem
+
     try:
         load_problem(ref)
     except KerngenError:

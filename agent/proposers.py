@@ -90,29 +90,21 @@ class TuneOutcome(BaseModel):
 
 def make_tuner(evaluator: Any, problem: ProblemRef, gpu: GpuFacts, *, max_evals: int = 60,
                minutes: float | None = 3.0) -> Any | None:
-    """A ``(problem, spec, result) -> TuneOutcome | None`` over :mod:`kerngen.harness.tuner`;
-    ``None`` when the tuner is not installed (survivors then keep their default config)."""
-    try:
-        from kerngen.harness import tuner as tmod
-    except ImportError:
-        return None
-    for name in ("search_tuner", "make_search_tuner"):  # the tuner's own adapter, if it has one
-        fn = getattr(tmod, name, None)
-        if callable(fn):
-            return fn(evaluator, gpu=gpu)
-    tune = getattr(tmod, "tune", None)
-    if tune is None:
-        return None
+    """A ``(problem, spec, result) -> TuneOutcome | None`` over :func:`kerngen.harness.tuner.tune`
+    (a spec with one configuration has nothing to tune: None)."""
+    from kerngen.harness.tune_cache import TuneCache
+    from kerngen.harness.tuner import tune
     from kerngen.problems.problem import load_problem
 
     info = load_problem(problem).info
+    cache = TuneCache()  # a resumed or repeated search reuses what was measured
     sizes, tensors = dict(info.sizes), info.tensor_facts()
 
     def run(ref: ProblemRef, spec: KernelSpec, result: EvalResult) -> TuneOutcome | None:
         if spec.space_size() <= 1:
             return None
         res = tune(evaluator, ref, spec, sizes=sizes, tensors=tensors, gpu=gpu, max_evals=max_evals,
-                   minutes=minutes)
+                   minutes=minutes, cache=cache)
         if res.best_config is None or res.best is None:
             return None
         curve = [p.model_dump() for p in res.curve]

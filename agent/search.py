@@ -60,10 +60,8 @@ Mode = Literal["new", "resume", "replay"]
 # ----- the problem as a proposer sees it ----------------------------------------------------
 def default_context(problem: ProblemRef, gpu: GpuFacts, baseline: Baseline | None) -> SearchContext:
     """SearchContext from :func:`kerngen.problems.problem.load_problem` (its info and source)."""
-    try:
-        from kerngen.problems.problem import load_problem  # written by the problems owner
-    except ImportError:
-        return minimal_context(problem, gpu, baseline)
+    from kerngen.problems.problem import load_problem
+
     prob = load_problem(problem)
     info = prob.info
     tensors: dict[str, list[int]] = {}

@@ -37,7 +37,7 @@ from kerngen.harness.errors import ProblemError
 from kerngen.harness.expr import TensorFacts
 
 from . import registry
-from .ref import ProblemRef
+from .ref import ProblemRef, canonical_dtype, parse_shape
 
 if TYPE_CHECKING:  # torch is imported inside functions so that importing this module stays cheap
     import torch
@@ -66,38 +66,8 @@ DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {  # dtype -> (atol, rtol)
     "float64": (1e-7, 1e-7),
 }
 
-_DTYPE_ALIASES = {
-    "fp32": "float32", "float32": "float32", "f32": "float32", "float": "float32",
-    "fp16": "float16", "float16": "float16", "f16": "float16", "half": "float16",
-    "bf16": "bfloat16", "bfloat16": "bfloat16",
-    "fp64": "float64", "float64": "float64", "f64": "float64", "double": "float64",
-}  # fmt: skip
-
 _META_KEYS = {"atol", "rtol", "flops", "min_bytes", "description"}
 _FALLBACK_CPU_BYTES = 1 << 30  # describe on real CPU tensors only below this many input bytes
-
-
-def canonical_dtype(name: str) -> str:
-    """``bf16``/``fp16``/``fp32``/``fp64`` and the long names (also ``torch.float32``) -> long name."""
-    key = str(name).strip().lower().removeprefix("torch.")
-    if key not in _DTYPE_ALIASES:
-        raise ProblemError(f"unknown dtype {name!r} (use bf16, fp16, fp32, fp64 or bfloat16, float16, float32, float64)")
-    return _DTYPE_ALIASES[key]
-
-
-def parse_shape(text: str | Sequence[int]) -> tuple[int, ...]:
-    """``"8192x1024"`` (also ``8192,1024`` or ``(8192, 1024)``) -> ``(8192, 1024)``."""
-    if not isinstance(text, str):
-        dims = tuple(text)
-    else:
-        parts = [p for p in re.split(r"[x,*\s]+", text.strip().strip("()[]").lower()) if p]
-        try:
-            dims = tuple(int(p.replace("_", "")) for p in parts)
-        except ValueError:
-            raise ProblemError(f"cannot read shape {text!r} (expected e.g. 8192x1024)") from None
-    if not dims or any(not isinstance(d, int) or d <= 0 for d in dims):
-        raise ProblemError(f"bad shape {text!r}: need one or more positive integers, e.g. 8192x1024")
-    return dims
 
 
 def default_tolerance(dtype: str) -> tuple[float, float]:

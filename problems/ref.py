@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+from typing import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
@@ -31,33 +33,38 @@ class ProblemRef(BaseModel):
 
 
 DTYPE_ALIASES = {
-    "fp32": "float32", "float32": "float32", "float": "float32",
-    "fp16": "float16", "float16": "float16", "half": "float16",
+    "fp32": "float32", "float32": "float32", "f32": "float32", "float": "float32",
+    "fp16": "float16", "float16": "float16", "f16": "float16", "half": "float16",
     "bf16": "bfloat16", "bfloat16": "bfloat16",
-}
+    "fp64": "float64", "float64": "float64", "f64": "float64", "double": "float64",
+}  # fmt: skip
 
 
-def parse_shape(text: str) -> tuple[int, ...]:
-    """``8192x1024`` (or ``8192,1024``) -> (8192, 1024)."""
-    parts = text.lower().replace(",", "x").replace("*", "x").split("x")
-    try:
-        dims = tuple(int(p) for p in parts if p.strip())
-    except ValueError:
-        dims = ()
-    if not dims or any(d <= 0 for d in dims):
-        from kerngen.harness.errors import ProblemError
+def canonical_dtype(name: str) -> str:
+    """``bf16``/``fp16``/``fp32``/``fp64`` and the long names (also ``torch.float32``) -> long name."""
+    from kerngen.harness.errors import ProblemError
 
-        raise ProblemError(f"bad shape {text!r}: expected positive integers like 8192x1024")
+    key = str(name).strip().lower().removeprefix("torch.")
+    if key not in DTYPE_ALIASES:
+        raise ProblemError(f"unknown dtype {name!r} (use bf16, fp16, fp32, fp64 or bfloat16, float16, float32, float64)")
+    return DTYPE_ALIASES[key]
+
+
+def parse_shape(text: str | Sequence[int]) -> tuple[int, ...]:
+    """``"8192x1024"`` (also ``8192,1024`` or ``(8192, 1024)``) -> ``(8192, 1024)``."""
+    from kerngen.harness.errors import ProblemError
+
+    if not isinstance(text, str):
+        dims = tuple(text)
+    else:
+        parts = [p for p in re.split(r"[x,*\s]+", text.strip().strip("()[]").lower()) if p]
+        try:
+            dims = tuple(int(p.replace("_", "")) for p in parts)
+        except ValueError:
+            raise ProblemError(f"cannot read shape {text!r} (expected e.g. 8192x1024)") from None
+    if not dims or any(not isinstance(d, int) or d <= 0 for d in dims):
+        raise ProblemError(f"bad shape {text!r}: need one or more positive integers, e.g. 8192x1024")
     return dims
-
-
-def parse_dtype(text: str) -> str:
-    name = DTYPE_ALIASES.get(text.strip().lower())
-    if name is None:
-        from kerngen.harness.errors import ProblemError
-
-        raise ProblemError(f"unknown dtype {text!r}: use fp32, fp16 or bf16")
-    return name
 
 
 def parse_problem_ref(source: str, shape: str | None = None, dtype: str | None = None) -> ProblemRef:
@@ -65,5 +72,5 @@ def parse_problem_ref(source: str, shape: str | None = None, dtype: str | None =
     return ProblemRef(
         source=source,
         shape=parse_shape(shape) if shape else None,
-        dtype=parse_dtype(dtype) if dtype else None,
+        dtype=canonical_dtype(dtype) if dtype else None,
     )
