@@ -114,21 +114,9 @@ def compile_probe(spec: KernelSpec, items: Sequence[tuple[dict[str, int], Resolv
 
 
 def nvrtc_version() -> str:
-    try:
-        from . import compile as nvrtc_compile
+    from .compile import nvrtc_version as version
 
-        fn = getattr(nvrtc_compile, "nvrtc_version", None)
-        if callable(fn):
-            return str(fn())
-    except Exception:  # noqa: BLE001 - the compile layer may be absent or broken here
-        pass
-    try:
-        from cuda.bindings import nvrtc
-
-        err, major, minor = nvrtc.nvrtcVersion()
-        return f"{major}.{minor}"
-    except Exception:  # noqa: BLE001
-        return "unknown"
+    return version()
 
 
 def gpu_count(evaluator: object) -> int:
@@ -233,23 +221,41 @@ def tune(
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r} (choose from {', '.join(STRATEGIES)})")
     max_evals = max(1, int(max_evals))
-    batch = batch or PER_GPU_BATCH * gpu_count(evaluator)
-    deadline = None if minutes is None else time.monotonic() + minutes * 60.0
-    spec_hash = spec.content_hash()
-    key = TuneKey(spec_hash=spec_hash, problem_key=problem.key(), gpu=gpu.name,
+    key = TuneKey(spec_hash=spec.content_hash(), problem_key=problem.key(), gpu=gpu.name,
                   nvrtc=nvrtc or nvrtc_version(), driver=gpu.driver)
     run = _Run(cache, key, on_result)
+    cached = cache.load(key) if cache is not None else {}
+    # 1. static pruning
+    plans = _feasible(spec, run, cached, seed=seed, sizes=sizes, tensors=tensors, gpu=gpu)
+    space = Space(spec.tunables, [plans[cid][0] for cid in plans])
+    default = spec.default_config()
+    strat = make_strategy(strategy, space, budget=max_evals, seed=seed,
+                          default=default if config_id(default) in plans else None)
+    tuning = _Tuning(evaluator, problem, spec, options, run, strat, plans, gpu, probe)
+    # 2. the cache: reuse what was measured, re-measure the best few on this run
+    hits, to_confirm = _seed_from_cache(cached, plans, run, strat, confirm)
+    tuning.evaluate(to_confirm)
+    # 3. the search loop
+    deadline = None if minutes is None else time.monotonic() + minutes * 60.0
+    tuning.loop(max_evals, batch or PER_GPU_BATCH * gpu_count(evaluator), deadline, minutes)
+    # 4. the result
+    return _result(run, strat.name, spec, len(space), hits, len(to_confirm))
 
-    # 1. static pruning -------------------------------------------------------------------
+
+def _feasible(spec: KernelSpec, run: "_Run", cached: Mapping[str, CacheRecord], *, seed: int,
+              sizes: Mapping[str, int | float], tensors: Mapping[str, TensorFacts],
+              gpu: GpuFacts) -> dict[str, tuple[dict[str, int], ResolvedPlan]]:
+    """config id -> (config, resolved plan) of every config that survives static pruning (the
+    pruned ones are recorded on ``run``). A sampled space keeps what an earlier run measured."""
     all_configs = enumerate_configs(spec, seed=seed, limit=ENUM_LIMIT)
-    if len(all_configs) < spec.space_size():
+    sampled = len(all_configs) < spec.space_size()
+    if sampled:
         run.notes.append(f"space of {spec.space_size()} configs sampled down to {len(all_configs)}")
     survivors, static_pruned = static_prune(spec, all_configs, sizes=sizes, tensors=tensors, gpu=gpu)
     for p in static_pruned:
         run.prune(p.config, p.kind, p.reason, write=False)
-    plans = {config_id(c): p for c, p in survivors}
-    cached = cache.load(key) if cache is not None else {}
-    if len(all_configs) < spec.space_size():  # a sampled space: keep what an earlier run measured
+    plans = {config_id(c): (c, plan) for c, plan in survivors}
+    if sampled:
         extra = []
         for cid, rec in cached.items():
             if cid not in plans and set(rec.config) == set(spec.tunables):
@@ -258,14 +264,14 @@ def tune(
                 except KerngenError:
                     continue
         more, _ = static_prune(spec, extra, sizes=sizes, tensors=tensors, gpu=gpu)
-        survivors += more
-        plans.update({config_id(c): p for c, p in more})
-    space = Space(spec.tunables, [c for c, _ in survivors])
-    default = spec.default_config()
-    strat = make_strategy(strategy, space, budget=max_evals, seed=seed,
-                          default=default if config_id(default) in plans else None)
+        plans.update({config_id(c): (c, plan) for c, plan in more})
+    return plans
 
-    # 2. the cache --------------------------------------------------------------------------
+
+def _seed_from_cache(cached: Mapping[str, CacheRecord], plans: Mapping, run: "_Run", strat,
+                     confirm: int) -> tuple[int, list[dict[str, int]]]:
+    """Record the cached results of this space; tell the strategy all but the best ``confirm``
+    correct ones, which are returned to be re-measured. Returns (cache hits, to re-measure)."""
     for cid, rec in cached.items():
         if cid not in plans:
             continue  # not in this space (e.g. sampled differently): ignore
@@ -277,17 +283,26 @@ def tune(
     hits = len(run.evaluated)
     to_confirm: list[dict[str, int]] = []
     if hits and confirm > 0:
-        ranked = sorted((t for t in run.evaluated.values() if t.result is not None and t.result.ok), key=lambda t: t.ms)
-        to_confirm = [t.config for t in ranked[:confirm]]
+        ok = [t for t in run.evaluated.values() if t.result is not None and t.result.ok]
+        to_confirm = [t.config for t in sorted(ok, key=lambda t: t.ms)[:confirm]]
     confirm_ids = {config_id(c) for c in to_confirm}
     for t in list(run.evaluated.values()):
         if config_id(t.config) not in confirm_ids:
             strat.tell(t.config, t.ms)
+    return hits, to_confirm
 
-    failures_in_a_row = 0
 
-    def evaluate(configs: list[dict[str, int]]) -> None:
-        nonlocal failures_in_a_row
+class _Tuning:
+    """The evaluation side of one tune() call: batches through the evaluator (failures become
+    verdicts), compile-time screening, and the ask/tell loop."""
+
+    def __init__(self, evaluator, problem, spec, options, run: "_Run", strat, plans, gpu, probe) -> None:
+        self.evaluator, self.problem, self.spec, self.options = evaluator, problem, spec, options
+        self.run, self.strat, self.plans, self.gpu, self.probe = run, strat, plans, gpu, probe
+        self.spec_hash = spec.content_hash()
+        self.failures_in_a_row = 0
+
+    def evaluate(self, configs: list[dict[str, int]]) -> None:
         if not configs:
             return
         landed: set[int] = set()
@@ -295,72 +310,74 @@ def tune(
         def landed_cb(i: int, result: EvalResult) -> None:
             if 0 <= i < len(configs) and i not in landed:
                 landed.add(i)
-                run.record(configs[i], result)
+                self.run.record(configs[i], result)
 
-        cands = [Candidate(spec=spec, config=c) for c in configs]
+        cands = [Candidate(spec=self.spec, config=c) for c in configs]
         try:
-            results = list(evaluator.evaluate(problem, cands, options, landed_cb))
-            failures_in_a_row = 0
+            results = list(self.evaluator.evaluate(self.problem, cands, self.options, landed_cb))
+            self.failures_in_a_row = 0
         except Exception as exc:  # noqa: BLE001 - one broken batch must not stop the tuning
-            failures_in_a_row += 1
-            if failures_in_a_row >= 2:
+            self.failures_in_a_row += 1
+            if self.failures_in_a_row >= 2:
                 raise
-            msg = f"evaluator failed: {type(exc).__name__}: {exc}"
-            results = [_failed(c, spec_hash, Verdict.runtime_error, msg[:300]) for c in configs]
-            run.notes.append(msg[:300])
+            msg = f"evaluator failed: {type(exc).__name__}: {exc}"[:300]
+            results = [_failed(c, self.spec_hash, Verdict.runtime_error, msg) for c in configs]
+            self.run.notes.append(msg)
         for i, cfg in enumerate(configs):
             if i in landed:
                 continue
             # the returned list is used only when it is complete (its order is then the candidates')
             res = results[i] if len(results) == len(configs) else _failed(
-                cfg, spec_hash, Verdict.runtime_error, "the evaluator returned no result for this config")
+                cfg, self.spec_hash, Verdict.runtime_error, "the evaluator returned no result for this config")
             landed.add(i)
-            run.record(cfg, res)
+            self.run.record(cfg, res)
         for cfg in configs:
-            strat.tell(cfg, run.evaluated[config_id(cfg)].ms)
+            self.strat.tell(cfg, self.run.evaluated[config_id(cfg)].ms)
 
-    # re-measure the best cached configs on this run
-    if to_confirm:
-        evaluate(to_confirm)
-
-    # 3. the search loop --------------------------------------------------------------------
-    def budget_left() -> int:
-        return max_evals - len(run.evaluated)
-
-    probe_ok = probe is not None
-    while budget_left() > 0:
-        if deadline is not None and time.monotonic() >= deadline:
-            run.notes.append(f"stopped by the time budget ({minutes} min)")
-            break
-        asked = strat.ask(min(batch, budget_left()))
-        if not asked:
-            break
+    def screen(self, asked: list[dict[str, int]]) -> list[dict[str, int]]:
+        """Compile ``asked`` and keep what can run: a compile error is recorded as its verdict,
+        a config whose registers or shared memory cannot fit a block is pruned."""
+        infos = self._probe(asked)
         go: list[dict[str, int]] = []
-        infos: list = [None] * len(asked)
-        if probe_ok:
-            try:
-                infos = list(probe(spec, [(c, plans[config_id(c)]) for c in asked], gpu))  # type: ignore[misc]
-            except Exception as exc:  # noqa: BLE001 - no compiler here: the evaluator compiles
-                probe_ok = False
-                infos = [None] * len(asked)
-                run.notes.append(f"resource pruning off (compile failed: {type(exc).__name__}: {exc})"[:300])
-        for cfg, info in zip(asked, infos + [None] * (len(asked) - len(infos))):
+        for cfg, info in zip(asked, infos):
             if isinstance(info, BaseException):
                 log = getattr(info, "log", "") or ""
-                res = _failed(cfg, spec_hash, Verdict.compile_error, f"compile error: {info}"[:300], log)
-                run.record(cfg, res)
-                strat.tell(cfg, math.inf)
+                self.run.record(cfg, _failed(cfg, self.spec_hash, Verdict.compile_error,
+                                             f"compile error: {info}"[:300], log))
+                self.strat.tell(cfg, math.inf)
                 continue
             if isinstance(info, CompileInfo):
-                kind, reason = resource_reason(plans[config_id(cfg)], info, gpu)
+                kind, reason = resource_reason(self.plans[config_id(cfg)][1], info, self.gpu)
                 if kind:
-                    run.prune(cfg, kind, reason, write=True)
-                    strat.drop(cfg)
+                    self.run.prune(cfg, kind, reason, write=True)
+                    self.strat.drop(cfg)
                     continue
             go.append(cfg)
-        evaluate(go)
+        return go
 
-    # 4. the result -------------------------------------------------------------------------
+    def _probe(self, asked: list[dict[str, int]]) -> list:
+        if self.probe is None:
+            return [None] * len(asked)
+        try:
+            infos = list(self.probe(self.spec, [(c, self.plans[config_id(c)][1]) for c in asked], self.gpu))
+        except Exception as exc:  # noqa: BLE001 - no compiler here: the evaluator compiles
+            self.probe = None
+            self.run.notes.append(f"resource pruning off (compile failed: {type(exc).__name__}: {exc})"[:300])
+            return [None] * len(asked)
+        return infos + [None] * (len(asked) - len(infos))
+
+    def loop(self, max_evals: int, batch: int, deadline: float | None, minutes: float | None) -> None:
+        while (left := max_evals - len(self.run.evaluated)) > 0:
+            if deadline is not None and time.monotonic() >= deadline:
+                self.run.notes.append(f"stopped by the time budget ({minutes} min)")
+                return
+            asked = self.strat.ask(min(batch, left))
+            if not asked:
+                return
+            self.evaluate(self.screen(asked))
+
+
+def _result(run: "_Run", strategy: str, spec: KernelSpec, feasible: int, hits: int, remeasured: int) -> TuneResult:
     evaluated = list(run.evaluated.values())
     ok = [t for t in evaluated if t.result is not None and t.result.ok]
     best = min(ok, key=lambda t: t.ms) if ok else None
@@ -371,14 +388,14 @@ def tune(
         evaluated=evaluated,
         pruned=run.pruned,
         curve=run.curve,
-        strategy=strat.name,
+        strategy=strategy,
         seconds=round(seconds, 3),
         evals_per_minute=round(run.measured / (seconds / 60.0), 2) if seconds > 0 and run.measured else 0.0,
         cache_hits=hits,
         space_size=spec.space_size(),
-        feasible=len(space),
+        feasible=feasible,
         measured=run.measured,
-        remeasured=len(to_confirm),
+        remeasured=remeasured,
         notes=run.notes,
     )
 
