@@ -34,12 +34,15 @@ def visible_devices() -> list[str]:
 
 
 class WorkerPool:
-    def __init__(self, devices: Sequence[str] | None = None, timeout_s: float = 60.0) -> None:
+    def __init__(
+        self, devices: Sequence[str] | None = None, timeout_s: float = 60.0, worker_module: str | None = None
+    ) -> None:
         self.devices = list(devices) if devices is not None else visible_devices()
         if not self.devices:
             raise NoGPUError("no CUDA device visible: this command needs an NVIDIA GPU")
         self.timeout_s = timeout_s
-        self.workers = [WorkerProcess(i, d) for i, d in enumerate(self.devices)]
+        extra = {"module": worker_module} if worker_module else {}  # tests: a fake worker, no GPU
+        self.workers = [WorkerProcess(i, d, **extra) for i, d in enumerate(self.devices)]
         self._free: queue.Queue[WorkerProcess] = queue.Queue()
         for w in self.workers:
             self._free.put(w)
@@ -129,21 +132,25 @@ class WorkerPool:
         for item in ready:
             jobs.put(item)
 
-        def drain(worker: WorkerProcess) -> None:
-            while True:
-                try:
-                    i, cand, plan, compiled = jobs.get_nowait()
-                except queue.Empty:
-                    return
-                try:
-                    r = self._run_one(worker, problem, cand, plan, compiled, options)
-                except Exception as exc:  # noqa: BLE001 - a harness fault becomes this candidate's verdict
-                    worker.kill()
-                    r = EvalResult(verdict=Verdict.runtime_error, message=f"harness error: {exc!r}"[:400],
-                                   spec_hash=cand.spec.content_hash(), config=plan.config, worker=worker.index)
-                self._land(i, r, results, on_result)
+        def drain() -> None:
+            worker = self._free.get()  # a worker busy with a baseline is waited for, never shared
+            try:
+                while True:
+                    try:
+                        i, cand, plan, compiled = jobs.get_nowait()
+                    except queue.Empty:
+                        return
+                    try:
+                        r = self._run_one(worker, problem, cand, plan, compiled, options)
+                    except Exception as exc:  # noqa: BLE001 - a harness fault becomes this candidate's verdict
+                        worker.kill()
+                        r = EvalResult(verdict=Verdict.runtime_error, message=f"harness error: {exc!r}"[:400],
+                                       spec_hash=cand.spec.content_hash(), config=plan.config, worker=worker.index)
+                    self._land(i, r, results, on_result)
+            finally:
+                self._free.put(worker)
 
-        threads = [threading.Thread(target=drain, args=(w,), daemon=True) for w in self.workers]
+        threads = [threading.Thread(target=drain, daemon=True) for _ in range(min(len(self.workers), len(ready)))]
         for t in threads:
             t.start()
         for t in threads:

@@ -298,3 +298,36 @@ def test_inf_errors_survive_the_pipe():
     r = EvalResult(verdict=Verdict.incorrect, check=CheckEvidence(max_abs_err=float("inf"), rel_err=float("nan")))
     back = EvalResult.model_validate_json(r.model_dump_json())
     assert back.check.max_abs_err == float("inf") and math.isnan(back.check.rel_err)
+
+
+def _fake_spec(kernel: str, block: int = 32) -> "KernelSpec":
+    src = f'extern "C" __global__ void {kernel}(float* out) {{ out[threadIdx.x] = 1.f; }}'
+    return KernelSpec.model_validate(
+        {"source": src, "steps": [{"kernel": kernel, "grid": [1], "block": [block], "args": [{"name": "out"}]}]}
+    )
+
+
+def test_pool_spreads_work_isolates_hangs_and_crashes_and_keeps_order(tmp_path, monkeypatch):
+    """The real WorkerPool (real NVRTC compile in the parent) over two fake workers."""
+    from kerngen.harness.evaluator import Candidate, EvalOptions
+    from kerngen.harness.pool import WorkerPool
+    from kerngen.problems.ref import ProblemRef
+
+    monkeypatch.setenv("KERNGEN_CACHE_DIR", str(tmp_path))
+    cands = [Candidate(spec=_fake_spec("fine", 32 * (i + 1))) for i in range(6)]
+    cands.insert(2, Candidate(spec=_fake_spec("hang")))
+    cands.insert(4, Candidate(spec=_fake_spec("crash")))
+    cands.append(Candidate(spec=KernelSpec.model_validate({**_fake_spec("fine").model_dump(), "source": "oops"})))
+    seen: list[int] = []
+    with WorkerPool(devices=["0", "1"], timeout_s=3.0, worker_module="tests.fakes.fake_worker") as pool:
+        results = pool.evaluate(ProblemRef(source="softmax", shape=(4, 32)), cands,
+                                EvalOptions(timeout_s=3.0), on_result=lambda i, r: seen.append(i))
+    assert sorted(seen) == list(range(len(cands)))
+    verdicts = [r.verdict for r in results]
+    assert verdicts[2] is Verdict.timeout and verdicts[4] is Verdict.runtime_error
+    assert verdicts[-1] is Verdict.compile_error and "oops" in results[-1].log
+    fine = [r for r, c in zip(results, cands) if c.spec.steps[0].kernel == "fine" and c.spec.source != "oops"]
+    assert all(r.verdict is Verdict.ok for r in fine)
+    assert [r.spec_hash for r in fine] == [c.spec.content_hash() for c in cands
+                                           if c.spec.steps[0].kernel == "fine" and c.spec.source != "oops"]
+    assert {r.worker for r in results if r.worker is not None} == {0, 1}

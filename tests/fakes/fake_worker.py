@@ -13,15 +13,21 @@ def main() -> None:
     for line in sys.stdin:
         env = Envelope.model_validate_json(line)
         req = env.request
+        # what to do: the first kernel's name of the plan, else the spec hash
+        what = req.plan.launches[0].kernel if isinstance(req, EvaluateRequest) and req.plan.launches else ""
+        what = what or getattr(req, "spec_hash", "")
         if not isinstance(req, EvaluateRequest):
             reply = Reply(id=env.id, facts=GpuFacts(name="fake", arch="sm_90"))
-        elif req.spec_hash == "hang":
+        elif what == "hang":
             time.sleep(3600)
-        elif req.spec_hash == "crash":
+        elif what == "crash":
             print("simulated illegal address", file=sys.stderr, flush=True)
             os._exit(11)
         else:
-            reply = Reply(id=env.id, result=EvalResult(verdict=Verdict.ok, message=f"pid {os.getpid()}"))
+            time.sleep(0.05)  # long enough that a batch spreads over every worker
+            result = EvalResult(verdict=Verdict.ok, message=f"pid {os.getpid()}", spec_hash=req.spec_hash,
+                                config=req.plan.config)
+            reply = Reply(id=env.id, result=result)
         sys.stdout.write(reply.model_dump_json() + "\n")
         sys.stdout.flush()
 
