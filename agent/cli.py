@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 import typer
 from rich.console import Console
 
-from kerngen.harness.errors import KerngenError, ProblemError
+from kerngen.harness.errors import KerngenError
 
 EVALUATORS = ("pool", "scripted")
 

@@ -27,6 +27,7 @@ from kerngen.agent.proposer import Branch, Idea, TriedIdea
 from kerngen.harness.errors import JournalError
 from kerngen.harness.results import Baseline, EvalResult, GpuFacts
 from kerngen.harness.spec import KernelSpec
+from kerngen.harness.atomic import write_atomic  # noqa: F401 - re-exported for the run folder writers
 from kerngen.problems.ref import ProblemRef
 
 EVENTS = "events.jsonl"
@@ -273,18 +274,6 @@ class Journal:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def write_atomic(path: str | Path, text: str) -> None:
-    """Write a file so that readers see the old or the new content, never a mix."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, p)
 
 
 # ----- run ids and versions -----------------------------------------------------------------

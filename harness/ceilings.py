@@ -16,14 +16,14 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import logging
-import os
 import re
-import tempfile
 import warnings
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from .atomic import write_atomic
+from .cache_dir import cache_root
 from .results import ClockReading
 
 log = logging.getLogger(__name__)
@@ -45,12 +45,6 @@ class Ceilings(BaseModel):
     clocks: dict[str, ClockReading] = Field(default_factory=dict)
 
 
-def cache_root() -> Path:
-    """``$KERNGEN_CACHE_DIR`` or ``~/.cache/kerngen``."""
-    env = os.environ.get("KERNGEN_CACHE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "kerngen"
-
-
 def cache_path(gpu: str, driver: str, torch_version: str) -> Path:
     """Where the ceilings of (gpu, driver, torch) are cached. Pure apart from the env lookup."""
     key = f"{gpu}__drv{driver}__torch{torch_version}"
@@ -66,21 +60,6 @@ def load_cached(path: Path) -> Ceilings | None:
     except Exception as e:  # corrupt or stale format: measure again
         log.warning("ignoring unreadable ceilings cache %s: %s", path, e)
         return None
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def gbps(nbytes: float, ms: float) -> float:
@@ -119,7 +98,7 @@ def measure_ceilings(device_index: int = 0, *, refresh: bool = False) -> Ceiling
         clocks=readings,
     )
     try:
-        _write_atomic(path, json.dumps(c.model_dump(), indent=2) + "\n")
+        write_atomic(path, json.dumps(c.model_dump(), indent=2) + "\n")
     except OSError as e:
         log.warning("could not cache ceilings in %s: %s", path, e)
     return c

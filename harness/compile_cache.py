@@ -1,6 +1,6 @@
 """Content-addressed on-disk cache of NVRTC results (cubins and failures).
 
-Layout under the root (``$KERNGEN_CACHE_DIR``, else ``~/.cache/kerngen/cubin``)::
+Layout under the root (``cubin/`` of :func:`kerngen.harness.cache_dir.cache_root`)::
 
     ab/abcdef....json    the record: {"ok": true, "info": CompileInfo, "cubin_sha256": ...}
                          or {"ok": false, "message": ..., "log": ...} for a failed compile
@@ -16,34 +16,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from .atomic import write_atomic
+from .cache_dir import cache_root
 from .results import CompileInfo
 
 SCHEMA = 1
 
 
 def default_root() -> Path:
-    env = os.environ.get("KERNGEN_CACHE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "kerngen" / "cubin"
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    return cache_root() / "cubin"
 
 
 class CacheEntry:
@@ -110,7 +94,7 @@ class CompileCache:
     # ----- writing ----------------------------------------------------------------------------
     def put(self, key: str, cubin: bytes, info: CompileInfo) -> None:
         meta, blob = self._paths(key)
-        _atomic_write(blob, cubin)
+        write_atomic(blob, cubin)
         record = {
             "schema": SCHEMA,
             "key": key,
@@ -118,12 +102,12 @@ class CompileCache:
             "cubin_sha256": hashlib.sha256(cubin).hexdigest(),
             "info": info.model_dump(mode="json"),
         }
-        _atomic_write(meta, json.dumps(record).encode())
+        write_atomic(meta, json.dumps(record).encode())
 
     def put_failure(self, key: str, message: str, log: str) -> None:
         meta, _ = self._paths(key)
         record = {"schema": SCHEMA, "key": key, "ok": False, "message": message, "log": log}
-        _atomic_write(meta, json.dumps(record).encode())
+        write_atomic(meta, json.dumps(record).encode())
 
     def _drop(self, key: str) -> None:
         for p in self._paths(key):

@@ -21,14 +21,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
+from .cache_dir import cache_root
 from .results import EvalResult
 
 FORMAT = 1
-
-
-def cache_root() -> Path:
-    env = os.environ.get("KERNGEN_CACHE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "kerngen"
 
 
 class TuneKey(BaseModel):

@@ -238,7 +238,7 @@ def test_default_cache_from_env(tmp_path):
     j = job(GOOD, ["scale"])
     assert not compile_job(j).info.cached
     assert compile_job(j).info.cached
-    assert list((tmp_path / "default-cache").glob("*/*.cubin"))
+    assert list((tmp_path / "default-cache" / "cubin").glob("*/*.cubin"))  # $KERNGEN_CACHE_DIR/cubin
 
 
 @pytest.mark.parametrize("damage", ["truncate_json", "garbage_json", "flip_cubin", "drop_cubin"])
