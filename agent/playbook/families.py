@@ -16,6 +16,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from kerngen.harness.errors import KerngenError
+
 FAMILIES = ("elementwise", "softmax", "layernorm", "rmsnorm", "conv2d", "conv_relu_maxpool", "matmul")
 
 # unary elementwise ops: name -> C expression of float v
@@ -102,22 +104,13 @@ def _model(problem: Any) -> Any:
     cached = getattr(problem, "_playbook_model", None)
     if cached is not None:
         return cached
-    build = getattr(problem, "build_model", None)
-    if build is None:
+    if not hasattr(problem, "build_model"):
         return None
     try:
-        model = build("cpu", 0)
-    except TypeError:
-        try:
-            model = build(device="cpu", seed=0)
-        except Exception:
-            return None
-    except Exception:
+        model = problem.build_model("cpu", 0)
+    except (KerngenError, RuntimeError, MemoryError):  # a model the CPU cannot build: no geometry
         return None
-    try:
-        problem._playbook_model = model
-    except Exception:
-        pass
+    problem._playbook_model = model
     return model
 
 
@@ -174,12 +167,12 @@ def _kw(call: ast.Call, name: str, pos: int | None = None) -> Any:
         if k.arg == name:
             try:
                 return ast.literal_eval(k.value)
-            except Exception:
+            except (ValueError, TypeError, SyntaxError):
                 return _Unknown
     if pos is not None and len(call.args) > pos:
         try:
             return ast.literal_eval(call.args[pos])
-        except Exception:
+        except (ValueError, TypeError, SyntaxError):
             return _Unknown
     return None
 

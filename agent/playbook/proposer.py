@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from jinja2 import TemplateError
+
 from kerngen.agent.proposer import Branch, Idea, NodeSummary, SearchContext
 from kerngen.harness import plan
 from kerngen.harness.expr import TensorFacts
+from kerngen.harness.errors import SpecError
 from kerngen.harness.spec import KernelSpec
 
 from . import builders
@@ -65,7 +68,7 @@ class PlaybookProposer:
         try:
             plan.resolve(spec, sizes=dict(ctx.sizes) if ctx else {}, tensors=self._facts(ctx))
             return True
-        except Exception:
+        except SpecError:
             return False
 
     def _render(self, entry: Entry, ctx: SearchContext | None, m: int, parent: NodeSummary | None = None) -> list[Branch]:
@@ -79,7 +82,7 @@ class PlaybookProposer:
                 break
             try:
                 spec = builders.build(self.match, entry.variant, {**base, **overrides})
-            except Exception as exc:  # a template that cannot render for this problem
+            except (SpecError, TemplateError, KeyError, ValueError) as exc:  # cannot render for this problem
                 out.append(Branch(error=f"playbook could not render {entry.variant}: {exc}"))
                 continue
             if not self._fits(spec, ctx):
