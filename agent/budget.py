@@ -9,9 +9,12 @@ proposer drives it through ``on_call`` (one call per LLM request, with its token
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from kerngen.agent.llm_client import LLMCall
 
 
 class SearchConfig(BaseModel):
@@ -43,26 +46,6 @@ class SearchBudget(BaseModel):
                    patience=None)
 
 
-def _tokens_of(record: Any) -> int:
-    """Total tokens of an LLM call record (pydantic model, dict or object; usage may be nested)."""
-    data = record.model_dump(mode="json") if hasattr(record, "model_dump") else record
-    if not isinstance(data, dict):
-        data = getattr(record, "__dict__", {}) or {}
-    usage = data.get("usage", data)
-    if hasattr(usage, "model_dump"):
-        usage = usage.model_dump()
-    if not isinstance(usage, dict):
-        return 0
-    for key in ("total_tokens", "tokens"):
-        if isinstance(usage.get(key), (int, float)):
-            return int(usage[key])
-    total = 0
-    for key in ("prompt_tokens", "completion_tokens", "input_tokens", "output_tokens"):
-        if isinstance(usage.get(key), (int, float)):
-            total += int(usage[key])
-    return total
-
-
 class Usage:
     """What a search has spent. ``calls``/``tokens``: LLM requests and their tokens;
     ``gpu_s``: sum of ``EvalResult.wall_s``; ``wall_s``: elapsed seconds over all sessions."""
@@ -70,6 +53,7 @@ class Usage:
     def __init__(self, prior_wall_s: float = 0.0) -> None:
         self.calls = 0
         self.tokens = 0
+        self.cost_usd: float | None = None  # where prices are configured
         self.gpu_s = 0.0
         self.proposer_calls = 0  # questions actually asked of the proposer (not reused answers)
         self.reused_answers = 0
@@ -82,15 +66,18 @@ class Usage:
     def wall_s(self) -> float:
         return self.prior_wall_s + (time.monotonic() - self.t0)
 
-    def on_call(self, record: Any) -> None:
+    def on_call(self, call: "LLMCall") -> None:
         """Callback for the LLM proposer: one LLM request happened."""
         self.calls += 1
-        self.tokens += _tokens_of(record)
+        self.tokens += call.usage.total_tokens
+        if call.usage.cost_usd is not None:
+            self.cost_usd = (self.cost_usd or 0.0) + call.usage.cost_usd
         for fn in list(self.listeners):
-            fn(record)
+            fn(call)
 
     def snapshot(self) -> dict[str, float | int]:
-        return {
+        cost = {} if self.cost_usd is None else {"cost_usd": round(self.cost_usd, 6)}
+        return cost | {
             "llm_calls": self.calls,
             "tokens": self.tokens,
             "gpu_s": round(self.gpu_s, 3),

@@ -91,6 +91,12 @@ def generate(
     proposer: str = typer.Option("auto", "--proposer", help="auto | llm | playbook | scripted"),
     model: Optional[str] = typer.Option(None, "--model", help="LLM model name (implies --proposer llm under auto)"),
     base_url: Optional[str] = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint"),
+    llm_concurrency: Optional[int] = typer.Option(None, "--llm-concurrency", min=1,
+                                                  help="LLM requests in flight at most [4]"),
+    price_in: Optional[float] = typer.Option(None, "--price-in", min=0.0,
+                                             help="USD per million prompt tokens (to report cost)"),
+    price_out: Optional[float] = typer.Option(None, "--price-out", min=0.0,
+                                              help="USD per million completion tokens"),
     rounds: Optional[int] = typer.Option(None, "--rounds", min=0, help="rounds of the search [5]"),
     beam: Optional[int] = typer.Option(None, "--beam", min=1, help="best nodes expanded per round (B) [2]"),
     ideas: Optional[int] = typer.Option(None, "--ideas", min=1, help="ideas per beam node (K) [3]"),
@@ -125,6 +131,7 @@ def generate(
                                    wall_minutes=minutes, gpu_minutes=gpu_minutes, patience=patience).items()
              if v is not None}
     usage = Usage()
+    knobs = {"max_concurrency": llm_concurrency, "price_in_per_mtok": price_in, "price_out_per_mtok": price_out}
     if resume:
         rec = load_run(resume, runs_dir)  # JournalError for a missing or corrupt run, before anything else
         st = rec.started
@@ -133,7 +140,8 @@ def generate(
         ref, config = st.problem, st.config
         budget = st.budget.model_copy(update=given)
         kind = st.proposer if proposer == "auto" and st.proposer in ("llm", "playbook", "scripted") else proposer
-        prop, model_name = make_proposer(kind, ref, usage=usage, model=model or st.model, base_url=base_url)
+        prop, model_name = make_proposer(kind, ref, usage=usage, model=model or st.model, base_url=base_url,
+                                         llm_knobs=knobs)
         seed = st.seed_spec
         run_dir, mode = rec.path, "resume"
     else:
@@ -148,7 +156,8 @@ def generate(
                               branches=branches or defaults.branches,
                               repairs=repairs if repairs is not None else defaults.repairs, tune=not no_tune)
         budget = SearchBudget(**given)
-        prop, model_name = make_proposer(proposer, ref, usage=usage, model=model, base_url=base_url)
+        prop, model_name = make_proposer(proposer, ref, usage=usage, model=model, base_url=base_url,
+                                         llm_knobs=knobs)
         if seed is None and model_name is not None and not no_playbook_seed:
             from kerngen.agent.proposers import playbook_seed
 

@@ -51,7 +51,7 @@ def default_model() -> str | None:
 
 
 def make_proposer(kind: str, problem: ProblemRef, *, usage: Usage, model: str | None = None,
-                  base_url: str | None = None) -> tuple[Any, str | None]:
+                  base_url: str | None = None, llm_knobs: dict[str, Any] | None = None) -> tuple[Any, str | None]:
     """(proposer, model name or None)."""
     kind = resolve_kind(kind, model)
     if kind == "scripted":
@@ -73,7 +73,7 @@ def make_proposer(kind: str, problem: ProblemRef, *, usage: Usage, model: str | 
     from kerngen.agent.llm_config import LLMConfig
     from kerngen.agent.llm_proposer import LLMProposer
 
-    config = LLMConfig.from_env(model, base_url)
+    config = LLMConfig.from_env(model, base_url, **{k: v for k, v in (llm_knobs or {}).items() if v is not None})
     client = LLMClient(config)
     client.check()  # before any GPU work: an unreachable endpoint, a wrong key or an unknown model
     return LLMProposer(client, on_call=usage.on_call), model

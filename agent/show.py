@@ -145,7 +145,8 @@ def render_header(run: Run) -> Table:
     t.add_row("status", f"{status}; {run.sessions} session(s)")
     if tree.finished and tree.finished.usage:
         u = tree.finished.usage
-        t.add_row("spent", f"{int(u.get('llm_calls', 0))} LLM calls, {int(u.get('tokens', 0))} tokens, "
+        cost = f", ${u['cost_usd']:.2f}" if u.get("cost_usd") is not None else ""
+        t.add_row("spent", f"{int(u.get('llm_calls', 0))} LLM calls, {int(u.get('tokens', 0))} tokens{cost}, "
                            f"{u.get('gpu_s', 0) / 60:.1f} GPU min, {u.get('wall_s', 0) / 60:.1f} wall min")
     return t
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from kerngen.agent.llm_client import LLMCall, LLMUsage
+
 import math
 
 import pytest
@@ -121,7 +123,8 @@ class _MeteredProposer(ScriptedProposer):
         self.usage = usage
 
     def _tick(self):
-        self.usage.on_call({"purpose": "x", "usage": {"prompt_tokens": 900, "completion_tokens": 100}})
+        self.usage.on_call(LLMCall(purpose="x", model="m", messages=[],
+                                   usage=LLMUsage(prompt_tokens=900, completion_tokens=100, cost_usd=0.002)))
 
     def ideas(self, ctx, parent, k):
         self._tick()
@@ -143,6 +146,7 @@ def test_llm_call_and_token_budgets(tmp_path):
                                               wall_minutes=None, gpu_minutes=None))
     assert "LLM calls" in out.reason
     assert prop.total_calls == 6 and usage.calls == 6 and usage.tokens == 6000
+    assert usage.cost_usd == pytest.approx(0.012) and usage.snapshot()["cost_usd"] == pytest.approx(0.012)
     events = load_run(out.run_dir).events
     llm = [e for e in events if e.type == "llm_call"]
     assert len(llm) == 6 and llm[-1].tokens == 6000 and llm[0].record["purpose"] == "x"
