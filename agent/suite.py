@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 from pydantic import BaseModel, Field
 
 from kerngen.harness.errors import JournalError, KerngenError, ProblemError
+from kerngen.harness.bench_table import ratio
 from kerngen.harness.evaluator import Candidate, EvalOptions, Evaluator
 from kerngen.harness.results import Baseline, EvalResult, Timing
 from kerngen.harness.spec import KernelSpec
@@ -175,12 +176,6 @@ def best_in_runs(source: str, runs_dir: str | Path) -> FoundKernel | None:
 
 
 # ----- measuring ------------------------------------------------------------------------------
-def _ratio(num: float | None, den: float | None) -> float | None:
-    if num is None or den is None or not den > 0 or not math.isfinite(den):
-        return None
-    return num / den
-
-
 def _entry(problem: str, found: FoundKernel, base: Baseline, result: EvalResult) -> SuiteEntry:
     ms = result.timing.median_ms if (result.ok and result.timing) else None
     return SuiteEntry(
@@ -188,8 +183,8 @@ def _entry(problem: str, found: FoundKernel, base: Baseline, result: EvalResult)
         message=result.message, config=result.config or found.config,
         kernel=result.timing if result.ok else None, eager=base.eager, compiled=base.compiled,
         floor_ms=base.floor_ms, floor_bound=base.floor_bound,
-        speedup_eager=_ratio(base.eager.median_ms, ms),
-        speedup_compile=_ratio(base.compiled.median_ms if base.compiled else None, ms),
+        speedup_eager=ratio(base.eager.median_ms, ms),
+        speedup_compile=ratio(base.compiled.median_ms if base.compiled else None, ms),
         pct_roofline=(100.0 * base.floor_ms / ms) if (ms and base.floor_ms) else None,
         recorded_ms=found.recorded_ms if found.recorded_ms is not None and math.isfinite(found.recorded_ms) else None,
         recorded_gpu=found.recorded_gpu,

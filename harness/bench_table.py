@@ -3,6 +3,8 @@ kernel and the roofline floor, with ratios computed from medians measured in the
 
 from __future__ import annotations
 
+import math
+
 from rich.console import Console
 from rich.table import Table
 
@@ -10,7 +12,8 @@ from .results import Baseline, EvalResult, GpuFacts, Timing
 
 
 def ratio(num: float | None, den: float | None) -> float | None:
-    if num is None or den is None or den <= 0 or den == float("inf"):
+    """num / den, or None when either is missing or den is not a positive finite number."""
+    if num is None or den is None or not den > 0 or not math.isfinite(den):
         return None
     return num / den
 

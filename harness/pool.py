@@ -15,7 +15,7 @@ from .errors import CompileError, KerngenError, NoGPUError, SpecError
 from .evaluator import Candidate, EvalOptions, OnResult
 from .plan import ResolvedPlan, resolve
 from .protocol import BaselineRequest, EvaluateRequest, HelloRequest
-from .results import Baseline, CompileInfo, EvalResult, GpuFacts, Verdict
+from .results import Baseline, EvalResult, GpuFacts, Verdict
 from .worker_proc import WorkerDied, WorkerProcess, WorkerTimeout
 
 BASELINE_TIMEOUT_S = 900.0  # torch.compile of a new problem can take minutes
@@ -211,4 +211,4 @@ def _config_ok(cand: Candidate) -> bool:
         return False
 
 
-__all__ = ["WorkerPool", "visible_devices", "CompileInfo"]
+__all__ = ["WorkerPool", "visible_devices"]

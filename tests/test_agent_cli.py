@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 import kerngen.cli
 from kerngen.agent.tree import load_run
+from tests.cli_output import stderr_of
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted(p for p in (ROOT / "runs").iterdir() if (p / "events.jsonl").is_file())
@@ -23,12 +24,6 @@ runner = CliRunner()
 def invoke(*args: str):
     return runner.invoke(kerngen.cli.app, list(args))
 
-
-def _stderr(res) -> str:
-    try:
-        return res.stderr
-    except (ValueError, AttributeError):
-        return res.output
 
 
 def test_shipped_run_loads_and_shows():
@@ -52,7 +47,7 @@ def test_show_by_id_under_runs_dir():
 def test_missing_run_is_one_line_exit_2(tmp_path):
     res = invoke("show", "no-such-run", "--runs-dir", str(tmp_path))
     assert res.exit_code == 2
-    err = _stderr(res).strip()
+    err = stderr_of(res).strip()
     assert err.startswith("error:") and "no-such-run" in err and len(err.splitlines()) == 1
 
 
@@ -66,7 +61,7 @@ def test_corrupt_journal_is_one_line_exit_2(tmp_path):
                 ("generate", "--resume", str(bad), "--evaluator", "scripted")):
         res = invoke(*cmd)
         assert res.exit_code == 2, cmd
-        err = _stderr(res).strip()
+        err = stderr_of(res).strip()
         assert "line 3 is not valid JSON" in err and len(err.splitlines()) == 1
 
 
@@ -97,13 +92,13 @@ def test_generate_resume_replay_scripted(tmp_path):
 def test_generate_unknown_problem_exit_2(tmp_path):
     res = invoke("generate", "no_such_problem_xyz", "--proposer", "scripted", "--runs-dir", str(tmp_path))
     assert res.exit_code == 2
-    assert len(_stderr(res).strip().splitlines()) == 1
+    assert len(stderr_of(res).strip().splitlines()) == 1
     assert not list(tmp_path.iterdir())  # nothing half-made
 
 
 def test_generate_needs_a_problem(tmp_path):
     res = invoke("generate", "--runs-dir", str(tmp_path))
-    assert res.exit_code == 2 and "PROBLEM" in _stderr(res)
+    assert res.exit_code == 2 and "PROBLEM" in stderr_of(res)
 
 
 def _has_gpu() -> bool:
@@ -117,7 +112,7 @@ def _has_gpu() -> bool:
 @pytest.mark.skipif(_has_gpu(), reason="checks the no-GPU error")
 def test_replay_without_gpu_is_a_clear_error(tmp_path):
     res = invoke("replay", str(SHIPPED[0]), "--runs-dir", str(tmp_path))
-    assert res.exit_code == 2 and "GPU" in _stderr(res)
+    assert res.exit_code == 2 and "GPU" in stderr_of(res)
     assert not list(tmp_path.iterdir())
 
 

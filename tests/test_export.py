@@ -4,7 +4,6 @@ fake implementation (FakeTensorMode, meta tensors) and its ValueErrors."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ import kerngen.cli
 from kerngen.agent.export import arg_names, export_run, export_spec, identifier
 from kerngen.load import ExportManifest, load_op, read_manifest
 from kerngen.problems.ref import ProblemRef
+from tests.cli_output import stderr_of
 from tests.kernels.specs import CASES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,12 +101,6 @@ def test_identifiers():
     assert arg_names(["x", "conv.weight", "conv_weight"]) == ["x", "conv_weight", "conv_weight_"]
 
 
-def _stderr(res) -> str:
-    try:
-        return res.stderr
-    except (ValueError, AttributeError):
-        return res.output
-
 
 def test_export_cli(tmp_path):
     res = runner.invoke(kerngen.cli.app, ["export", str(SHIPPED), "--out", str(tmp_path / "out"), "--name", "sm_cli"])
@@ -117,12 +111,12 @@ def test_export_cli(tmp_path):
 def test_export_cli_errors_are_one_line_exit_2(tmp_path):
     res = runner.invoke(kerngen.cli.app, ["export", "no-such-run", "--out", str(tmp_path / "o"),
                                           "--runs-dir", str(tmp_path)])
-    assert res.exit_code == 2 and "no-such-run" in _stderr(res)
+    assert res.exit_code == 2 and "no-such-run" in stderr_of(res)
     empty = tmp_path / "empty"
     empty.mkdir()
     lines = (SHIPPED / "events.jsonl").read_text().splitlines(keepends=True)
     (empty / "events.jsonl").write_text("".join(lines[:2]))  # started, baseline: no kernel at all
     res = runner.invoke(kerngen.cli.app, ["export", str(empty), "--out", str(tmp_path / "o")])
     assert res.exit_code == 2
-    err = _stderr(res).strip()
+    err = stderr_of(res).strip()
     assert "no correct kernel" in err and len(err.splitlines()) == 1

@@ -15,45 +15,10 @@ pytestmark = pytest.mark.gpu
 
 SHAPE = (4096, 32768)  # 512 MiB in: ~1 ms, so Python launch overhead is not what gets timed
 
-SOFTMAX = r"""
-#define NEG_INF __int_as_float(0xff800000)
-__device__ float block_reduce(float v, float* s, bool take_max) {
-  s[threadIdx.x] = v;
-  __syncthreads();
-  for (int k = BLOCK / 2; k > 0; k >>= 1) {
-    if (threadIdx.x < k) s[threadIdx.x] = take_max ? fmaxf(s[threadIdx.x], s[threadIdx.x + k])
-                                                   : s[threadIdx.x] + s[threadIdx.x + k];
-    __syncthreads();
-  }
-  float r = s[0];
-  __syncthreads();
-  return r;
-}
-// one block per row, three passes: max, sum of exp, write
-extern "C" __global__ void softmax(const float* __restrict__ x, float* __restrict__ out, int cols) {
-  __shared__ float s[BLOCK];
-  const float* xr = x + (size_t)blockIdx.x * cols;
-  float* yr = out + (size_t)blockIdx.x * cols;
-  float m = NEG_INF;
-  for (int c = threadIdx.x; c < cols; c += BLOCK) m = fmaxf(m, xr[c]);
-  m = block_reduce(m, s, true);
-  float sum = 0.0f;
-  for (int c = threadIdx.x; c < cols; c += BLOCK) sum += expf(xr[c] - m);
-  sum = block_reduce(sum, s, false);
-  for (int c = threadIdx.x; c < cols; c += BLOCK) yr[c] = expf(xr[c] - m) / sum;
-}
-"""
-
-
 def softmax_spec():
-    from kerngen.harness.spec import KernelSpec
+    from kerngen.harness.calibrate import naive_softmax_spec  # block per row, three passes (GPU-checked)
 
-    return KernelSpec.model_validate({
-        "name": "softmax_3pass", "source": SOFTMAX, "tunables": {"BLOCK": [128, 256, 512]},
-        "defaults": {"BLOCK": 256},
-        "steps": [{"kernel": "softmax", "grid": ["x.shape[0]"], "block": ["BLOCK"],
-                   "args": [{"name": "x"}, {"name": "out"}, {"kind": "int32", "value": "x.shape[1]"}]}],
-    })
+    return naive_softmax_spec("x")
 
 
 @pytest.fixture(scope="module")

@@ -16,6 +16,7 @@ from kerngen.harness.errors import ProblemError
 from kerngen.harness.evaluator import Candidate
 from kerngen.harness.results import Baseline, EvalResult, GpuFacts, Timing, Verdict
 from kerngen.problems.ref import ProblemRef
+from tests.cli_output import stderr_of
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "runs" / "20261122-023101-softmax-f340"
@@ -146,12 +147,6 @@ def test_expand_problems():
 
 
 # ----- the command ----------------------------------------------------------------------------
-def _stderr(res) -> str:
-    try:
-        return res.stderr
-    except (ValueError, AttributeError):
-        return res.output
-
 
 def test_suite_cli_json_and_table(runs):
     res = runner.invoke(kerngen.cli.app, ["suite", "softmax", "gelu", "--runs", str(runs), "--evaluator",
@@ -168,5 +163,5 @@ def test_suite_cli_json_and_table(runs):
 def test_suite_cli_unknown_problem_is_one_line_exit_2(runs):
     res = runner.invoke(kerngen.cli.app, ["suite", "no-such-problem", "--runs", str(runs), "--evaluator", "scripted"])
     assert res.exit_code == 2
-    err = _stderr(res).strip()
+    err = stderr_of(res).strip()
     assert err.startswith("error:") and "no-such-problem" in err and len(err.splitlines()) == 1
