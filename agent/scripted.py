@@ -175,7 +175,7 @@ class ScriptedEvaluator:
     def gpu_facts(self) -> GpuFacts:
         return GpuFacts(name=self.gpu_name, sm_count=132, copy_gbps=4280.0, fp32_tflops=51.0, bf16_tflops=800.0)
 
-    def baseline(self, problem: ProblemRef) -> Baseline:
+    def baseline(self, problem: ProblemRef, *, budget_ms: float = 300.0, with_compile: bool = True) -> Baseline:
         return Baseline(problem=problem.label(), gpu=self.gpu_name, eager=_timing(1.0 * self.scale),
                         compiled=_timing(0.8 * self.scale), floor_ms=0.4 * self.scale, floor_bound="memory",
                         degenerate=self.degenerate,

@@ -16,11 +16,13 @@ stored in the job's options (see :mod:`.headers`): the options stay the same on 
 
 from __future__ import annotations
 
+import atexit
 import functools
 import math
 import multiprocessing as mp
 import os
 import re
+import threading
 import time
 from typing import Any
 
@@ -319,17 +321,55 @@ def _context() -> mp.context.BaseContext:
     return mp.get_context("forkserver" if "forkserver" in methods else "spawn")
 
 
+class _PersistentPool:
+    """One process pool kept across :func:`compile_many` calls: starting fresh workers (a
+    forkserver child importing this module and NVRTC) costs about as much as a compile, and the
+    tuner compiles a batch every second. Killed on a timeout and at exit, rebuilt on demand."""
+
+    def __init__(self) -> None:
+        self._pool: Any = None
+        self._size = 0
+        self._lock = threading.Lock()
+        atexit.register(self.close)
+
+    def get(self, n: int) -> Any:
+        """The pool, started with ``n`` workers if there is none. A live pool is never resized:
+        another thread may have jobs in it (the tuner compiles ahead while the pool evaluates)."""
+        with self._lock:
+            if self._pool is None:
+                self._pool, self._size = _context().Pool(n), n
+            return self._pool
+
+    def kill(self, pool: Any) -> None:
+        with self._lock:
+            if pool is self._pool:
+                self._close_locked()
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_locked()
+
+    def _close_locked(self) -> None:
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()
+        self._pool, self._size = None, 0
+
+
+_POOL = _PersistentPool()
+
+
 def compile_many(
     jobs: list[CompileJob],
     workers: int | None = None,
     cache: CompileCache | None = DEFAULT_CACHE,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> list[CompiledKernel | CompileError]:
-    """Compile ``jobs`` on all CPU cores (a forkserver/spawn process pool); results in order, a
-    failed job as its :class:`CompileError`. Cache hits are served without a worker, and a job
-    identical to an earlier one in the batch is compiled once. A job still running after its
-    share of time (``timeout_s`` per job and worker) becomes a ``CompileError`` and the pool is
-    killed."""
+    """Compile ``jobs`` on all CPU cores (a persistent forkserver/spawn process pool); results
+    in order, a failed job as its :class:`CompileError`. Cache hits are served without a worker,
+    and a job identical to an earlier one in the batch is compiled once. A job still running
+    after its share of time (``timeout_s`` per job and worker) becomes a ``CompileError`` and the
+    pool is killed (the next call starts a new one)."""
     cache = _resolve_cache(cache)
     results: list[CompiledKernel | CompileError | None] = [None] * len(jobs)
     pending: dict[tuple[str, tuple[str, ...]], list[int]] = {}
@@ -349,17 +389,16 @@ def compile_many(
         return results  # type: ignore[return-value]
     root = str(cache.root) if cache is not None else None
     deadline = time.monotonic() + timeout_s * math.ceil(len(groups) / n) + 30.0
-    with _context().Pool(n) as pool:  # __exit__ terminates the workers
-        handles = [
-            pool.apply_async(_worker, (jobs[g[0]].model_dump(), root, cache is not None)) for g in groups
-        ]
-        for group, handle in zip(groups, handles):
-            try:
-                out = handle.get(timeout=max(0.0, deadline - time.monotonic()))
-            except mp.TimeoutError:
-                out = CompileError(f"compile timed out (over {timeout_s:.0f} s)", "")
-            except Exception as exc:  # noqa: BLE001 - a worker that died
-                out = CompileError(f"compile worker failed: {type(exc).__name__}: {exc}", repr(exc))
-            for i in group:
-                results[i] = out
+    pool = _POOL.get(workers or _cpu_count())
+    handles = [pool.apply_async(_worker, (jobs[g[0]].model_dump(), root, cache is not None)) for g in groups]
+    for group, handle in zip(groups, handles):
+        try:
+            out = handle.get(timeout=max(0.0, deadline - time.monotonic()))
+        except mp.TimeoutError:
+            _POOL.kill(pool)  # the hung NVRTC call dies with its worker
+            out = CompileError(f"compile timed out (over {timeout_s:.0f} s)", "")
+        except Exception as exc:  # noqa: BLE001 - a worker that died
+            out = CompileError(f"compile worker failed: {type(exc).__name__}: {exc}", repr(exc))
+        for i in group:
+            results[i] = out
     return results  # type: ignore[return-value]

@@ -26,6 +26,14 @@ class BaselineRequest(BaseModel):
     with_compile: bool = True
 
 
+class PrepareRequest(BaseModel):
+    """Build the problem's state (model, parameters, input generators) before a candidate is
+    sent: this one-time work on a fresh worker must not count against a candidate's timeout."""
+
+    op: Literal["prepare"] = "prepare"
+    problem: ProblemRef
+
+
 class EvaluateRequest(BaseModel):
     op: Literal["evaluate"] = "evaluate"
     problem: ProblemRef
@@ -43,7 +51,7 @@ class EvaluateRequest(BaseModel):
         return base64.b64decode(self.cubin_b64)
 
 
-Request = Annotated[Union[HelloRequest, BaselineRequest, EvaluateRequest], Field(discriminator="op")]
+Request = Annotated[Union[HelloRequest, BaselineRequest, PrepareRequest, EvaluateRequest], Field(discriminator="op")]
 
 
 class Envelope(BaseModel):

@@ -360,13 +360,30 @@ class ModelGuided(Strategy):
                 gp = _fit_gp(x, y, self._ls, self._noise, sweeps=1)
         self._ls, self._noise = gp.ls, gp.noise
         self._fits += 1
-        px = self.space.coords(pool)
+        # configs asked for but not told yet (the tuner compiles the next batch while the GPU
+        # measures this one) join as "believed" points: the batch is not spent next to them
+        pending = [k for k in self.proposed if k not in self.observed and k not in self.dropped]
+        px = self.space.coords(pool + pending)
         p_ok = self._p_ok(px)
         mu, var, v = gp.posterior(px)
         best_y = float(gp.y.min())
         out: list[Key] = []
-        alive = np.ones(len(pool), dtype=bool)
+        alive = np.zeros(len(px), dtype=bool)
+        alive[: len(pool)] = True
         updates: list[tuple[np.ndarray, float]] = []
+
+        def believe(i: int) -> np.ndarray:
+            # kriging believer: observing the predicted mean at px[i] leaves the posterior mean
+            # as it is and shrinks the variance around px[i] (rank-one update)
+            cov = _matern_from(_sqdiff(px, px[i : i + 1])[:, 0:1, :], gp.ls)[:, 0] - v.T @ v[:, i]
+            for c_j, d_j in updates:
+                cov -= c_j * c_j[i] / d_j
+            denom = float(var[i]) + gp.noise
+            updates.append((cov, denom))
+            return np.maximum(var - cov * cov / denom, 1e-12)
+
+        for i in range(len(pool), len(px)):
+            var = believe(i)
         for _ in range(min(n, len(pool))):
             sd = np.sqrt(np.maximum(var, 1e-12))
             z = (best_y - mu) / sd
@@ -377,14 +394,7 @@ class ModelGuided(Strategy):
                 break
             out.append(pool[i])
             alive[i] = False
-            # kriging believer: observing the predicted mean at pool[i] leaves the posterior mean
-            # as it is and shrinks the variance around pool[i] (rank-one update)
-            cov = _matern_from(_sqdiff(px, px[i : i + 1])[:, 0:1, :], gp.ls)[:, 0] - v.T @ v[:, i]
-            for c_j, d_j in updates:
-                cov -= c_j * c_j[i] / d_j
-            denom = float(var[i]) + gp.noise
-            var = np.maximum(var - cov * cov / denom, 1e-12)
-            updates.append((cov, denom))
+            var = believe(i)
         if len(out) < n:
             taken = set(out)
             for k in self._local(n - len(out), exclude=taken):

@@ -63,6 +63,7 @@ def _summary(result) -> dict[str, Any]:
         "pruned_examples": result.pruned_examples(),
         "best_config": result.best_config,
         "best_ms": result.best.ms if result.best else None,
+        "phase_medians_s": result.phase_medians(),
         "notes": result.notes,
     }
 
@@ -156,7 +157,7 @@ def tune_cmd(
     with WorkerPool(timeout_s=timeout_s) as pool:
         gpu = pool.gpu_facts()
         try:
-            base = pool.baseline(ref)
+            base = pool.baseline(ref, with_compile=False)  # tune reports eager and roofline only
             eager_ms = base.eager.median_ms
             floor, bound = (base.floor_ms, base.floor_bound) if base.floor_ms else floor_ms(
                 info.flops, info.min_bytes, info.dtype, gpu)

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Mapping, Sequence
 
 from pydantic import BaseModel, Field
@@ -88,6 +90,16 @@ class TuneResult(BaseModel):
         """Correct configs, fastest first."""
         ok = [t for t in self.evaluated if t.result is not None and t.result.ok]
         return sorted(ok, key=lambda t: t.ms)
+
+    def phase_medians(self) -> dict[str, float]:
+        """Median seconds of each phase (compile, load, check, bench, ..., round_trip) over the
+        configs measured on this run: where an evaluation's time goes."""
+        spans: dict[str, list[float]] = {}
+        for t in self.evaluated:
+            if t.result is not None and not t.cached:
+                for name, sec in t.result.phases_s.items():
+                    spans.setdefault(name, []).append(sec)
+        return {name: round(statistics.median(v), 5) for name, v in spans.items()}
 
     def failures(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -301,6 +313,7 @@ class _Tuning:
         self.run, self.strat, self.plans, self.gpu, self.probe = run, strat, plans, gpu, probe
         self.spec_hash = spec.content_hash()
         self.failures_in_a_row = 0
+        self.strat_lock = threading.Lock()  # the look-ahead thread asks while this one tells
 
     def evaluate(self, configs: list[dict[str, int]]) -> None:
         if not configs:
@@ -331,8 +344,9 @@ class _Tuning:
                 cfg, self.spec_hash, Verdict.runtime_error, "the evaluator returned no result for this config")
             landed.add(i)
             self.run.record(cfg, res)
-        for cfg in configs:
-            self.strat.tell(cfg, self.run.evaluated[config_id(cfg)].ms)
+        with self.strat_lock:
+            for cfg in configs:
+                self.strat.tell(cfg, self.run.evaluated[config_id(cfg)].ms)
 
     def screen(self, asked: list[dict[str, int]]) -> list[dict[str, int]]:
         """Compile ``asked`` and keep what can run: a compile error is recorded as its verdict,
@@ -344,13 +358,15 @@ class _Tuning:
                 log = getattr(info, "log", "") or ""
                 self.run.record(cfg, _failed(cfg, self.spec_hash, Verdict.compile_error,
                                              f"compile error: {info}"[:300], log))
-                self.strat.tell(cfg, math.inf)
+                with self.strat_lock:
+                    self.strat.tell(cfg, math.inf)
                 continue
             if isinstance(info, CompileInfo):
                 kind, reason = resource_reason(self.plans[config_id(cfg)][1], info, self.gpu)
                 if kind:
                     self.run.prune(cfg, kind, reason, write=True)
-                    self.strat.drop(cfg)
+                    with self.strat_lock:
+                        self.strat.drop(cfg)
                     continue
             go.append(cfg)
         return go
@@ -367,14 +383,31 @@ class _Tuning:
         return infos + [None] * (len(asked) - len(infos))
 
     def loop(self, max_evals: int, batch: int, deadline: float | None, minutes: float | None) -> None:
-        while (left := max_evals - len(self.run.evaluated)) > 0:
-            if deadline is not None and time.monotonic() >= deadline:
-                self.run.notes.append(f"stopped by the time budget ({minutes} min)")
-                return
-            asked = self.strat.ask(min(batch, left))
-            if not asked:
-                return
-            self.evaluate(self.screen(asked))
+        """Ask, compile and screen the next batch on a helper thread while the GPUs measure
+        this one: NVRTC on the CPU cores and the check + timing on the GPU overlap."""
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kerngen-tune-ahead") as ahead:
+            nxt = self._next(ahead, max_evals, batch, deadline, minutes, in_flight=0)
+            while nxt is not None:
+                asked, go = nxt.result()
+                if not asked:
+                    return
+                nxt = self._next(ahead, max_evals, batch, deadline, minutes, in_flight=len(go))
+                self.evaluate(go)
+
+    def _next(self, ahead: ThreadPoolExecutor, max_evals: int, batch: int, deadline: float | None,
+              minutes: float | None, *, in_flight: int) -> Future | None:
+        left = max_evals - len(self.run.evaluated) - in_flight
+        if left <= 0:
+            return None
+        if deadline is not None and time.monotonic() >= deadline:
+            self.run.notes.append(f"stopped by the time budget ({minutes} min)")
+            return None
+        return ahead.submit(self._ask_screen, min(batch, left))
+
+    def _ask_screen(self, n: int) -> tuple[list[dict[str, int]], list[dict[str, int]]]:
+        with self.strat_lock:
+            asked = self.strat.ask(n)
+        return asked, self.screen(asked)
 
 
 def _result(run: "_Run", strategy: str, spec: KernelSpec, feasible: int, hits: int, remeasured: int) -> TuneResult:

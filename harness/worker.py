@@ -15,7 +15,7 @@ import traceback
 from pydantic import ValidationError
 
 from .errors import KerngenError
-from .protocol import BaselineRequest, Envelope, EvaluateRequest, HelloRequest, Reply
+from .protocol import BaselineRequest, Envelope, EvaluateRequest, HelloRequest, PrepareRequest, Reply
 from .results import EvalResult, Verdict
 
 
@@ -85,6 +85,9 @@ class Worker:
             return Reply(id=env.id, facts=self.hello(req))
         if isinstance(req, BaselineRequest):
             return Reply(id=env.id, baseline=self.baseline(req))
+        if isinstance(req, PrepareRequest):
+            self.state(req.problem)
+            return Reply(id=env.id)
         return Reply(id=env.id, result=self.evaluate(req))
 
 

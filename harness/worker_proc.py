@@ -70,9 +70,17 @@ class WorkerProcess:
         lines.put(None)  # EOF: the process is gone
 
     def request(self, request, timeout_s: float) -> Reply:
-        """Send one request and wait for its reply. Raises WorkerTimeout or WorkerDied."""
+        """Send one request and wait for its reply. Raises WorkerTimeout or WorkerDied.
+        An evaluation is preceded by a prepare request under the start-up allowance, so that
+        ``timeout_s`` covers the candidate alone, also on a freshly (re)started worker."""
+        from .protocol import EvaluateRequest, PrepareRequest
+
         if not self.alive:
             self._start_and_greet()
+        if isinstance(request, EvaluateRequest):
+            prep = self._exchange(PrepareRequest(problem=request.problem), self.start_timeout_s)
+            if prep.error:  # the problem cannot be built: say so as this request's answer
+                return prep
         return self._exchange(request, timeout_s)
 
     def _start_and_greet(self) -> None:

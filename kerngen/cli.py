@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "kerngen.harness.tune_cli",  # tune
     "kerngen.agent.cli",  # generate, show, replay
     "kerngen.agent.results_cli",  # suite, report, export
+    "kerngen.agent.playbook.cli",  # playbook
 )
 
 _registered = False

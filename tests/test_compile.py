@@ -385,3 +385,20 @@ def test_compile_many_mixed_in_parallel(cache):
     again = compile_many(jobs[:3], workers=2, cache=cache)  # all served from the cache
     assert again[0].info.cached and again[2].info.cached and isinstance(again[1], CompileError)
     assert again[1].log == out[1].log
+
+
+def test_compile_pool_is_kept_across_calls_and_rebuilt_after_a_kill():
+    """Worker start-up costs about as much as a compile: the pool outlives compile_many."""
+    from kerngen.harness import compile as nvrtc_compile
+
+    jobs = [job(GOOD.replace("scale", f"scale{i}"), [f"scale{i}"]) for i in range(3)]
+    first = compile_many(jobs[:2], workers=2, cache=None)
+    pool = nvrtc_compile._POOL._pool
+    assert pool is not None and all(not isinstance(r, CompileError) for r in first)
+    second = compile_many(jobs[1:], workers=2, cache=None)
+    assert nvrtc_compile._POOL._pool is pool and all(not isinstance(r, CompileError) for r in second)
+    nvrtc_compile._POOL.kill(pool)
+    assert nvrtc_compile._POOL._pool is None
+    third = compile_many(jobs[:2], workers=2, cache=None)
+    assert nvrtc_compile._POOL._pool is not None and nvrtc_compile._POOL._pool is not pool
+    assert [r.cubin for r in third] == [r.cubin for r in first]

@@ -273,6 +273,24 @@ def test_worker_hang_is_killed_and_crash_is_reported_then_next_job_runs():
         w.close()
 
 
+def test_problem_setup_on_a_fresh_worker_does_not_count_against_the_candidate():
+    """The fake worker takes 2 s to prepare the (2, 2) problem; the candidate's timeout is 1 s.
+    Before the prepare step, the first candidate after every (re)start timed out under load."""
+    from kerngen.problems.ref import ProblemRef
+
+    w = WorkerProcess(0, "0", start_timeout_s=60, module="tests.fakes.fake_worker")
+    try:
+        slow = _request("fine")
+        slow.problem = ProblemRef(source="softmax", shape=(2, 2))
+        assert w.request(slow, timeout_s=1.0).result.verdict is Verdict.ok
+        with pytest.raises(WorkerDied):
+            w.request(_request("crash"), timeout_s=30)
+        assert w.request(slow, timeout_s=1.0).result.verdict is Verdict.ok  # restarted worker
+        assert w.restarts == 1
+    finally:
+        w.close()
+
+
 def test_cubin_travels_base64():
     req = _request("x")
     req.cubin_b64 = EvaluateRequest.encode(b"\x7fELF\x00\xff")

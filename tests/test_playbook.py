@@ -31,7 +31,8 @@ EXPECTED = {
     "kb_relu": "elementwise",
     "kb_softmax_named": "softmax",
 }
-REFUSED = {"suite_attention": "attention", "kb_attention": "attention", "kb_softmax_dim0": "dim 0"}
+REFUSED = {"suite_attention": "attention", "kb_attention": "attention", "kb_softmax_dim0": "dim 0",
+           "kb_softmax_scaled": "other ops"}
 BUILTINS = {
     "softmax": "softmax", "layernorm": "layernorm", "rmsnorm": "rmsnorm", "gelu": "elementwise",
     "conv2d": "conv2d", "conv_relu_maxpool": "conv_relu_maxpool", "matmul": "matmul",

@@ -42,7 +42,7 @@ class FakeEvaluator:
     def gpu_facts(self) -> GpuFacts:
         return GpuFacts(name="fake GPU")
 
-    def baseline(self, problem: ProblemRef) -> Baseline:
+    def baseline(self, problem: ProblemRef, *, budget_ms: float = 300.0, with_compile: bool = True) -> Baseline:
         self.calls.append(("baseline", problem))
         return Baseline(problem=problem.label(), gpu="fake GPU", eager=_t(1.0), compiled=_t(0.8), floor_ms=0.4,
                         floor_bound="memory")

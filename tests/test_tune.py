@@ -19,7 +19,7 @@ from kerngen.harness.tune_cache import CacheRecord, TuneCache, TuneKey
 from kerngen.harness.tuner import TuneResult, tune
 
 from tests.test_tune_fakes import (
-    BIG_TUNABLES, GPU, PROBLEM, SIZES, TENSORS, FakeEvaluator, grid_optimum, make_spec,
+    BIG_TUNABLES, GPU, PROBLEM, SIZES, TENSORS, FakeEvaluator, FakeProbe, grid_optimum, make_spec, synthetic_ms,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -81,6 +81,57 @@ def test_default_batch_is_eight_per_gpu():
     ev = FakeEvaluator(fail_share=0.0, n_gpus=2)
     _tune(ev, strategy="exhaustive", max_evals=40)
     assert ev.batches == [16, 16, 8]
+
+
+def test_next_batch_compiles_while_the_gpu_measures_this_one():
+    """The look-ahead: batch k+1 is asked and compiled (probe) while batch k is evaluated, so
+    compile and GPU time overlap; the budget still holds exactly."""
+    spans: dict[str, list[tuple[float, float]]] = {"probe": [], "eval": []}
+
+    class SlowProbe(FakeProbe):
+        def __call__(self, spec, items, gpu):
+            t0 = time.monotonic()
+            time.sleep(0.05)
+            out = super().__call__(spec, items, gpu)
+            spans["probe"].append((t0, time.monotonic()))
+            return out
+
+    class SlowEval(FakeEvaluator):
+        def evaluate(self, problem, candidates, options=None, on_result=None):
+            t0 = time.monotonic()
+            out = super().evaluate(problem, candidates, options, on_result)
+            spans["eval"].append((t0, time.monotonic()))
+            return out
+
+    ev = SlowEval(fail_share=0.0, delay_s=0.01)
+    t0 = time.monotonic()
+    res = _tune(ev, strategy="exhaustive", max_evals=40, batch=8, probe=SlowProbe())
+    wall = time.monotonic() - t0
+    assert len(res.evaluated) == 40 and ev.batches == [8] * 5
+    # every probe after the first starts before the previous batch's evaluation ends
+    for (p_start, _), (_, e_end) in zip(spans["probe"][1:], spans["eval"]):
+        assert p_start < e_end
+    serial = sum(b - a for a, b in spans["probe"]) + sum(b - a for a, b in spans["eval"])
+    assert wall < serial - 0.15  # 4 of the 5 probes (0.05 s each) hidden behind evaluations
+
+
+def test_model_strategy_treats_pending_configs_as_believed_points():
+    """Asking 4 then 4 more before any result is told gives the batch of 8 asked at once: the
+    pending configs shrink the model's uncertainty exactly as the batch's own picks do."""
+    from kerngen.harness.strategies import Space, make_strategy
+
+    def primed():
+        space = Space(BIG_TUNABLES, make_spec(BIG_TUNABLES).configs())
+        strat = make_strategy("model", space, budget=200, seed=1)
+        for cfg in strat.ask(30):
+            strat.tell(cfg, synthetic_ms(cfg))
+        return strat
+
+    at_once = primed().ask(8)
+    split = primed()
+    first, second = split.ask(4), split.ask(4)
+    assert _ids(first) == _ids(at_once[:4])
+    assert _ids(second) == _ids(at_once[4:])
 
 
 def test_curve_is_monotone_and_ends_at_the_best():

@@ -110,7 +110,7 @@ class FakeEvaluator:
     def gpu_facts(self) -> GpuFacts:
         return GPU
 
-    def baseline(self, problem: ProblemRef) -> Baseline:
+    def baseline(self, problem: ProblemRef, *, budget_ms: float = 300.0, with_compile: bool = True) -> Baseline:
         return Baseline(problem=problem.label(), gpu=GPU.name, eager=timing(2.0), floor_ms=0.5, floor_bound="memory")
 
     def evaluate(self, problem, candidates, options=None, on_result=None):

@@ -328,7 +328,7 @@ def explain(problem: Any) -> FamilyMatch:
     sm = [(k, c, n) for k, c, n in kinds if k in ("softmax", "Softmax")]
     if sm:
         k, callee, node = sm[0]
-        if len(kinds) != 1:
+        if len(kinds) != 1 or fwd.binops:
             raise NotCovered("softmax with other ops around it is not covered by the playbook")
         mod = _module_of(model, callee)
         dim = getattr(mod, "dim", None) if mod is not None else _kw(node, "dim", 1 if callee.startswith(("torch.", "F.", "nn.")) else 0)
@@ -344,7 +344,7 @@ def explain(problem: Any) -> FamilyMatch:
     # -- layernorm -------------------------------------------------------------------------------
     ln = [(k, c, n) for k, c, n in kinds if k in ("LayerNorm", "layer_norm")]
     if ln:
-        if len(kinds) != 1:
+        if len(kinds) != 1 or fwd.binops:
             raise NotCovered("layernorm with other ops around it is not covered by the playbook")
         k, callee, node = ln[0]
         mod = _module_of(model, callee)
@@ -367,24 +367,45 @@ def explain(problem: Any) -> FamilyMatch:
         return _rmsnorm(match, x, kinds, fwd, model, params, source)
 
     # -- elementwise -----------------------------------------------------------------------------
-    ops = []
-    for k, callee, node in kinds:
-        canon = _ELEMENTWISE_ALIASES.get(k)
-        if canon is None:
-            raise NotCovered(f"op {k!r} is not covered by the playbook")
-        if canon == "gelu":
-            mod = _module_of(model, callee)
-            approx = getattr(mod, "approximate", None) if mod is not None else _kw(node, "approximate")
-            if approx is _Unknown:
-                raise NotCovered("cannot read gelu's approximate= from the source")
-            canon = "gelu_tanh" if approx == "tanh" else "gelu"
-        ops.append(canon)
-    if len(ops) != 1 or fwd.binops:
-        raise NotCovered("the playbook covers a single unary elementwise op (relu, gelu, sigmoid, tanh, silu, ...)")
+    return _elementwise(match, x, kinds, fwd, model)
+
+
+def _single_op(kinds: list, fwd: _Forward, model: Any) -> str | None:
+    """The one unary op (a key of ELEMENTWISE_OPS) of a forward that is just ``op(x)``, read from
+    the source, or None (then the forward may still be a fused chain)."""
+    if len(kinds) != 1 or fwd.binops:
+        return None
+    k, callee, node = kinds[0]
+    canon = _ELEMENTWISE_ALIASES.get(k)
+    if canon == "gelu":
+        mod = _module_of(model, callee)
+        approx = getattr(mod, "approximate", None) if mod is not None else _kw(node, "approximate")
+        if approx is _Unknown:
+            return None  # the traced chain reads approximate= from the call itself
+        canon = "gelu_tanh" if approx == "tanh" else "gelu"
+    return canon
+
+
+def _elementwise(match: FamilyMatch, x: Tensor, kinds: list, fwd: _Forward, model: Any) -> FamilyMatch:
+    """One unary op (facts ``op``, ``expr``) or a fused chain of elementwise ops over ``x`` (facts
+    ``op``: a slug of the ops, ``expr``: the result, ``body``: C statements, ``formula``, ``chain``)."""
+    out = match.outputs[0]
+    single = _single_op(kinds, fwd, model)
+    if single is not None:
+        facts: dict[str, Any] = dict(op=single, expr=ELEMENTWISE_OPS[single])
+    elif model is None:  # no model to trace: say what the source shows
+        unknown = next((k for k, _, _ in kinds if k not in _ELEMENTWISE_ALIASES), None)
+        if unknown is not None:
+            raise NotCovered(f"op {unknown!r} is not covered by the playbook")
+        raise NotCovered("a chain of elementwise ops needs the model built on the CPU (to trace its forward)")
+    else:
+        from .chain import translate  # torch.fx: imported only for chains
+
+        facts = translate(model).facts()
     if out.shape != x.shape or out.dtype != x.dtype:
         raise NotCovered("elementwise output differs from its input in shape or dtype")
     match.family = "elementwise"
-    match.facts = dict(op=ops[0], expr=ELEMENTWISE_OPS[ops[0]])
+    match.facts = facts
     return match
 
 

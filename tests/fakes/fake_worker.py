@@ -5,18 +5,27 @@ import os
 import sys
 import time
 
-from kerngen.harness.protocol import Envelope, EvaluateRequest, Reply
+from kerngen.harness.protocol import Envelope, EvaluateRequest, PrepareRequest, Reply
 from kerngen.harness.results import EvalResult, GpuFacts, Verdict
 
 
 def main() -> None:
+    built: set[str] = set()
     for line in sys.stdin:
         env = Envelope.model_validate_json(line)
         req = env.request
         # what to do: the first kernel's name of the plan, else the spec hash
         what = req.plan.launches[0].kernel if isinstance(req, EvaluateRequest) and req.plan.launches else ""
         what = what or getattr(req, "spec_hash", "")
-        if not isinstance(req, EvaluateRequest):
+        problem = getattr(req, "problem", None)
+        if problem is not None and problem.key() not in built:
+            # like the real worker: the first request that needs a problem builds its state,
+            # which takes a while for the "slow" (2, 2) shape
+            time.sleep(2.0 if problem.shape == (2, 2) else 0.0)
+            built.add(problem.key())
+        if isinstance(req, PrepareRequest):
+            reply = Reply(id=env.id)
+        elif not isinstance(req, EvaluateRequest):
             reply = Reply(id=env.id, facts=GpuFacts(name="fake", arch="sm_90"))
         elif what == "hang":
             time.sleep(3600)

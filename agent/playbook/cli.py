@@ -1,0 +1,59 @@
+"""``kerngen playbook``: what the offline playbook knows about a problem (its family, variants and
+ideas), and a variant's kernel spec written out for ``kerngen bench`` / ``kerngen tune``. No GPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from kerngen.harness.errors import KerngenError
+
+
+def playbook(
+    problem: str = typer.Argument(..., help="built-in problem name or KernelBench-format .py file"),
+    shape: Optional[str] = typer.Option(None, "--shape", help="built-ins: shape, e.g. 8192x1024"),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="built-ins: fp32 | fp16 | bf16"),
+    variant: Optional[str] = typer.Option(None, "--variant", help="the template variant to write out"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="write the variant's kernel spec (JSON) here"),
+) -> None:
+    """Show the playbook's family, variants and ideas for PROBLEM; with --out, write a variant's
+    kernel spec (all its tunables) for kerngen bench / kerngen tune."""
+    from rich.console import Console
+
+    from kerngen.problems.problem import load_problem
+    from kerngen.problems.ref import parse_problem_ref
+
+    from . import builders
+    from .catalog import CATALOG
+    from .families import NotCovered, explain
+
+    ref = parse_problem_ref(problem, shape=shape, dtype=dtype)
+    try:
+        match = explain(load_problem(ref))
+    except NotCovered as exc:
+        raise KerngenError(f"the playbook has nothing for {ref.label()}: {exc}") from None
+    variants = builders.VARIANTS[match.family]
+    console = Console(highlight=False, soft_wrap=True)
+    if out is None:
+        console.print(f"[bold]{ref.label()}[/]: family {match.family}; variants: {', '.join(variants)}")
+        for entry in CATALOG[match.family]:
+            console.print(f"  {entry.id} [{entry.category.value}] ({entry.variant}): {entry.text}", markup=False)
+        return
+    name = variant or next(iter(variants))
+    if name not in variants:
+        raise KerngenError(f"unknown --variant {name!r} for family {match.family} (choose from {', '.join(variants)})")
+    spec = builders.build(match, name)
+    try:
+        spec.dump(out)
+    except OSError as exc:
+        raise KerngenError(f"cannot write {out}: {exc.strerror or exc}") from None
+    console.print(f"wrote {out}: {spec.name}, {spec.space_size()} configurations "
+                  f"({', '.join(f'{k} {len(v)}' for k, v in spec.tunables.items())})", markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    from kerngen.agent.cli import _guard
+
+    app.command("playbook")(_guard(playbook))
