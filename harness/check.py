@@ -17,6 +17,7 @@ import torch
 
 from .buffers import POISON_PATTERNS, GuardedBuffer, alloc_guarded, guarded_copy, poison, torch_dtype
 from .compare import Comparison, compare, rel_err_limit
+from .integrity import Seal
 from .launcher import LoadedModule, PlanRunner
 from .plan import ResolvedPlan
 from .results import CheckEvidence, CheckFailure
@@ -31,6 +32,7 @@ class BoundSet:
     scratch: dict[str, GuardedBuffer]
     pristine: list  # untouched copies of forward's arguments (tensors and scalars): the reference's
     refs: list[torch.Tensor] = field(default_factory=list)
+    seal: Seal = field(default_factory=Seal)  # digests of the pristine copies and the references
 
     def pristine_tensors(self) -> dict[str, torch.Tensor]:
         return dict(zip(self.inputs, (x for x in self.pristine if isinstance(x, torch.Tensor))))
@@ -50,6 +52,7 @@ class ProblemState:
         self.problem = problem
         self.info = problem.info
         self.device = device
+        self._seed = seed
         self.model = problem.build_model(device, seed)
         self.gen = torch.Generator(device=device)
         self.gen.manual_seed(seed)
@@ -58,20 +61,36 @@ class ProblemState:
         # named exactly as the problem's info names them (prefixed where a name clashes with an input)
         self._param_sources = dict(_named_tensors(self.model, {t.name for t in self.info.inputs}))
         self.params = self._guard_params()
+        self.seal = self._seal_model()
+
+    def _seal_model(self) -> Seal:
+        """The reference model's own parameters: a far write that changed a copy AND its source
+        the same way would otherwise change the reference too and go unseen."""
+        seal = Seal()
+        for name, t in self._param_sources.items():
+            seal.add(name, t)
+        return seal
 
     def _guard_params(self) -> dict[str, GuardedBuffer]:
         with torch.no_grad():
             return {name: guarded_copy(name, t.detach(), self.gen) for name, t in self._param_sources.items()}
 
     def params_intact(self) -> str:
-        """Name of a parameter copy that changed or whose guards were hit, else ''."""
+        """Name of a parameter copy that changed or whose guards were hit, or of a reference
+        parameter that changed, else ''."""
         with torch.no_grad():
             for name, buf in self.params.items():
                 if not buf.guards_intact() or not torch.equal(buf.view, self._param_sources[name].detach()):
                     return name
-        return ""
+        return self.seal.broken()
 
     def reset_params(self) -> None:
+        if self.seal.broken():  # the reference model itself was written to: build it anew
+            from kerngen.problems.problem import _named_tensors
+
+            self.model = self.problem.build_model(self.device, self._seed)
+            self._param_sources = dict(_named_tensors(self.model, {t.name for t in self.info.inputs}))
+            self.seal = self._seal_model()
         self.params = self._guard_params()
 
     def new_set(self, seed: int, plan: ResolvedPlan) -> BoundSet:
@@ -92,7 +111,16 @@ class ProblemState:
             for s in plan.scratch
         }
         pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in raw]
-        return BoundSet(inputs=inputs, outputs=outputs, scratch=scratch, pristine=pristine)
+        bound = BoundSet(inputs=inputs, outputs=outputs, scratch=scratch, pristine=pristine)
+        for i, x in enumerate(pristine):
+            if isinstance(x, torch.Tensor):
+                bound.seal.add(f"pristine copy of argument {i}", x)
+        return bound
+
+    def seal_refs(self, bound: BoundSet, refs: list[torch.Tensor]) -> None:
+        bound.refs = refs
+        for i, r in enumerate(refs):
+            bound.seal.add(f"reference output {i}", r)
 
     def reference(self, bound: BoundSet) -> list[torch.Tensor]:
         # a KernelBench reference may work in place (ReLU(inplace=True)): give it a copy
@@ -147,6 +175,7 @@ def _check_one_set(state, module, plan, stream, seed, i, sync, evidence: CheckEv
     first = _run_poisoned(state, bound, runner, POISON_PATTERNS[i % 3], sync)
     _verify_untouched(state, bound, evidence, "before the reference")
     refs = state.reference(bound)
+    state.seal_refs(bound, refs)
     second = _run_poisoned(state, bound, runner, POISON_PATTERNS[(i + 1) % 3], sync)
     _verify_untouched(state, bound, evidence, "after the reference")
     names = [o.name for o in state.info.outputs]
@@ -161,7 +190,6 @@ def _check_one_set(state, module, plan, stream, seed, i, sync, evidence: CheckEv
             c = compare(out2, out1, atol=evidence.atol, rtol=evidence.rtol, name=name)
             if not c.ok:
                 _fail(evidence, CheckFailure.nondeterministic, f"seed {seed}: two runs disagree: {c.message}")
-    bound.refs = refs
     return bound
 
 
@@ -179,6 +207,9 @@ def _verify_untouched(state: ProblemState, bound: BoundSet, evidence: CheckEvide
     for buf in bound.buffers():
         if not buf.guards_intact():
             _fail(evidence, CheckFailure.guard_overwritten, f"a write landed outside {buf.name!r} ({when})")
+    hit = bound.seal.broken()
+    if hit:
+        _fail(evidence, CheckFailure.guard_overwritten, f"a write landed in the harness's {hit} ({when})")
     for name, pristine in bound.pristine_tensors().items():
         if not torch.equal(bound.inputs[name].view, pristine):
             _fail(evidence, CheckFailure.input_mutated, f"input {name!r} was modified ({when})")

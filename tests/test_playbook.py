@@ -137,6 +137,9 @@ def test_templates_render_with_strict_undefined():
 
 @pytest.mark.parametrize("name,var,m,spec", SPECS, ids=[f"{n}-{v}" for n, v, _, _ in SPECS])
 def test_spec_is_pure_cuda_and_resolves(name, var, m, spec):
+    # tunable values ascend (the tuner's neighbours are index steps); the default is one of them
+    assert all(v == sorted(v) for v in spec.tunables.values())
+    assert all(spec.defaults[k] in v for k, v in spec.tunables.items())
     assert 'extern "C" __global__' in spec.source
     assert "{{" not in spec.source and "{%" not in spec.source
     assert "__device__ float" not in spec.source.replace("__device__ __forceinline__ float", "")  # no mutable globals

@@ -44,15 +44,15 @@ def _vec(dtype: str) -> int:
 
 
 def _tun(values: list[int], default: int) -> list[int]:
-    """Tunable values with ``default`` first (added when missing)."""
-    out = [default] + [v for v in values if v != default]
-    return out
+    """Tunable values in increasing order, ``default`` added when missing: the order is the
+    tuner's notion of "one step away" (its local search and model walk it)."""
+    return sorted({*values, default})
 
 
 def _spec(name: str, description: str, source: str, tunables: dict[str, list[int]], defaults: dict[str, int], **kw) -> KernelSpec:
     tun = {k: _tun(v, defaults.get(k, v[0])) for k, v in tunables.items()}
     return KernelSpec(name=name, description=description, source=source, tunables=tun,
-                      defaults={k: tun[k][0] for k in tun}, **kw)
+                      defaults={k: defaults.get(k, v[0]) for k, v in tunables.items()}, **kw)
 
 
 def _pick(defaults: dict[str, int], base: dict[str, int]) -> dict[str, int]:
