@@ -34,7 +34,8 @@ def digest(t: torch.Tensor, key: int) -> int:
     """The tensor's bytes (as laid out in its contiguous form) reduced to one 64-bit integer."""
     flat = t.detach().contiguous().reshape(-1)
     raw = flat.view(torch.uint8) if flat.dtype != torch.bool else flat.to(torch.uint8)
-    words = raw.view(torch.int32) if raw.numel() % 4 == 0 else raw
+    whole_words = raw.numel() % 4 == 0 and raw.storage_offset() % 4 == 0  # a view into a larger storage may not be
+    words = raw.view(torch.int32) if whole_words else raw
     gen = torch.Generator(device=words.device)
     gen.manual_seed(key)
     n = words.numel()

@@ -234,8 +234,37 @@ def _param_for(params: list[Tensor], prefix: str, leaf: str) -> Tensor | None:
 
 
 # ----------------------------------------------------------------------------------------------
+@dataclass
+class _Read:
+    """What ``explain`` read from a problem, shared by the per-family recognisers."""
+
+    match: FamilyMatch
+    fwd: _Forward
+    model: Any
+    kinds: list  # (kind, dotted callee, ast.Call) per call in forward
+    dtypes: set[str]
+    source: str
+
+    @property
+    def names(self) -> list[str]:
+        return [k for k, _, _ in self.kinds]
+
+    @property
+    def out(self) -> Tensor:
+        return self.match.outputs[0]
+
+
 def explain(problem: Any) -> FamilyMatch:
     """The match, or raise :class:`NotCovered` with a one-line reason."""
+    r = _read(problem)
+    for recognise in (_matmul, _convolution):
+        m = recognise(r)
+        if m is not None:
+            return m
+    return _one_input_family(r)
+
+
+def _read(problem: Any) -> _Read:
     info = getattr(problem, "info", problem)
     inputs = _tensors(getattr(info, "inputs", None))
     params = _tensors(getattr(info, "params", None))
@@ -255,119 +284,126 @@ def explain(problem: Any) -> FamilyMatch:
     model = _model(problem)
     init_types = _init_types(source)
     kinds = [(_kind(model, callee, init_types), callee, node) for callee, node in fwd.calls]
-    names = [k for k, _, _ in kinds]
     dtypes = {t.dtype for t in inputs} | {outputs[0].dtype}
     for d in dtypes:
         if d not in _SUPPORTED_DTYPES:
             raise NotCovered(f"dtype {d} is not covered by the playbook")
-    out = outputs[0]
-    match = FamilyMatch("", inputs, params, outputs)
+    return _Read(FamilyMatch("", inputs, params, outputs), fwd, model, kinds, dtypes, source)
 
-    # -- matmul -----------------------------------------------------------------------------
-    if any(n in ("matmul", "mm") for n in names) or "MatMult" in fwd.binops:
-        others = [n for n in names if n not in ("matmul", "mm")]
-        a_b = [t for t in inputs]
-        transposed = re.search(r"\.(T|mT|t\(\)|transpose|permute)\b", fwd.text) is not None
-        if others or len(a_b) != 2 or any(len(t.shape) != 2 for t in a_b) or transposed:
-            raise NotCovered("the playbook covers plain 2-D A @ B only (no transposes, batches or epilogues)")
-        a, b = a_b
-        if a.shape[1] != b.shape[0] or out.shape != (a.shape[0], b.shape[1]):
-            raise NotCovered("matmul operands do not match A (M, K) @ B (K, N)")
-        if dtypes != {"float32"}:
-            raise NotCovered("the playbook's matmul is fp32 only")
-        match.family = "matmul"
-        return match
 
-    # -- convolutions ---------------------------------------------------------------------------
-    conv_calls = [(k, c, n) for k, c, n in kinds if k == "Conv2d"]
-    if conv_calls or any(n in ("conv2d",) for n in names):
-        if len(conv_calls) != 1 or len(inputs) != 1:
-            raise NotCovered("the playbook covers one nn.Conv2d module applied to one input")
-        _, callee, _ = conv_calls[0]
-        mod = _module_of(model, callee)
-        if mod is None:
-            raise NotCovered("cannot read the nn.Conv2d module's geometry (model did not build on the CPU)")
-        prefix = callee.split(".", 1)[1]
-        geo = _conv_geometry(mod)
-        x = inputs[0]
-        if len(x.shape) != 4 or dtypes != {"float32"}:
-            raise NotCovered("the playbook's conv2d is NCHW fp32 only")
-        weight = _param_for(params, prefix, "weight")
-        bias = _param_for(params, prefix, "bias")
-        if weight is None:
-            raise NotCovered(f"no parameter {prefix}.weight among the model's parameters")
-        facts = dict(geo, weight=weight.name, bias=bias.name if bias else None)
-        rest = [k for k in names if k != "Conv2d"]
-        relu = [k for k in rest if k in ("relu", "relu_", "ReLU")]
-        pools = [(k, c, n) for k, c, n in kinds if k in ("MaxPool2d", "max_pool2d")]
-        other = [k for k in rest if k not in ("relu", "relu_", "ReLU", "MaxPool2d", "max_pool2d")]
-        if other:
-            raise NotCovered(f"conv2d followed by {other[0]}: not covered by the playbook")
-        if not relu and not pools:
-            if out.shape[1:] != (geo["OC"], *_conv_out(x.shape, geo)):
-                raise NotCovered("conv2d output shape does not match the module's geometry")
-            match.family, match.facts = "conv2d", facts
-            return match
-        if len(relu) == 1 and len(pools) == 1:
-            pk, ps = _pool_geometry(model, pools[0])
-            oh, ow = _conv_out(x.shape, geo)
-            poh, pow_ = (oh - pk) // ps + 1, (ow - pk) // ps + 1
-            if out.shape != (x.shape[0], geo["OC"], poh, pow_):
-                raise NotCovered("conv+relu+maxpool output shape does not match the modules' geometry")
-            facts.update(PK=pk, PS=ps)
-            match.family, match.facts = "conv_relu_maxpool", facts
-            return match
-        raise NotCovered("the playbook fuses conv2d + one relu + one max-pool only")
+def _matmul(r: _Read) -> FamilyMatch | None:
+    names, inputs, out = r.names, r.match.inputs, r.out
+    if not (any(n in ("matmul", "mm") for n in names) or "MatMult" in r.fwd.binops):
+        return None
+    others = [n for n in names if n not in ("matmul", "mm")]
+    transposed = re.search(r"\.(T|mT|t\(\)|transpose|permute)\b", r.fwd.text) is not None
+    if others or len(inputs) != 2 or any(len(t.shape) != 2 for t in inputs) or transposed:
+        raise NotCovered("the playbook covers plain 2-D A @ B only (no transposes, batches or epilogues)")
+    a, b = inputs
+    if a.shape[1] != b.shape[0] or out.shape != (a.shape[0], b.shape[1]):
+        raise NotCovered("matmul operands do not match A (M, K) @ B (K, N)")
+    if r.dtypes != {"float32"}:
+        raise NotCovered("the playbook's matmul is fp32 only")
+    r.match.family = "matmul"
+    return r.match
 
-    x = inputs[0]
-    if len(inputs) != 1:
+
+def _convolution(r: _Read) -> FamilyMatch | None:
+    conv_calls = [(k, c, n) for k, c, n in r.kinds if k == "Conv2d"]
+    if not conv_calls and "conv2d" not in r.names:
+        return None
+    if len(conv_calls) != 1 or len(r.match.inputs) != 1:
+        raise NotCovered("the playbook covers one nn.Conv2d module applied to one input")
+    _, callee, _ = conv_calls[0]
+    mod = _module_of(r.model, callee)
+    if mod is None:
+        raise NotCovered("cannot read the nn.Conv2d module's geometry (model did not build on the CPU)")
+    prefix = callee.split(".", 1)[1]
+    geo = _conv_geometry(mod)
+    x = r.match.inputs[0]
+    if len(x.shape) != 4 or r.dtypes != {"float32"}:
+        raise NotCovered("the playbook's conv2d is NCHW fp32 only")
+    weight = _param_for(r.match.params, prefix, "weight")
+    bias = _param_for(r.match.params, prefix, "bias")
+    if weight is None:
+        raise NotCovered(f"no parameter {prefix}.weight among the model's parameters")
+    facts = dict(geo, weight=weight.name, bias=bias.name if bias else None)
+    rest = [k for k in r.names if k != "Conv2d"]
+    relu = [k for k in rest if k in ("relu", "relu_", "ReLU")]
+    pools = [(k, c, n) for k, c, n in r.kinds if k in ("MaxPool2d", "max_pool2d")]
+    other = [k for k in rest if k not in ("relu", "relu_", "ReLU", "MaxPool2d", "max_pool2d")]
+    if other:
+        raise NotCovered(f"conv2d followed by {other[0]}: not covered by the playbook")
+    if not relu and not pools:
+        if r.out.shape[1:] != (geo["OC"], *_conv_out(x.shape, geo)):
+            raise NotCovered("conv2d output shape does not match the module's geometry")
+        r.match.family, r.match.facts = "conv2d", facts
+        return r.match
+    if len(relu) == 1 and len(pools) == 1:
+        pk, ps = _pool_geometry(r.model, pools[0])
+        oh, ow = _conv_out(x.shape, geo)
+        if r.out.shape != (x.shape[0], geo["OC"], (oh - pk) // ps + 1, (ow - pk) // ps + 1):
+            raise NotCovered("conv+relu+maxpool output shape does not match the modules' geometry")
+        facts.update(PK=pk, PS=ps)
+        r.match.family, r.match.facts = "conv_relu_maxpool", facts
+        return r.match
+    raise NotCovered("the playbook fuses conv2d + one relu + one max-pool only")
+
+
+def _one_input_family(r: _Read) -> FamilyMatch:
+    """softmax, layernorm, rmsnorm, else elementwise (single op or fused chain)."""
+    if len(r.match.inputs) != 1:
         raise NotCovered("the playbook's row and elementwise families take one input")
-    last = len(x.shape) - 1
+    x = r.match.inputs[0]
+    for recognise in (_softmax, _layernorm):
+        m = recognise(r, x)
+        if m is not None:
+            return m
+    names = r.names
+    if any(k in ("RMSNorm", "rms_norm") for k in names) or ({"rsqrt", "sqrt"} & set(names) and "mean" in names):
+        return _rmsnorm(r.match, x, r.kinds, r.fwd, r.model, r.match.params, r.source)
+    return _elementwise(r.match, x, r.kinds, r.fwd, r.model)
 
-    # -- softmax ---------------------------------------------------------------------------------
-    sm = [(k, c, n) for k, c, n in kinds if k in ("softmax", "Softmax")]
-    if sm:
-        k, callee, node = sm[0]
-        if len(kinds) != 1 or fwd.binops:
-            raise NotCovered("softmax with other ops around it is not covered by the playbook")
-        mod = _module_of(model, callee)
-        dim = getattr(mod, "dim", None) if mod is not None else _kw(node, "dim", 1 if callee.startswith(("torch.", "F.", "nn.")) else 0)
-        if dim is None or dim is _Unknown:
-            raise NotCovered("cannot read softmax's dim from the source")
-        if dim not in (-1, last):
-            raise NotCovered(f"softmax over dim {dim} (not the last) is not covered by the playbook")
-        if out.shape != x.shape or x.dtype != out.dtype:
-            raise NotCovered("softmax output differs from its input in shape or dtype")
-        match.family = "softmax"
-        return match
 
-    # -- layernorm -------------------------------------------------------------------------------
-    ln = [(k, c, n) for k, c, n in kinds if k in ("LayerNorm", "layer_norm")]
-    if ln:
-        if len(kinds) != 1 or fwd.binops:
-            raise NotCovered("layernorm with other ops around it is not covered by the playbook")
-        k, callee, node = ln[0]
-        mod = _module_of(model, callee)
-        if mod is None:
-            raise NotCovered("the playbook reads layernorm from an nn.LayerNorm module only")
-        shape = tuple(mod.normalized_shape)
-        if tuple(x.shape[len(x.shape) - len(shape):]) != shape:
-            raise NotCovered("layernorm's normalized_shape is not the input's trailing dims")
-        prefix = callee.split(".", 1)[1]
-        w = _param_for(params, prefix, "weight")
-        b = _param_for(params, prefix, "bias")
-        match.family = "layernorm"
-        match.facts = dict(ndims=len(shape), eps=float(mod.eps), weight=w.name if w else None, bias=b.name if b else None,
-                           wdtype=(w or b).dtype if (w or b) else x.dtype)
-        return _check_wdtype(match, x)
+def _softmax(r: _Read, x: Tensor) -> FamilyMatch | None:
+    sm = [(k, c, n) for k, c, n in r.kinds if k in ("softmax", "Softmax")]
+    if not sm:
+        return None
+    _, callee, node = sm[0]
+    if len(r.kinds) != 1 or r.fwd.binops:
+        raise NotCovered("softmax with other ops around it is not covered by the playbook")
+    mod = _module_of(r.model, callee)
+    dim = getattr(mod, "dim", None) if mod is not None else _kw(node, "dim", 1 if callee.startswith(("torch.", "F.", "nn.")) else 0)
+    if dim is None or dim is _Unknown:
+        raise NotCovered("cannot read softmax's dim from the source")
+    if dim not in (-1, len(x.shape) - 1):
+        raise NotCovered(f"softmax over dim {dim} (not the last) is not covered by the playbook")
+    if r.out.shape != x.shape or x.dtype != r.out.dtype:
+        raise NotCovered("softmax output differs from its input in shape or dtype")
+    r.match.family = "softmax"
+    return r.match
 
-    # -- rmsnorm ---------------------------------------------------------------------------------
-    rms = [(k, c, n) for k, c, n in kinds if k in ("RMSNorm", "rms_norm")]
-    if rms or ({"rsqrt", "sqrt"} & set(names) and "mean" in names):
-        return _rmsnorm(match, x, kinds, fwd, model, params, source)
 
-    # -- elementwise -----------------------------------------------------------------------------
-    return _elementwise(match, x, kinds, fwd, model)
+def _layernorm(r: _Read, x: Tensor) -> FamilyMatch | None:
+    ln = [(k, c, n) for k, c, n in r.kinds if k in ("LayerNorm", "layer_norm")]
+    if not ln:
+        return None
+    if len(r.kinds) != 1 or r.fwd.binops:
+        raise NotCovered("layernorm with other ops around it is not covered by the playbook")
+    _, callee, _ = ln[0]
+    mod = _module_of(r.model, callee)
+    if mod is None:
+        raise NotCovered("the playbook reads layernorm from an nn.LayerNorm module only")
+    shape = tuple(mod.normalized_shape)
+    if tuple(x.shape[len(x.shape) - len(shape):]) != shape:
+        raise NotCovered("layernorm's normalized_shape is not the input's trailing dims")
+    prefix = callee.split(".", 1)[1]
+    w = _param_for(r.match.params, prefix, "weight")
+    b = _param_for(r.match.params, prefix, "bias")
+    r.match.family = "layernorm"
+    r.match.facts = dict(ndims=len(shape), eps=float(mod.eps), weight=w.name if w else None, bias=b.name if b else None,
+                         wdtype=(w or b).dtype if (w or b) else x.dtype)
+    return _check_wdtype(r.match, x)
 
 
 def _single_op(kinds: list, fwd: _Forward, model: Any) -> str | None:
