@@ -33,6 +33,7 @@ class TuneKey(BaseModel):
     gpu: str
     nvrtc: str
     driver: str
+    protocol: str = ""  # the measurement protocol (EvalOptions): results under another one are not reused
 
     def digest(self) -> str:
         data = json.dumps(self.model_dump(), sort_keys=True)

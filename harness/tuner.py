@@ -131,6 +131,13 @@ def nvrtc_version() -> str:
     return version()
 
 
+def protocol_of(options: EvalOptions | None) -> str:
+    """The parts of the evaluation protocol that change a cached result: input sets checked,
+    whether and how long it was timed, the timeout that may have failed it."""
+    o = options or EvalOptions()
+    return f"seeds={o.seeds},bench={int(o.bench)},budget_ms={o.budget_ms:g},timeout_s={o.timeout_s:g}"
+
+
 def gpu_count(evaluator: object) -> int:
     for attr in ("n_gpus", "num_gpus", "n_workers", "num_workers"):
         value = getattr(evaluator, attr, None)
@@ -234,7 +241,7 @@ def tune(
         raise ValueError(f"unknown strategy {strategy!r} (choose from {', '.join(STRATEGIES)})")
     max_evals = max(1, int(max_evals))
     key = TuneKey(spec_hash=spec.content_hash(), problem_key=problem.key(), gpu=gpu.name,
-                  nvrtc=nvrtc or nvrtc_version(), driver=gpu.driver)
+                  nvrtc=nvrtc or nvrtc_version(), driver=gpu.driver, protocol=protocol_of(options))
     run = _Run(cache, key, on_result)
     cached = cache.load(key) if cache is not None else {}
     # 1. static pruning

@@ -16,7 +16,7 @@ import pytest
 
 from kerngen.harness.results import Verdict
 from kerngen.harness.tune_cache import CacheRecord, TuneCache, TuneKey
-from kerngen.harness.tuner import TuneResult, tune
+from kerngen.harness.tuner import TuneResult, protocol_of, tune
 
 from tests.test_tune_fakes import (
     BIG_TUNABLES, GPU, PROBLEM, SIZES, TENSORS, FakeEvaluator, FakeProbe, grid_optimum, make_spec, synthetic_ms,
@@ -185,7 +185,7 @@ def test_second_run_reuses_cache_and_remeasures_only_the_top_three(tmp_path):
     assert {json.dumps(t.config, sort_keys=True) for t in second.evaluated if not t.cached} == _ids(top3)
 
 
-@pytest.mark.parametrize("component", ["spec", "problem", "gpu_name", "nvrtc", "driver"])
+@pytest.mark.parametrize("component", ["spec", "problem", "gpu_name", "nvrtc", "driver", "protocol"])
 def test_a_change_to_any_key_component_retunes(tmp_path, component):
     cache = TuneCache(tmp_path)
     _tune(FakeEvaluator(), strategy="exhaustive", max_evals=1000, cache=cache)
@@ -201,6 +201,10 @@ def test_a_change_to_any_key_component_retunes(tmp_path, component):
         kw["nvrtc"] = "13.1"
     elif component == "driver":
         kw["gpu"] = GPU.model_copy(update={"driver": "590.00"})
+    elif component == "protocol":
+        from kerngen.harness.evaluator import EvalOptions
+
+        kw["options"] = EvalOptions(budget_ms=25.0)  # the first run used the default protocol
     ev = FakeEvaluator()
     res = _tune(ev, spec, strategy="exhaustive", max_evals=1000, cache=cache, **kw)
     assert res.cache_hits == 0 and len(ev.calls) == 48
@@ -221,7 +225,7 @@ def test_key_digest_differs_per_component():
     names = set()
     for field in TuneKey.model_fields:
         names.add(base.model_copy(update={field: "z"}).filename())
-    assert len(names | {base.filename()}) == 6
+    assert len(names | {base.filename()}) == len(TuneKey.model_fields) + 1
 
 
 def test_resume_after_a_truncated_last_line(tmp_path):
@@ -232,7 +236,7 @@ def test_resume_after_a_truncated_last_line(tmp_path):
     assert len(lines) == 48
     path.write_bytes(b"".join(lines[:20]) + lines[20][: len(lines[20]) // 2])  # killed mid-write
     key = TuneKey(spec_hash=make_spec().content_hash(), problem_key=PROBLEM.key(), gpu=GPU.name, nvrtc="13.0",
-                  driver=GPU.driver)
+                  driver=GPU.driver, protocol=protocol_of(None))
     assert len(cache.load(key)) == 20
     ev = FakeEvaluator()
     res = _tune(ev, strategy="exhaustive", max_evals=1000, cache=cache)
@@ -278,7 +282,7 @@ def test_kill_9_mid_tuning_then_resume(tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     cache = TuneCache(tmp_path)
     key = TuneKey(spec_hash=make_spec().content_hash(), problem_key=PROBLEM.key(), gpu=GPU.name, nvrtc="13.0",
-                  driver=GPU.driver)
+                  driver=GPU.driver, protocol=protocol_of(None))
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
