@@ -9,8 +9,8 @@ reference) and verified after every run: the candidate cannot reach it.
 
 The digest is sum_j word[i_j] * r_j mod 2**64 over the tensor's 32-bit words (bytes when the size
 is not a multiple of 4): every word when there are at most SAMPLE of them, else SAMPLE positions
-i_j drawn anew on every call from a generator seeded by a secret key (os.urandom) that lives only on
-the CPU, as are the weights r_j. Integer addition mod 2**64 does not depend on the reduction order,
+i_j. Positions and weights r_j are regenerated at every call from a generator seeded by a secret
+key (os.urandom) that lives only on the CPU: nothing the kernel could read or overwrite. Integer addition mod 2**64 does not depend on the reduction order,
 so the same bytes always give the same digest. A change of a share f of a large tensor's words
 escapes with probability about (1 - f)**SAMPLE: e**-42 for f = 1e-5, and making an input trivial
 (zeroing it, a constant) changes nearly every word. Cost: a few hundred microseconds per tensor.
