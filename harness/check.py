@@ -53,23 +53,22 @@ class ProblemState:
         self.info = problem.info
         self.device = device
         self._seed = seed
-        self.model = problem.build_model(device, seed)
         self.gen = torch.Generator(device=device)
         self.gen.manual_seed(seed)
+        self._build_model()
+        self.params = self._guard_params()
+
+    def _build_model(self) -> None:
+        """The reference model, its parameters by name, and their seal: a far write that changed
+        a guarded copy AND its source the same way would otherwise change the reference too."""
         from kerngen.problems.problem import _named_tensors
 
+        self.model = self.problem.build_model(self.device, self._seed)
         # named exactly as the problem's info names them (prefixed where a name clashes with an input)
         self._param_sources = dict(_named_tensors(self.model, {t.name for t in self.info.inputs}))
-        self.params = self._guard_params()
-        self.seal = self._seal_model()
-
-    def _seal_model(self) -> Seal:
-        """The reference model's own parameters: a far write that changed a copy AND its source
-        the same way would otherwise change the reference too and go unseen."""
-        seal = Seal()
+        self.seal = Seal()
         for name, t in self._param_sources.items():
-            seal.add(name, t)
-        return seal
+            self.seal.add(name, t)
 
     def _guard_params(self) -> dict[str, GuardedBuffer]:
         with torch.no_grad():
@@ -86,11 +85,7 @@ class ProblemState:
 
     def reset_params(self) -> None:
         if self.seal.broken():  # the reference model itself was written to: build it anew
-            from kerngen.problems.problem import _named_tensors
-
-            self.model = self.problem.build_model(self.device, self._seed)
-            self._param_sources = dict(_named_tensors(self.model, {t.name for t in self.info.inputs}))
-            self.seal = self._seal_model()
+            self._build_model()
         self.params = self._guard_params()
 
     def new_set(self, seed: int, plan: ResolvedPlan) -> BoundSet:

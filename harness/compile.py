@@ -328,7 +328,6 @@ class _PersistentPool:
 
     def __init__(self) -> None:
         self._pool: Any = None
-        self._size = 0
         self._lock = threading.Lock()
         atexit.register(self.close)
 
@@ -337,7 +336,7 @@ class _PersistentPool:
         another thread may have jobs in it (the tuner compiles ahead while the pool evaluates)."""
         with self._lock:
             if self._pool is None:
-                self._pool, self._size = _context().Pool(n), n
+                self._pool = _context().Pool(n)
             return self._pool
 
     def kill(self, pool: Any) -> None:
@@ -353,7 +352,7 @@ class _PersistentPool:
         if self._pool is not None:
             self._pool.terminate()
             self._pool.join()
-        self._pool, self._size = None, 0
+        self._pool = None
 
 
 _POOL = _PersistentPool()

@@ -136,8 +136,7 @@ def rows_reg(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
         args.append({"name": m.facts["bias"]})
     args += [{"name": "out"}, {"kind": "int64", "value": nrows}]
     per_thread = f"cdiv(({ncols}) // {ve}, TPR) * {ve}"
-    itemsize = 4 if dtype == "float32" else 2
-    bulk_smem = f"BULK * min(RITER, 2) * (BLOCK // TPR) * ({ncols}) * {itemsize}"
+    bulk_smem = f"BULK * min(RITER, 2) * (BLOCK // TPR) * ({ncols}) * {16 // ve}"  # 16-byte vectors of ve
     return _spec(
         f"playbook-{mode}-rows-reg",
         f"{mode}: TPR threads per row, BLOCK/TPR rows per block, the row held in registers "
@@ -210,6 +209,13 @@ def layernorm_split(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
 
 # ---------------------------------------------------------------------------------------------
 # convolutions
+def _conv_out_exprs(m: FamilyMatch) -> tuple[str, str]:
+    """(OH, OW) of the conv as expressions over the bound input's shape."""
+    f, x = m.facts, m.x.name
+    return (f"({x}.shape[2] + {2 * f['PH']} - {f['KH']}) // {f['SH']} + 1",
+            f"({x}.shape[3] + {2 * f['PW']} - {f['KW']}) // {f['SW']} + 1")
+
+
 def _conv_defines(m: FamilyMatch) -> dict[str, str | int]:
     f = m.facts
     x = m.x.name
@@ -218,8 +224,7 @@ def _conv_defines(m: FamilyMatch) -> dict[str, str | int]:
         "N_": f"{x}.shape[0]", "C_": f"{x}.shape[1]", "H_": f"{x}.shape[2]", "W_": f"{x}.shape[3]",
         "OC_": f"{w}.shape[0]", "KH_": f["KH"], "KW_": f["KW"], "SH_": f["SH"], "SW_": f["SW"],
         "PH_": f["PH"], "PW_": f["PW"],
-        "OH_": f"({x}.shape[2] + {2 * f['PH']} - {f['KH']}) // {f['SH']} + 1",
-        "OW_": f"({x}.shape[3] + {2 * f['PW']} - {f['KW']}) // {f['SW']} + 1",
+        "OH_": _conv_out_exprs(m)[0], "OW_": _conv_out_exprs(m)[1],
     }
 
 
@@ -227,8 +232,7 @@ def _conv_checks(m: FamilyMatch) -> list[str]:
     f = m.facts
     x, w = m.x.name, f["weight"]
     return [f"{x}.ndim == 4", f"{x}.shape[1] == {w}.shape[1]", f"{w}.shape[2] == {f['KH']}", f"{w}.shape[3] == {f['KW']}",
-            f"{x}.shape[0] <= 65535", f"({x}.shape[2] + {2 * f['PH']} - {f['KH']}) // {f['SH']} + 1 >= 1",
-            f"({x}.shape[3] + {2 * f['PW']} - {f['KW']}) // {f['SW']} + 1 >= 1"]
+            f"{x}.shape[0] <= 65535", f"{_conv_out_exprs(m)[0]} >= 1", f"{_conv_out_exprs(m)[1]} >= 1"]
 
 
 def conv2d_direct(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
@@ -262,10 +266,10 @@ def conv2d_direct(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
         constraints=_conv_checks(m) + [
             f"{w}.shape[0] % OCB == 0", "OCB % OCT == 0", "OCT % 4 == 0", "TH % PTY == 0",
             "TW * (TH // PTY) * (OCB // OCT) <= 1024", "TW * (TH // PTY) * (OCB // OCT) >= 32",
-            f"{x}.shape[1] % CCH == 0", f"{smem_c} <= {MAX_SMEM}", f"OCT * PTY <= 96",
+            f"{x}.shape[1] % CCH == 0", f"{smem_c} <= {MAX_SMEM}", "OCT * PTY <= 96",
         ],
         steps=[dict(kernel=kernel,
-                    grid=[f"cdiv(OW_, TW) * cdiv(OH_, TH)", f"OC_ // OCB", "N_"],
+                    grid=["cdiv(OW_, TW) * cdiv(OH_, TH)", "OC_ // OCB", "N_"],
                     block=["TW", "TH // PTY", "OCB // OCT"], shared_mem=smem, args=args)],
     )
 
@@ -286,8 +290,8 @@ def conv2d_igemm(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     defs.update(K_=k_, KP=f"round_up({k_}, BK)", OCP=f"round_up({w}.shape[0], BN)")
     nt = "(BM // TM) * (BN // TN)"
     smem = f"4 * STAGES * BK * (BM + BN) + 8 * round_up({k_}, BK)"
-    m_tot = f"{x}.shape[0] * (({x}.shape[2] + {2 * f['PH']} - {f['KH']}) // {f['SH']} + 1) * " \
-            f"(({x}.shape[3] + {2 * f['PW']} - {f['KW']}) // {f['SW']} + 1)"
+    oh, ow = _conv_out_exprs(m)
+    m_tot = f"{x}.shape[0] * ({oh}) * ({ow})"
     args = [{"name": x}, {"name": "wt"}, {"name": "ktab"}] + ([{"name": f["bias"]}] if has_b else []) + [{"name": "out"}]
     return _spec(
         "playbook-conv2d-igemm",
@@ -328,9 +332,9 @@ def conv_relu_pool(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     d = _pick(defaults, dict(PTW=16, PTH=8, OCB=ocb, OCT=oct_))
     defs = _conv_defines(m)
     pk, ps = f["PK"], f["PS"]
-    defs.update(PK_=pk, PS_=ps,
-                POH_=f"(({x}.shape[2] + {2 * f['PH']} - {f['KH']}) // {f['SH']} + 1 - {pk}) // {ps} + 1",
-                POW_=f"(({x}.shape[3] + {2 * f['PW']} - {f['KW']}) // {f['SW']} + 1 - {pk}) // {ps} + 1")
+    oh, ow = _conv_out_exprs(m)
+    poh, pow_ = f"({oh} - {pk}) // {ps} + 1", f"({ow} - {pk}) // {ps} + 1"
+    defs.update(PK_=pk, PS_=ps, POH_=poh, POW_=pow_)
     pr = f"(((PTH - 1) * {ps} + {pk}) - 1) * {f['SH']} + {f['KH']}"
     pc = f"(((PTW - 1) * {ps} + {pk}) - 1) * {f['SW']} + {f['KW']}"
     smem = f"4 * ({x}.shape[1] * {f['KH']} * {f['KW']} * OCB + {x}.shape[1] * ({pr}) * ({pc} + 1))"
@@ -348,8 +352,7 @@ def conv_relu_pool(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
         constraints=_conv_checks(m) + [
             f"{w}.shape[0] % OCB == 0", "OCB % OCT == 0", "OCT % 4 == 0",
             "PTW * PTH * (OCB // OCT) <= 1024", "PTW * PTH * (OCB // OCT) >= 32", f"{smem} <= {MAX_SMEM}",
-            f"(({x}.shape[2] + {2 * f['PH']} - {f['KH']}) // {f['SH']} + 1 - {pk}) // {ps} + 1 >= 1",
-            f"(({x}.shape[3] + {2 * f['PW']} - {f['KW']}) // {f['SW']} + 1 - {pk}) // {ps} + 1 >= 1",
+            f"{poh} >= 1", f"{pow_} >= 1",
         ],
         steps=[dict(kernel=kernel, grid=["cdiv(POW_, PTW) * cdiv(POH_, PTH)", "OC_ // OCB", "N_"],
                     block=["PTW", "PTH", "OCB // OCT"], shared_mem=smem, args=args)],

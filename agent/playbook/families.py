@@ -361,8 +361,8 @@ def _one_input_family(r: _Read) -> FamilyMatch:
             return m
     names = r.names
     if any(k in ("RMSNorm", "rms_norm") for k in names) or ({"rsqrt", "sqrt"} & set(names) and "mean" in names):
-        return _rmsnorm(r.match, x, r.kinds, r.fwd, r.model, r.match.params, r.source)
-    return _elementwise(r.match, x, r.kinds, r.fwd, r.model)
+        return _rmsnorm(r, x)
+    return _elementwise(r, x)
 
 
 def _softmax(r: _Read, x: Tensor) -> FamilyMatch | None:
@@ -422,9 +422,10 @@ def _single_op(kinds: list, fwd: _Forward, model: Any) -> str | None:
     return canon
 
 
-def _elementwise(match: FamilyMatch, x: Tensor, kinds: list, fwd: _Forward, model: Any) -> FamilyMatch:
+def _elementwise(r: _Read, x: Tensor) -> FamilyMatch:
     """One unary op (facts ``op``, ``expr``) or a fused chain of elementwise ops over ``x`` (facts
     ``op``: a slug of the ops, ``expr``: the result, ``body``: C statements, ``formula``, ``chain``)."""
+    match, kinds, fwd, model = r.match, r.kinds, r.fwd, r.model
     out = match.outputs[0]
     single = _single_op(kinds, fwd, model)
     if single is not None:
@@ -455,7 +456,8 @@ def _check_wdtype(match: FamilyMatch, x: Tensor) -> FamilyMatch:
     return match
 
 
-def _rmsnorm(match: FamilyMatch, x: Tensor, kinds: list, fwd: _Forward, model: Any, params: list[Tensor], source: str) -> FamilyMatch:
+def _rmsnorm(r: _Read, x: Tensor) -> FamilyMatch:
+    match, kinds, model, params, source = r.match, r.kinds, r.model, r.match.params, r.source
     last = len(x.shape) - 1
     eps: float | None = None
     weight: Tensor | None = None
