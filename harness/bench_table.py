@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .results import Baseline, EvalResult, GpuFacts, Timing
+from .timing import MAX_LATE_FRACTION
 
 
 def ratio(num: float | None, den: float | None) -> float | None:
@@ -29,6 +30,7 @@ def _row(name: str, verdict: str, t: Timing | None, base: Baseline) -> dict:
         "speedup_vs_compile": ratio(base.compiled.median_ms if base.compiled else None, ms),
         "pct_of_roofline": (100.0 * base.floor_ms / ms) if (ms and base.floor_ms) else None,
         "clocks_sagged": bool(t and t.clocks and t.clocks.sagged),
+        "host_bound": bool(t and t.late_reps > t.reps * MAX_LATE_FRACTION),
     }
 
 
@@ -54,7 +56,7 @@ def print_bench(label: str, facts: GpuFacts, base: Baseline, result: EvalResult 
     for col in ("", "verdict", "median ms", "IQR ms", "vs eager", "vs compile", "% roofline"):
         table.add_column(col, justify="left" if col in ("", "verdict") else "right")
     for row in bench_rows(base, result):
-        flag = " (clocks sagged)" if row["clocks_sagged"] else ""
+        flag = (" (clocks sagged)" if row["clocks_sagged"] else "") + (" (host-bound)" if row["host_bound"] else "")
         table.add_row(
             row["name"] + flag, row["verdict"], _fmt(row["median_ms"], ".4f"), _fmt(row["iqr_ms"], ".4f"),
             _fmt(row["speedup_vs_eager"], ".2f", "x"), _fmt(row["speedup_vs_compile"], ".2f", "x"),
@@ -69,5 +71,8 @@ def print_bench(label: str, facts: GpuFacts, base: Baseline, result: EvalResult 
         console.print(f"[yellow]torch.compile failed:[/] {base.compile_error}")
     if base.degenerate:
         console.print(f"[yellow]warning:[/] degenerate problem: {base.degenerate_reason}")
+    if any(row["host_bound"] for row in bench_rows(base, result)):
+        console.print("[yellow]warning:[/] host-bound: the GPU waited for the host inside some timed reps even "
+                      "with a lead; those times include launch overhead")
     if base.launch_bound:
         console.print("[yellow]warning:[/] launch-bound problem: times are dominated by launch overhead")

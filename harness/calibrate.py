@@ -4,6 +4,9 @@
    compile uncached and cached, load, check, bench, end to end through the worker pool.
 2. Run-to-run spread of a median: the same kernel evaluated several times.
 3. Agreement of our timing of a PyTorch op with ``triton.testing.do_bench`` (median, same op).
+4. Host lag: a small op whose host side takes longer than the L2 flush (a 0.2 ms busy wait before
+   a ~10 us add), timed without and with the late-rep retry of :func:`timing.bench`. Without it the
+   host's time lands in the samples; with it the GPU lead keeps it out.
 """
 
 from __future__ import annotations
@@ -74,6 +77,19 @@ class OverheadRow(BaseModel):
     verdict: str
 
 
+class HostLag(BaseModel):
+    """The same host-heavy call timed without and with bench()'s late-rep retry."""
+
+    host_busy_ms: float
+    without_lead_ms: float
+    without_lead_late: int
+    without_lead_reps: int
+    with_lead_ms: float
+    with_lead_late: int
+    with_lead_reps: int
+    lead_cycles: int
+
+
 class CalibrationReport(BaseModel):
     gpu: str
     overhead: list[OverheadRow]
@@ -82,7 +98,9 @@ class CalibrationReport(BaseModel):
     ours_ms: float
     do_bench_ms: float | None
     agreement_pct: float | None
+    host_lag: HostLag | None = None
     note: str = ""
+
 
 
 def run_calibration(repeats: int = 5, budget_ms: float = 200.0) -> CalibrationReport:
@@ -113,7 +131,7 @@ def run_calibration(repeats: int = 5, budget_ms: float = 200.0) -> CalibrationRe
     agreement = 100.0 * abs(ours - theirs) / theirs if theirs else None
     return CalibrationReport(
         gpu=facts.name, overhead=rows, medians_ms=medians, spread_pct=spread,
-        ours_ms=ours, do_bench_ms=theirs, agreement_pct=agreement,
+        ours_ms=ours, do_bench_ms=theirs, agreement_pct=agreement, host_lag=host_lag(budget_ms),
     )
 
 
@@ -150,3 +168,32 @@ def _agreement(info, budget_ms: float) -> tuple[float, float | None]:
             return ours, None
         theirs = float(do_bench(op, warmup=25, rep=int(budget_ms), return_mode="median"))
     return ours, theirs
+
+
+HOST_BUSY_MS = 0.2  # longer than the flush of a 256 MiB buffer (~0.07 ms on an H100 / H200)
+
+
+def host_lag(budget_ms: float, host_busy_ms: float = HOST_BUSY_MS) -> HostLag:
+    """A call that keeps the host busy before a tiny launch, timed without and with the lead."""
+    import torch
+
+    from .timing import L2Flusher, bench
+
+    a = torch.rand(1 << 20, device="cuda") + 0.5
+    b = torch.rand(1 << 20, device="cuda") + 0.5
+    out = torch.empty_like(a)
+    stream = torch.cuda.Stream()
+
+    def op() -> None:
+        until = time.perf_counter() + host_busy_ms / 1000.0
+        while time.perf_counter() < until:  # stands for Python and launch overhead
+            pass
+        torch.add(a, b, out=out)
+
+    flusher = L2Flusher(a.device)
+    with torch.cuda.stream(stream):
+        off = bench(op, stream=stream, flusher=flusher, budget_ms=budget_ms, lead_tries=1)
+        on = bench(op, stream=stream, flusher=flusher, budget_ms=budget_ms)
+    return HostLag(host_busy_ms=host_busy_ms, without_lead_ms=off.median_ms, without_lead_late=off.late_reps,
+                   without_lead_reps=off.reps, with_lead_ms=on.median_ms, with_lead_late=on.late_reps,
+                   with_lead_reps=on.reps, lead_cycles=on.lead_cycles)

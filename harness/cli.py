@@ -83,7 +83,7 @@ def calibrate(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Measure the harness on this GPU: overhead per candidate, spread of a median, agreement
-    with triton.testing.do_bench."""
+    with triton.testing.do_bench, host time kept out of the samples."""
     from rich.console import Console
     from rich.table import Table
 
@@ -110,6 +110,13 @@ def calibrate(
     if report.do_bench_ms is not None:
         console.print(f"torch.softmax: ours {report.ours_ms:.4f} ms, triton do_bench {report.do_bench_ms:.4f} ms, "
                       f"difference {report.agreement_pct:.2f}%")
+    lag = report.host_lag
+    if lag is not None:
+        console.print(
+            f"host lag ({lag.host_busy_ms:.1f} ms of host work before a small add): without the lead "
+            f"{lag.without_lead_ms:.4f} ms ({lag.without_lead_late} of {lag.without_lead_reps} reps late), with it "
+            f"{lag.with_lead_ms:.4f} ms ({lag.with_lead_late} of {lag.with_lead_reps} late, lead {lag.lead_cycles} "
+            f"cycles)")
 
 
 def register(app: typer.Typer) -> None:

@@ -18,6 +18,26 @@ CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 _SCALARS = {"int32": np.int32, "int64": np.int64, "float32": np.float32}
 
 
+class LaunchRefused(RuntimeError):
+    """A launch the harness will not make as declared (reported as a runtime error of the candidate)."""
+
+
+def check_cooperative_fits(fn: Any, step: ResolvedLaunch) -> None:
+    """A cooperative grid must be resident all at once. cupy would quietly shrink a grid that is
+    not (with a warning); the harness runs the plan exactly as declared or refuses it."""
+    import cupy
+
+    threads = step.block[0] * step.block[1] * step.block[2]
+    blocks = step.grid[0] * step.grid[1] * step.grid[2]
+    per_sm = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.ptr, threads, step.shared_mem)
+    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    if blocks > per_sm * sms:
+        raise LaunchRefused(
+            f"cooperative launch of {step.kernel}: {blocks} blocks of {threads} threads, but at most "
+            f"{per_sm * sms} can be resident at once ({sms} SMs x {per_sm})"
+        )
+
+
 class LoadedModule:
     """A cubin loaded into the current CUDA context, with its kernels looked up by name."""
 
@@ -74,7 +94,9 @@ class PlanRunner:
             else:
                 args.append(_SCALARS[arg.kind](arg.value))
         fn = module.function(step.kernel, step.shared_mem)
-        return ("launch", fn, step.grid, step.block, tuple(args), step.shared_mem)
+        if step.cooperative:
+            check_cooperative_fits(fn, step)
+        return ("launch", fn, step.grid, step.block, tuple(args), step.shared_mem, step.cooperative)
 
     def __call__(self) -> None:
         import cupy
@@ -84,5 +106,6 @@ class PlanRunner:
                 _, ptr, value, nbytes = call
                 cupy.cuda.runtime.memsetAsync(ptr, value, nbytes, self._cupy_stream.ptr)
             else:
-                _, fn, grid, block, args, smem = call
-                fn(grid, block, args, shared_mem=smem, stream=self._cupy_stream)
+                _, fn, grid, block, args, smem, coop = call
+                # the grid was checked to be resident at once (check_cooperative_fits)
+                fn(grid, block, args, shared_mem=smem, stream=self._cupy_stream, enable_cooperative_groups=coop)

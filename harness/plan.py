@@ -32,6 +32,7 @@ class ResolvedLaunch(BaseModel):
     block: tuple[int, int, int]
     shared_mem: int
     args: list[ResolvedArg]
+    cooperative: bool = False
 
 
 class ResolvedMemset(BaseModel):
@@ -145,7 +146,9 @@ def _resolve_launch(step: Launch, env: Mapping[str, object], known: set[str], in
             args.append(ResolvedArg(kind="tensor", name=arg.name))
         else:
             args.append(_resolve_scalar(arg, env, index))
-    return ResolvedLaunch(kernel=step.kernel, grid=grid, block=block, shared_mem=smem, args=args)
+    return ResolvedLaunch(
+        kernel=step.kernel, grid=grid, block=block, shared_mem=smem, args=args, cooperative=step.cooperative
+    )
 
 
 def _resolve_scalar(arg: ScalarArg, env: Mapping[str, object], index: int) -> ResolvedArg:

@@ -79,6 +79,8 @@ class Timing(_Record):
     samples_ms: list[float] = Field(default_factory=list)
     l2_flushed: bool = True
     clocks: "ClockReading | None" = None
+    late_reps: int = 0  # reps whose start the GPU reached before the call was enqueued (host time inside)
+    lead_cycles: int = 0  # GPU spin queued before each rep so the host stayed ahead (0: none needed)
 
     @property
     def iqr_ms(self) -> float:

@@ -67,6 +67,11 @@ class Launch(_Model):
     block: list[Expr] = Field(min_length=1, max_length=3)
     shared_mem: Expr = Field(default=0, description="dynamic shared memory in bytes")
     args: list[Arg] = Field(default_factory=list)
+    cooperative: bool = Field(
+        default=False,
+        description="launch with cuLaunchCooperativeKernel: every block of the grid is resident at once "
+        "(or the launch fails), which a grid-wide barrier needs",
+    )
 
 
 class Memset(_Model):

@@ -10,7 +10,14 @@ Modelled on ``triton.testing.do_bench`` and Kernel Tuner, but our own code:
 4. warm-up calls, then per repetition: ``before_each()`` (outside the timed region: the harness
    poisons outputs there), ``flusher.flush(stream)``, a start event, ``fn()``, an end event, all
    on ``stream``. Every event pair is recorded first and the stream synchronized once; then
-   ``elapsed_time`` of each pair is one sample (milliseconds).
+   ``elapsed_time`` of each pair is one sample (milliseconds);
+5. the host must stay ahead of the GPU: if the GPU has already passed a rep's start event by the
+   time ``fn`` is enqueued (``start.query()``), that sample holds host time (Python and launch
+   overhead, e.g. torch.compile's guards on a loaded machine), not device time. When more than 1%
+   of the reps are late, the series is measured again with a GPU spin (``torch.cuda._sleep``)
+   queued before each rep's flush, as long as twice the host's measured time per rep (at least
+   LEAD_CYCLES), then twice that; ``Timing.late_reps`` and ``Timing.lead_cycles`` say what the
+   kept series needed.
 
 Milliseconds everywhere. The raw samples are kept (``Timing.samples_ms``) unless asked not to.
 
@@ -44,6 +51,10 @@ MIN_WARMUP = 3
 MAX_WARMUP = 10_000  # a cap for calls of a few microseconds (launch-bound)
 CLOCK_SAMPLE_S = 0.002  # NVML sampling period while the timed reps run
 _MIN_ESTIMATE_MS = 1e-4  # guards a zero estimate (event resolution is ~0.5 us)
+LEAD_CYCLES = 200_000  # the least GPU spin queued before a rep when the host fell behind (~0.1 ms)
+LEAD_CLOCK_HZ = 2.0e9  # cycles per second assumed for the spin; a slower clock only lengthens it
+LEAD_TRIES = 3  # no lead, then twice the host's measured time per rep, then twice that again
+MAX_LATE_FRACTION = 0.01
 
 
 class L2Flusher:
@@ -159,6 +170,7 @@ def bench(
     max_reps: int = 1000,
     keep_samples: bool = True,
     clocks: "ClockMonitor | None" = None,
+    lead_tries: int = LEAD_TRIES,
 ) -> Timing:
     """Time ``fn`` (which launches on ``stream``) with CUDA events; see the module docstring.
 
@@ -166,23 +178,30 @@ def bench(
     when given, is started once the warm-up is launched (while the GPU runs it), sampled every
     2 ms while the timed repetitions run (the host polls the last end event instead of
     blocking) and stopped when they are done; its reading lands in ``Timing.clocks``.
+    ``lead_tries=1`` turns the host-lag retry off (to show what it corrects).
     The inputs ``fn`` works on must hold random data, never zeros (the caller's job).
     """
     import torch
 
-    def _timed(n: int) -> list[tuple[torch.cuda.Event, torch.cuda.Event]]:
+    def _timed(n: int, lead_cycles: int = 0) -> tuple[list[tuple[torch.cuda.Event, torch.cuda.Event]], int, float]:
+        """The event pairs, how many reps were late, the host's seconds per rep."""
         pairs = [
             (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)
         ]
+        late = 0
+        began = time.perf_counter()
         for start, end in pairs:
             if before_each is not None:
                 before_each()
+            if lead_cycles:
+                torch.cuda._sleep(lead_cycles)
             if flusher is not None:
                 flusher.flush(stream)
             start.record(stream)
             fn()
+            late += bool(start.query())  # the GPU reached the start before fn was enqueued
             end.record(stream)
-        return pairs
+        return pairs, late, (time.perf_counter() - began) / max(n, 1)
 
     with torch.cuda.stream(stream):
         # Inputs are usually made on the default stream: order them before anything we time.
@@ -193,7 +212,7 @@ def bench(
         fn()
         stream.synchronize()
         # 2. estimate one call
-        pairs = _timed(ESTIMATE_CALLS)
+        pairs, _, _ = _timed(ESTIMATE_CALLS)
         stream.synchronize()
         est = sorted(s.elapsed_time(e) for s, e in pairs)
         estimate_ms = est[len(est) // 2]
@@ -205,21 +224,30 @@ def bench(
             if before_each is not None:
                 before_each()
             fn()
-        if clocks is not None:
-            clocks.start()
-        pairs = _timed(reps)
-        reading = None
-        if clocks is not None:
-            # The host runs far ahead of the GPU: sample the clocks while the timed reps run,
-            # so that a sag (e.g. a power cap that sets in late) is seen, then read "after".
-            last = pairs[-1][1]
-            while not last.query():
-                clocks.sample()
-                time.sleep(CLOCK_SAMPLE_S)
-            reading = clocks.stop()
-        stream.synchronize()
+        lead, tries = 0, max(1, lead_tries)
+        for attempt in range(tries):
+            if clocks is not None:
+                clocks.start()
+            pairs, late, host_s = _timed(reps, lead)
+            reading = _sample_clocks(clocks, pairs[-1][1])
+            stream.synchronize()
+            if late <= reps * MAX_LATE_FRACTION or attempt == tries - 1:
+                break
+            lead = max(LEAD_CYCLES, int(2 * host_s * LEAD_CLOCK_HZ), 2 * lead)
         samples = [s.elapsed_time(e) for s, e in pairs]
 
     timing = summarize(samples, warmup=warmup, l2_flushed=flusher is not None, keep_samples=keep_samples)
     timing.clocks = reading
+    timing.late_reps, timing.lead_cycles = late, lead
     return timing
+
+
+def _sample_clocks(clocks: "ClockMonitor | None", last: "torch.cuda.Event"):
+    """The host runs far ahead of the GPU: sample the clocks while the timed reps run, so that a
+    sag (e.g. a power cap that sets in late) is seen, then read "after"."""
+    if clocks is None:
+        return None
+    while not last.query():
+        clocks.sample()
+        time.sleep(CLOCK_SAMPLE_S)
+    return clocks.stop()

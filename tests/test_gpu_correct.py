@@ -4,7 +4,8 @@ these, a harness that rejects everything would pass every cheat test.
 Covers: a naive 3-pass softmax, a float4 GELU (buffers must stay 16-byte aligned), GELU with a
 ``__constant__`` table (read-only memory is not a forbidden global), a tiled fp32 FFMA matmul,
 LayerNorm with parameters, RMSNorm in bf16 (``<cuda_bf16.h>``), a multi-launch plan with scratch
-buffers and a memset step, split-K matmul adding atomically into an output zeroed by a memset
+buffers and a memset step, a cooperative launch whose grid-wide barrier makes blocks read each
+other's writes, split-K matmul adding atomically into an output zeroed by a memset
 (not bitwise deterministic, still correct), and every tunable value giving the same right answer.
 """
 
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.gpu
 
 CORRECT = [
     "gelu_ok", "gelu_vec4", "gelu_constant_table", "softmax_ok", "softmax_multi_launch",
-    "matmul_tiled", "matmul_splitk_atomic", "layernorm_ok", "rmsnorm_bf16",
+    "matmul_tiled", "matmul_splitk_atomic", "layernorm_ok", "rmsnorm_bf16", "gelu_grid_barrier",
 ]  # fmt: skip
 TOLERANCE = {"float32": 1e-4, "bfloat16": 1e-2}
 

@@ -57,6 +57,17 @@ def test_crash_is_runtime_error_and_the_next_job_runs(pool, name):
     assert ok.worker == crash.worker == 0  # the same (restarted) worker
 
 
+def test_oversized_cooperative_grid_is_refused_not_shrunk(pool):
+    """cupy shrinks a cooperative grid that cannot be resident at once (with only a warning), and
+    this kernel's grid-stride loops would still pass on the smaller grid: the harness must refuse
+    the plan rather than run another one."""
+    big, ok = _run(pool, ["gelu_grid_too_large", "gelu_ok"])
+    assert big.verdict is Verdict.runtime_error, describe(big)
+    assert "resident at once" in big.message and "1048576 blocks" in big.message, describe(big)
+    assert big.timing is None
+    assert ok.verdict is Verdict.ok, describe(ok)
+
+
 @pytest.mark.timeout(240)
 def test_mixed_batch_keeps_order_and_reports_every_result(pool):
     """A hang right after a crash runs on a freshly started worker: the candidate's timeout must

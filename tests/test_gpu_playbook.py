@@ -16,6 +16,7 @@ CASES = [
     ProblemRef(source="softmax", shape=(256, 65536)),
     ProblemRef(source="softmax", shape=(1024, 1024)),
     ProblemRef(source="layernorm", shape=(4, 64, 64, 64)),
+    ProblemRef(source="layernorm"),  # the suite shape: 16 rows of 16 MB (split and cooperative kernels)
     ProblemRef(source="rmsnorm", shape=(1024, 8192)),
     ProblemRef(source="gelu", shape=(4096, 4096)),
     ProblemRef(source="conv2d", shape=(8, 3, 224, 224)),

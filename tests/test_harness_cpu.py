@@ -148,6 +148,16 @@ def test_resolve_plan_numbers():
     assert launch.args[2].value == 32768 and launch.args[0].name == "x"
 
 
+def test_cooperative_flag_reaches_the_plan_and_defaults_off():
+    tensors = {"x": TensorFacts((64, 1024)), "out": TensorFacts((64, 1024))}
+    plain = resolve(KernelSpec.model_validate(_spec()), sizes={}, tensors=tensors)
+    assert plain.launches[0].cooperative is False
+    raw = _spec()
+    raw["steps"] = [{**raw["steps"][0], "cooperative": True}]
+    coop = resolve(KernelSpec.model_validate(raw), sizes={}, tensors=tensors)
+    assert coop.launches[0].cooperative is True
+
+
 def test_resolve_rejects_constraint_unknown_tensor_and_limits():
     spec = KernelSpec.model_validate(_spec())
     odd = {"x": TensorFacts((64, 1000)), "out": TensorFacts((64, 1000))}

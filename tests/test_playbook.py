@@ -13,6 +13,7 @@ from kerngen.agent.playbook import PlaybookProposer, explain, recognise_family, 
 from kerngen.agent.playbook import builders, kbfile
 from kerngen.agent.playbook.catalog import CATALOG
 from kerngen.agent.playbook.families import NotCovered
+from kerngen.agent.playbook.proposer import variant_of_spec
 from kerngen.agent.proposer import Category, NodeSummary, SearchContext, TriedIdea
 from kerngen.harness import plan
 from kerngen.harness.expr import TensorFacts
@@ -303,6 +304,12 @@ def test_seed_specs():
     assert [s.name for s in specs] == ["playbook-softmax-long"]
     for s in seed_specs(_kb("suite_conv2d")):
         assert s.tunables and s.defaults and s.constraints
+
+
+@pytest.mark.parametrize("name,var,m,spec", SPECS, ids=[f"{n}-{v}" for n, v, _, _ in SPECS])
+def test_spec_name_gives_back_its_variant(name, var, m, spec):
+    # refinements ("after" a variant) start from the parent's config only if its variant is known
+    assert variant_of_spec(spec) == var
 
 
 def test_every_catalogue_idea_names_a_variant():

@@ -118,12 +118,18 @@ class _FakeStream:
         self.log.append("wait")
 
 
-def _fake_cuda(monkeypatch, log, per_call_ms):
+def _fake_cuda(monkeypatch, log, per_call_ms, host_late=lambda log: False):
+    """Events alternate start, end (bench makes them in pairs). A start's query() says whether
+    the GPU already passed it when the call was enqueued (``host_late``); an end's query() is the
+    clock poll, done at its third call."""
     torch = pytest.importorskip("torch")
+    made = {"n": 0}
 
     class Event:
         def __init__(self, enable_timing=False):
             assert enable_timing
+            self.is_start = made["n"] % 2 == 0
+            made["n"] += 1
 
         def record(self, stream):
             assert isinstance(stream, _FakeStream)
@@ -133,12 +139,16 @@ def _fake_cuda(monkeypatch, log, per_call_ms):
             return per_call_ms
 
         def query(self):
+            if self.is_start:
+                log.append("late?")
+                return host_late(log)
             log.append("query")
             return len([x for x in log if x == "query"]) > 2  # done at the third poll
 
     monkeypatch.setattr(torch.cuda, "Event", Event)
     monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "default_stream", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: log.append(f"sleep{cycles}"))
 
 
 def test_bench_protocol_order(monkeypatch):
@@ -178,7 +188,7 @@ def test_bench_protocol_order(monkeypatch):
     assert (t.warmup, t.reps) == (5, 20)
     assert t.median_ms == 1.0 and len(t.samples_ms) == 20 and t.l2_flushed
     assert t.clocks is not None and t.clocks.sm_mhz_after == 1980
-    rep = ["pre", "flush", "rec", "fn", "rec"]
+    rep = ["pre", "flush", "rec", "fn", "late?", "rec"]
     expect = (
         ["wait", "pre", "fn", "sync"]  # the untimed first call
         + rep * timing.ESTIMATE_CALLS
@@ -190,6 +200,49 @@ def test_bench_protocol_order(monkeypatch):
         + ["query", "clk1", "sync"]  # one synchronize for all timed reps
     )
     assert log == expect
+
+
+def test_bench_measures_again_with_a_lead_when_the_host_falls_behind(monkeypatch):
+    """A sample whose start the GPU reached before the call was enqueued holds host time: above
+    1% of such reps, the series is redone with a GPU spin queued before every rep's flush."""
+    log: list[str] = []
+    lead = f"sleep{timing.LEAD_CYCLES}"
+    # the host is late on every rep until a lead is queued
+    _fake_cuda(monkeypatch, log, per_call_ms=1.0, host_late=lambda log: lead not in log)
+
+    class Flusher:
+        def flush(self, stream):
+            log.append("flush")
+
+    t = timing.bench(lambda: log.append("fn"), stream=_FakeStream(log), flusher=Flusher(), budget_ms=20.0,
+                     warmup_ms=5.0, min_reps=4, max_reps=100)
+    assert (t.lead_cycles, t.late_reps, t.reps) == (timing.LEAD_CYCLES, 0, 20)
+    kept = log[log.index(lead):]
+    assert kept[:6] == [lead, "flush", "rec", "fn", "late?", "rec"] and kept.count(lead) == 20
+    assert log.count("sync") == 4  # first call, estimate, the late series, the kept series
+
+
+def test_lead_is_sized_from_the_host_time_per_rep(monkeypatch):
+    """A host that needs 1 ms a rep gets a lead of at least twice that, not the minimum."""
+    import time
+
+    log: list[str] = []
+    # on time only behind a spin of >= 2 ms at the assumed clock
+    need = int(2e-3 * timing.LEAD_CLOCK_HZ)
+    _fake_cuda(monkeypatch, log, per_call_ms=1.0,
+               host_late=lambda log: not any(x.startswith("sleep") and int(x[5:]) >= need for x in log))
+    t = timing.bench(lambda: time.sleep(1e-3), stream=_FakeStream(log), flusher=None, budget_ms=20.0,
+                     warmup_ms=5.0, min_reps=4, max_reps=100)
+    assert t.late_reps == 0 and need <= t.lead_cycles < 4 * need
+
+
+def test_bench_reports_a_host_that_stays_behind(monkeypatch):
+    log: list[str] = []
+    _fake_cuda(monkeypatch, log, per_call_ms=1.0, host_late=lambda log: True)
+    t = timing.bench(lambda: log.append("fn"), stream=_FakeStream(log), flusher=None, budget_ms=20.0,
+                     warmup_ms=5.0, min_reps=4, max_reps=100)
+    assert t.late_reps == t.reps == 20 and t.lead_cycles == 2 * timing.LEAD_CYCLES  # every try spent
+    assert log.count(f"sleep{timing.LEAD_CYCLES}") == 20 and log.count(f"sleep{2 * timing.LEAD_CYCLES}") == 20
 
 
 def test_bench_without_flusher_or_before_each(monkeypatch):
@@ -284,3 +337,15 @@ def test_bench_records_clocks(cuda):
     print(f"\nclocks: {t.clocks.model_dump()}")
     if t.clocks.available:  # NVML may be missing in a sandbox; never a failure then
         assert t.clocks.sm_mhz_after and t.clocks.sm_mhz_after > 0
+
+
+@pytest.mark.gpu
+def test_host_time_is_detected_and_kept_out_of_the_samples(cuda):
+    """0.2 ms of host work before a ~5 us add: the flush alone cannot hide it, so without the
+    retry every rep is late and the median holds host time; with it the GPU lead keeps it out."""
+    from kerngen.harness.calibrate import host_lag
+
+    lag = host_lag(budget_ms=50.0)
+    assert lag.without_lead_late >= 0.9 * lag.without_lead_reps, lag
+    assert lag.with_lead_late <= 0.01 * lag.with_lead_reps and lag.lead_cycles > 0, lag
+    assert lag.with_lead_ms < 0.5 * lag.without_lead_ms, lag

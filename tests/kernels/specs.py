@@ -228,6 +228,44 @@ for _name, _offset, _absolute in (
     _gelu(_name, _BAD_STORE_COMMENT, _BAD_STORE, I64(_offset), I32(_absolute), params=_BAD_STORE_PARAMS)
 
 # --- positive controls ----------------------------------------------------------------------
+# A grid-wide barrier: phase 1 writes x reversed into scratch, phase 2 reads it back reversed, so
+# every block reads what other blocks wrote. Correct only if the barrier holds, which needs every
+# block resident at once: the launch is cooperative. The counter lives in scratch (poisoned before
+# each call), so a memset step zeroes it first.
+_GRID_BARRIER = GELU_F + r"""
+// {comment}
+__device__ __forceinline__ void grid_barrier(unsigned int *count) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    atomicAdd(count, 1u);
+    unsigned int seen;
+    do { asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(count) : "memory"); } while (seen < gridDim.x);
+  }
+  __syncthreads();
+}
+extern "C" __global__ void gelu_grid(const float* x, float* out, float* tmp, unsigned int* count, long long n) {
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) tmp[n - 1 - i] = x[i];
+  grid_barrier(count);
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) out[i] = gelu_f(tmp[n - 1 - i]);
+}"""
+_GRID_SCRATCH = [{"name": "tmp", "dtype": "float32", "size": "x.numel"}, {"name": "count", "dtype": "int32", "size": 1}]
+
+
+def _coop(kernel: str, grid: list, block: list, *args: object) -> dict:
+    return {**launch(kernel, grid, block, *args), "cooperative": True}
+
+
+_add("gelu_grid_barrier", GELU, _GRID_BARRIER.replace("{comment}", "Correct: a grid-wide barrier under a cooperative launch."),
+     [memset("count"), _coop("gelu_grid", [132], [256], "x", "out", "tmp", "count", I64("x.numel"))],
+     scratch=_GRID_SCRATCH)
+# The same kernel on a grid that can never be resident at once: the harness refuses the launch
+# (cupy would shrink the grid, and the grid-stride loops would still pass on the smaller one).
+_add("gelu_grid_too_large", GELU, _GRID_BARRIER.replace("{comment}", "Bug: a cooperative grid that cannot be resident."),
+     [memset("count"), _coop("gelu_grid", [1 << 20], [1024], "x", "out", "tmp", "count", I64("x.numel"))],
+     scratch=_GRID_SCRATCH)
+
 _add("gelu_vec4", GELU, GELU_F + r"""
 // Correct: float4 loads and stores (the harness must keep buffers 16-byte aligned), a scalar tail.
 extern "C" __global__ void gelu_vec4(const float* x, float* out, long long n) {
