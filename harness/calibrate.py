@@ -102,7 +102,6 @@ class CalibrationReport(BaseModel):
     note: str = ""
 
 
-
 def run_calibration(repeats: int = 5, budget_ms: float = 200.0) -> CalibrationReport:
     from kerngen.problems.problem import load_problem
     from kerngen.problems.ref import ProblemRef

@@ -233,8 +233,9 @@ def layernorm_coop(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     return _spec(
         "playbook-layernorm-coop",
         "layernorm over long rows in 2 DRAM passes: a cooperative persistent grid of NB blocks holds one row "
-        "at a time in registers across a grid-wide barrier per row (per-row counters), the next row "
-        "streaming into shared memory meanwhile; parameters kept in L2 by eviction-priority hints",
+        "at a time in registers across a grid-wide barrier per row (per-row counters), optionally the next "
+        "row streaming into shared memory meanwhile (PREFETCH 1 cp.async, 2 TMA bulk); parameters kept in L2 "
+        "by eviction-priority hints",
         src,
         dict(NB=[66, 96, 108, 114, 128, 132], BLOCK=[256, 512, 1024], PGROUP=[1, 2, 4, 8], PREFETCH=[0, 1, 2], HINT=[0, 1]),
         d,
