@@ -55,7 +55,8 @@ def print_bench(label: str, facts: GpuFacts, base: Baseline, result: EvalResult 
     table = Table(title=f"{label} on {facts.name}")
     for col in ("", "verdict", "median ms", "IQR ms", "vs eager", "vs compile", "% roofline"):
         table.add_column(col, justify="left" if col in ("", "verdict") else "right")
-    for row in bench_rows(base, result):
+    rows = bench_rows(base, result)
+    for row in rows:
         flag = (" (clocks sagged)" if row["clocks_sagged"] else "") + (" (host-bound)" if row["host_bound"] else "")
         table.add_row(
             row["name"] + flag, row["verdict"], _fmt(row["median_ms"], ".4f"), _fmt(row["iqr_ms"], ".4f"),
@@ -71,7 +72,7 @@ def print_bench(label: str, facts: GpuFacts, base: Baseline, result: EvalResult 
         console.print(f"[yellow]torch.compile failed:[/] {base.compile_error}")
     if base.degenerate:
         console.print(f"[yellow]warning:[/] degenerate problem: {base.degenerate_reason}")
-    if any(row["host_bound"] for row in bench_rows(base, result)):
+    if any(row["host_bound"] for row in rows):
         console.print("[yellow]warning:[/] host-bound: the GPU waited for the host inside some timed reps even "
                       "with a lead; those times include launch overhead")
     if base.launch_bound:
