@@ -46,6 +46,9 @@ def test_bad_variant_and_uncovered_problem_are_one_line_errors(tmp_path):
     assert res.exit_code == 2
     err = stderr_of(res).strip().splitlines()
     assert len(err) == 1 and "winograd" in err[0] and "direct, igemm" in err[0]
+    # without --out too: an unknown variant is an error, not silently ignored
+    res = invoke("playbook", "layernorm", "--variant", "cop")
+    assert res.exit_code == 2 and "unknown --variant 'cop'" in stderr_of(res) and "coop" in stderr_of(res)
     res = invoke("playbook", "attention")
     assert res.exit_code == 2 and "nothing for attention" in stderr_of(res)
     res = invoke("playbook", "conv2d", "--out", str(tmp_path / "missing" / "x.json"))

@@ -35,6 +35,8 @@ def playbook(
     except NotCovered as exc:
         raise KerngenError(f"the playbook has nothing for {ref.label()}: {exc}") from None
     variants = builders.VARIANTS[match.family]
+    if variant is not None and variant not in variants:
+        raise KerngenError(f"unknown --variant {variant!r} for family {match.family} (choose from {', '.join(variants)})")
     console = Console(highlight=False, soft_wrap=True)
     if out is None:
         console.print(f"[bold]{ref.label()}[/]: family {match.family}; variants: {', '.join(variants)}")
@@ -42,8 +44,6 @@ def playbook(
             console.print(f"  {entry.id} [{entry.category.value}] ({entry.variant}): {entry.text}", markup=False)
         return
     name = variant or next(iter(variants))
-    if name not in variants:
-        raise KerngenError(f"unknown --variant {name!r} for family {match.family} (choose from {', '.join(variants)})")
     spec = builders.build(match, name)
     try:
         spec.dump(out)
