@@ -25,6 +25,7 @@ _NAMES: dict[tuple[str, str], str] = {
     ("layernorm", "split"): "playbook-layernorm-split",
     ("layernorm", "coop"): "playbook-layernorm-coop",
     ("rmsnorm", "rows_reg"): "playbook-rmsnorm-rows-reg",
+    ("rmsnorm", "two_pass"): "playbook-rmsnorm-two-pass",
     ("conv2d", "direct"): "playbook-conv2d-direct",
     ("conv2d", "igemm"): "playbook-conv2d-igemm",
     ("conv_relu_maxpool", "fused"): "playbook-conv-relu-maxpool",
