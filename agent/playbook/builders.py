@@ -243,15 +243,22 @@ def layernorm_coop(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     x = m.x
     ve = _vec(x.dtype)
     ncols, nrows, dtype = _row_facts(m)
-    # H100/H200: 132 SMs, one 512-thread block each (16 float4 a thread on the suite's 16 MB rows).
-    # Exhaustive tune of 120 configs (H200): best 0.3104 ms, slower than the split kernel's 0.2372
-    d = _pick(defaults, dict(NB=132, BLOCK=512, PGROUP=4, PREFETCH=0, HINT=1))
     has_w, has_b = bool(m.facts.get("weight")), bool(m.facts.get("bias"))
+    wdtype = m.facts.get("wdtype", dtype)
+    wv = ve // 4 if wdtype == "float32" else 1  # float4s per vector of a parameter
+    # H200, suite shape (16 rows of 16 MB): 128 blocks of 512 threads, the weight and all the bias slices that
+    # fit in shared memory, the next row bulk-prefetched into L2: 0.214 ms after tuning (132 blocks: 0.225 ms
+    # untuned in the same run; the split kernel: 0.239). The tuner chose NB 128 over 132 on both branches.
+    d = _pick(defaults, dict(NB=128, BLOCK=512, W_SMEM=1 if has_w else 0, BSL=16 if has_b else 0, PF=1, PG=1, HINT=1))
     kernel = "layernorm_coop"
     src = render("layernorm_coop.cu.j2", dtype=dtype, eps=repr(float(m.facts["eps"])), has_weight=has_w, has_bias=has_b,
-                 wdtype=m.facts.get("wdtype", dtype), kernel=kernel)
-    it = f"cdiv(({ncols}) // {ve}, NB * BLOCK)"
-    smem = f"min(PREFETCH, 1) * BLOCK * {it} * 16"
+                 wdtype=wdtype, kernel=kernel)
+    seg = f"cdiv(({ncols}) // {ve}, NB)"
+    it = f"cdiv({seg}, BLOCK)"
+    wsm = f"W_SMEM * {seg} * {wv}" if has_w else "0"
+    # bias slices in shared memory: BSL at most, and no more than the row has or the space left allows
+    bs = f"min(BSL, {it}, max(0, ({MAX_SMEM - 1024} - 16 * {wsm}) // (16 * BLOCK * {wv})))" if has_b else "0"
+    smem = f"({wsm} + ({bs}) * BLOCK * {wv}) * 16"
     args = [{"name": x.name}, {"name": "part"}, {"name": "count"}]
     if has_w:
         args.append({"name": m.facts["weight"]})
@@ -261,16 +268,20 @@ def layernorm_coop(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     return _spec(
         "playbook-layernorm-coop",
         "layernorm over long rows in 2 DRAM passes: a cooperative persistent grid of NB blocks holds one row "
-        "at a time in registers across a grid-wide barrier per row (per-row counters), optionally the next "
-        "row streaming into shared memory meanwhile (PREFETCH 1 cp.async, 2 TMA bulk); parameters kept in L2 "
-        "by eviction-priority hints",
+        "at a time in registers (block b: a contiguous segment) across a grid-wide barrier per row; the weight "
+        "and BSL slices of the bias stay in shared memory for the whole launch; the next row is bulk-prefetched "
+        "into L2 while the block reduces, waits and stores (PF); partials merged by cdiv(NB, 32) warps at once",
         src,
-        dict(NB=[66, 96, 108, 114, 128, 132], BLOCK=[256, 512, 1024], PGROUP=[1, 2, 4, 8], PREFETCH=[0, 1, 2], HINT=[0, 1]),
+        dict(NB=[66, 128, 132, 264], BLOCK=[256, 512, 768, 1024], W_SMEM=[0, 1] if has_w else [0],
+             BSL=[0, 2, 4, 6, 8, 10, 12, 14, 16] if has_b else [0], PF=[0, 1], PG=[1, 2, 4], HINT=[0, 1]),
         d,
-        defines={"NCOLS": ncols},
+        defines={"NCOLS": ncols, "BS": bs},
         scratch=[dict(name="part", dtype="float32", size=f"4 * {nrows} * NB"),
                  dict(name="count", dtype="int32", size=nrows)],
-        constraints=[f"({ncols}) % {ve} == 0", f"{it} * {ve} <= 64", f"{smem} <= {MAX_SMEM}",
+        # x in registers: at most 64 values a thread and 128 KB a block; shared memory leaves 1 KB for the
+        # kernel's own arrays; the partials are merged by warps of this block (NB <= BLOCK)
+        constraints=[f"({ncols}) % {ve} == 0", f"{it} * {ve} <= 64", f"{it} * {ve} * BLOCK <= 32768",
+                     f"{smem} <= {MAX_SMEM - 1024}", "NB <= BLOCK",
                      f"{nrows} < 2**31", f"({ncols}) < 2**31"],
         steps=[dict(tensor="count", value=0),
                dict(kernel=kernel, grid=["NB"], block=["BLOCK"], shared_mem=smem, args=args, cooperative=True)],

@@ -77,17 +77,17 @@ CATALOG: dict[str, list[Entry]] = {
               "fills the GPU with 16 rows; 3 passes over x (read, read, write) ~80% of bandwidth",
               "split", ({}, {"ITEMS": 8}), round0=True),
         Entry("ln-coop", "Few, very long rows in two DRAM passes: one cooperative persistent grid (a block per SM) "
-              "holds one row at a time in registers. Each block publishes its (n, mean, M2) and arrives on the "
-              "row's counter, then merges every block's triple and normalises from registers; its share of the "
-              "next row may stream into shared memory meanwhile (cp.async, or TMA bulk copies). Weight and bias "
-              "get an evict-last L2 policy, x and y evict-first, so the parameters stay in L2 across rows.", M,
-              "2 passes over x instead of the split kernel's 3, if the per-row phases overlap; measured on the "
-              "suite (H200) at 0.31 ms against the split kernel's 0.24: one block per SM runs load, reduce, "
-              "barrier and store one after the other, and DRAM idles in between",
-              "coop", ({}, {"PREFETCH": 2}), after=frozenset({"split"})),
+              "holds one row at a time in registers, each block a contiguous segment of it. The weight's segment "
+              "and as much of the bias' as fits stay in shared memory for the whole launch, so a row's only L2 "
+              "traffic is the row. Each block publishes its (n, mean, M2) and arrives on the row's counter; "
+              "several warps then merge the blocks' triples at once, every thread normalises its registers; "
+              "meanwhile the next row is bulk-prefetched into L2 so DRAM keeps reading through the barrier.", M,
+              "2 passes over x instead of the split kernel's 3; measured on the suite (H200) at 0.21 ms against "
+              "the split kernel's 0.24: the per-row barrier and the reduction still leave DRAM idle part of each row",
+              "coop", ({}, {"BLOCK": 1024}), after=frozenset({"split"})),
         Entry("ln-coop-balance", "Re-balance the persistent grid: threads per block against values per thread, and "
-              "the grid without the next-row prefetch or without the L2 eviction policies, to see what carries "
-              "the gain.", A, "0-10%", "coop", ({"PGROUP": 1}, {"HINT": 0}, {"NB": 128}),
+              "the grid without the next-row prefetch or with the bias read from L2, to see what carries the "
+              "gain.", A, "0-10%", "coop", ({"PF": 0}, {"BSL": 0}, {"BLOCK": 768}, {"PG": 2}),
               after=frozenset({"coop"})),
         Entry("ln-split-chunks", "Tune the chunk size: fewer, larger chunks (more vectors per thread, more bytes in "
               "flight) or more, smaller ones (more blocks, better balance).", A, "a few %",
