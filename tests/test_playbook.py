@@ -225,6 +225,30 @@ def test_constraints_reject_shapes_a_kernel_cannot_handle():
         plan.resolve(spec, sizes={}, tensors=f)
 
 
+@pytest.mark.parametrize("shape,block,nb,want_bs", [
+    ((16, 64, 256, 256), 512, 128, 12),   # the suite: 8192 vectors a block; 128 KB of weight leaves 12 slices
+    ((16, 64, 256, 256), 1024, 128, 6),   # bigger slices: half as many fit
+    ((16, 64, 256, 256), 512, 264, 8),    # smaller segments: every slice of the row fits
+    ((4, 64, 64, 64), 512, 128, 1),       # a short row: one slice holds the whole segment
+])
+def test_coop_layernorm_keeps_what_fits_in_shared_memory(shape, block, nb, want_bs):
+    """The cooperative layernorm puts the weight and as many bias slices as fit in shared memory; the
+    slice count is capped by the row and by the space left, so every configuration's launch fits."""
+    m = explain(_kb("suite_layernorm"))
+    spec = builders.build(m, "coop")
+    facts = _facts(m)
+    facts["x"] = facts["out"] = TensorFacts(shape)
+    for p in ("ln.weight", "ln.bias"):
+        facts[p] = TensorFacts(shape[1:])
+    r = plan.resolve(spec, sizes={}, tensors=facts, config={"BLOCK": block, "NB": nb, "BSL": 16})
+    assert r.defines["BS"] == want_bs
+    seg = -(-(shape[1] * shape[2] * shape[3] // 4) // nb)
+    assert r.launches[0].shared_mem == (seg + want_bs * block) * 16 <= builders.MAX_SMEM - 1024
+    assert r.launches[0].cooperative
+    r0 = plan.resolve(spec, sizes={}, tensors=facts, config={"BLOCK": block, "NB": nb, "BSL": 0, "W_SMEM": 0})
+    assert r0.defines["BS"] == 0 and r0.launches[0].shared_mem == 0
+
+
 # ----- the proposer -----------------------------------------------------------------------------
 def _ctx(m, tried=()):
     return SearchContext(
