@@ -17,7 +17,9 @@ CASES = [
     ProblemRef(source="softmax", shape=(1024, 1024)),
     ProblemRef(source="layernorm", shape=(4, 64, 64, 64)),
     ProblemRef(source="layernorm"),  # the suite shape: 16 rows of 16 MB (split and cooperative kernels)
+    ProblemRef(source="layernorm", shape=(8, 32, 64, 64), dtype="bfloat16"),  # 16-bit vectors, fp32 statistics
     ProblemRef(source="rmsnorm", shape=(1024, 8192)),
+    ProblemRef(source="rmsnorm", shape=(512, 4096), dtype="float32"),
     ProblemRef(source="gelu", shape=(4096, 4096)),
     ProblemRef(source="conv2d", shape=(8, 3, 224, 224)),
     ProblemRef(source="conv_relu_maxpool"),

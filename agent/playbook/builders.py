@@ -163,8 +163,9 @@ def rmsnorm_two_pass(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     x = m.x
     ve = _vec(x.dtype)
     ncols, nrows, dtype = _row_facts(m)
-    # H200, rmsnorm bf16 8192x8192: BLOCK 256, U 4, MIN_BLOCKS 5 (48 registers) 0.0672 ms against 0.0685-0.0716
-    # for the other (BLOCK, U, MIN_BLOCKS) tried and 0.0703 for the register-held row
+    # H200, rmsnorm bf16 8192x8192, prototype sweep: BLOCK 256, U 4, MIN_BLOCKS 5 (48 registers) 0.0672 ms against
+    # 0.0685-0.0716 for the other (BLOCK, U, MIN_BLOCKS) tried; in the harness 0.0684 against the register-held
+    # row's 0.0703
     d = _pick(defaults, dict(BLOCK=256, U=4, MIN_BLOCKS=5, EL=1))
     has_w = bool(m.facts.get("weight"))
     kernel = "rmsnorm_two_pass"
@@ -247,8 +248,9 @@ def layernorm_coop(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     wdtype = m.facts.get("wdtype", dtype)
     wv = ve // 4 if wdtype == "float32" else 1  # float4s per vector of a parameter
     # H200, suite shape (16 rows of 16 MB): 128 blocks of 512 threads, the weight and all the bias slices that
-    # fit in shared memory, the next row bulk-prefetched into L2: 0.214 ms after tuning (132 blocks: 0.225 ms
-    # untuned in the same run; the split kernel: 0.239). The tuner chose NB 128 over 132 on both branches.
+    # fit in shared memory, the next row bulk-prefetched into L2: 0.2085 ms after tuning (the split kernel:
+    # 0.2315). In an earlier run the tuner moved both branches from NB 132 to 128 (0.225 -> 0.214 ms): with 128
+    # blocks every segment is exactly 8192 vectors.
     d = _pick(defaults, dict(NB=128, BLOCK=512, W_SMEM=1 if has_w else 0, BSL=16 if has_b else 0, PF=1, PG=1, HINT=1))
     kernel = "layernorm_coop"
     src = render("layernorm_coop.cu.j2", dtype=dtype, eps=repr(float(m.facts["eps"])), has_weight=has_w, has_bias=has_b,

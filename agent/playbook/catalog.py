@@ -83,7 +83,7 @@ CATALOG: dict[str, list[Entry]] = {
               "several warps then merge the blocks' triples at once, every thread normalises its registers; "
               "meanwhile the next row is bulk-prefetched into L2 so DRAM keeps reading through the barrier.", M,
               "2 passes over x instead of the split kernel's 3; measured on the suite (H200) at 0.21 ms against "
-              "the split kernel's 0.24: the per-row barrier and the reduction still leave DRAM idle part of each row",
+              "the split kernel's 0.23: the per-row barrier and the reduction still leave DRAM idle part of each row",
               "coop", ({}, {"BLOCK": 1024}), after=frozenset({"split"})),
         Entry("ln-coop-balance", "Re-balance the persistent grid: threads per block against values per thread, and "
               "the grid without the next-row prefetch or with the bias read from L2, to see what carries the "
@@ -103,7 +103,7 @@ CATALOG: dict[str, list[Entry]] = {
               "(U 16-byte loads in flight a thread, evict-last in L2), a second loop re-reads it from L1/L2, scales "
               "and stores. Few registers a thread, so full occupancy and more rows in flight per SM.", M,
               "one DRAM read and one write like the register-held row, ~2-4% faster when that one is "
-              "register-limited (H200, bf16 8192x8192: 0.0672 vs 0.0703 ms)",
+              "register-limited (H200, bf16 8192x8192: 0.0684 vs 0.0703 ms)",
               "two_pass", ({}, {"BLOCK": 512, "U": 2, "MIN_BLOCKS": 4}), round0=True),
         Entry("rms-two-pass-ilp", "Trade loads in flight against occupancy in the two-loop kernel: U 2-8 vectors a "
               "thread with MIN_BLOCKS sized so that the registers still fit (no spills).", A, "0-3%",
