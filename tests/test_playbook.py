@@ -249,6 +249,28 @@ def test_coop_layernorm_keeps_what_fits_in_shared_memory(shape, block, nb, want_
     assert r0.defines["BS"] == 0 and r0.launches[0].shared_mem == 0
 
 
+@pytest.mark.parametrize("shape,sm_count,want", [
+    ((16, 64, 256, 256), 132, 128),   # H100/H200
+    ((16, 64, 256, 256), 0, 128),     # device unknown: the default
+    ((16, 64, 128, 128), 108, 108),   # an A100: one block per SM
+    ((16, 64, 256, 256), 108, None),  # 16 MB rows over 108 SMs do not fit the registers: no coop branch
+])
+def test_coop_grid_fits_the_device(shape, sm_count, want):
+    """A cooperative grid must be resident at once: the proposer sizes the cooperative layernorm's
+    grid to at most one block per SM of the GPU in the search context, and offers no branch where the
+    row's share per SM cannot stay on chip."""
+    prop = PlaybookProposer(_kb("suite_layernorm"))
+    ctx = _ctx(prop.match)
+    ctx.gpu = GpuFacts(name="gpu", sm_count=sm_count)
+    ctx.tensors.update({"x": list(shape), "out": list(shape), "ln.weight": list(shape[1:]), "ln.bias": list(shape[1:])})
+    entry = next(e for e in CATALOG["layernorm"] if e.variant == "coop" and not e.after - {"split"})
+    specs = [b.spec for b in prop._render(entry, ctx, 2) if b.spec is not None]
+    if want is None:
+        assert not specs
+    else:
+        assert specs and {s.default_config()["NB"] for s in specs} == {want}
+
+
 # ----- the proposer -----------------------------------------------------------------------------
 def _ctx(m, tried=()):
     return SearchContext(

@@ -22,6 +22,7 @@ from .families import FamilyMatch
 
 TEMPLATES = Path(__file__).parent / "templates"
 MAX_SMEM = 232448  # bytes of shared memory one block may have on sm_90 (227 KB)
+COOP_NB = 128  # the cooperative layernorm's grid where the GPU has that many SMs (H100/H200: 132; see layernorm_coop)
 
 
 @lru_cache(maxsize=1)
@@ -251,7 +252,7 @@ def layernorm_coop(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     # fit in shared memory, the next row bulk-prefetched into L2: 0.2085 ms after tuning (the split kernel:
     # 0.2315). In an earlier run the tuner moved both branches from NB 132 to 128 (0.225 -> 0.214 ms): with 128
     # blocks every segment is exactly 8192 vectors.
-    d = _pick(defaults, dict(NB=128, BLOCK=512, W_SMEM=1 if has_w else 0, BSL=16 if has_b else 0, PF=1, PG=1, HINT=1))
+    d = _pick(defaults, dict(NB=COOP_NB, BLOCK=512, W_SMEM=1 if has_w else 0, BSL=16 if has_b else 0, PF=1, PG=1, HINT=1))
     kernel = "layernorm_coop"
     src = render("layernorm_coop.cu.j2", dtype=dtype, eps=repr(float(m.facts["eps"])), has_weight=has_w, has_bias=has_b,
                  wdtype=wdtype, kernel=kernel)

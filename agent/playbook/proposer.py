@@ -74,9 +74,18 @@ class PlaybookProposer:
         except SpecError:
             return False
 
+    @staticmethod
+    def _device_defaults(variant: str, ctx: SearchContext | None) -> dict[str, int]:
+        """Defaults that depend on the GPU: a cooperative grid must be resident at once, so the
+        cooperative layernorm's grid is at most one block per SM of the device the search runs on."""
+        if variant == "coop" and ctx is not None and ctx.gpu.sm_count > 0:
+            return {"NB": min(builders.COOP_NB, ctx.gpu.sm_count)}
+        return {}
+
     def _render(self, entry: Entry, ctx: SearchContext | None, m: int, parent: NodeSummary | None = None) -> list[Branch]:
         out: list[Branch] = []
-        base: dict[str, int] = {}
+        device = self._device_defaults(entry.variant, ctx)
+        base: dict[str, int] = device
         if parent is not None and variant_of_spec(parent.spec) == entry.variant:
             base = dict(parent.spec.default_config())
         seen: set[str] = set()
@@ -89,7 +98,7 @@ class PlaybookProposer:
                 out.append(Branch(error=f"playbook could not render {entry.variant}: {exc}"))
                 continue
             if not self._fits(spec, ctx):
-                spec = builders.build(self.match, entry.variant, dict(overrides))
+                spec = builders.build(self.match, entry.variant, {**device, **overrides})
                 if not self._fits(spec, ctx):
                     continue
             key = spec.content_hash()
