@@ -8,10 +8,11 @@ proposer drives it through ``on_call`` (one call per LLM request, with its token
 
 from __future__ import annotations
 
+import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 if TYPE_CHECKING:
     from kerngen.agent.llm_client import LLMCall
@@ -47,10 +48,12 @@ class SearchBudget(BaseModel):
 
 
 class Usage:
-    """What a search has spent. ``calls``/``tokens``: LLM requests and their tokens;
-    ``gpu_s``: sum of ``EvalResult.wall_s``; ``wall_s``: elapsed seconds over all sessions."""
+    """What a search has spent. ``calls``/``tokens``: LLM requests (HTTP requests: a call that
+    retried counts each attempt; a failed call counts too) and their tokens; ``gpu_s``: sum of
+    ``EvalResult.wall_s``; ``wall_s``: elapsed seconds over all sessions."""
 
     def __init__(self, prior_wall_s: float = 0.0) -> None:
+        self._lock = threading.Lock()  # the LLM proposer reports calls from several threads
         self.calls = 0
         self.tokens = 0
         self.cost_usd: float | None = None  # where prices are configured
@@ -67,11 +70,14 @@ class Usage:
         return self.prior_wall_s + (time.monotonic() - self.t0)
 
     def on_call(self, call: "LLMCall") -> None:
-        """Callback for the LLM proposer: one LLM request happened."""
-        self.calls += 1
-        self.tokens += call.usage.total_tokens
-        if call.usage.cost_usd is not None:
-            self.cost_usd = (self.cost_usd or 0.0) + call.usage.cost_usd
+        """Callback for the LLM proposer: one LLM call happened (answered, unreadable or failed),
+        with ``call.attempts`` HTTP requests; one at least is counted, so that a call that failed
+        before it could count its requests still moves the budget."""
+        with self._lock:
+            self.calls += max(1, int(getattr(call, "attempts", 0) or 0))
+            self.tokens += call.usage.total_tokens
+            if call.usage.cost_usd is not None:
+                self.cost_usd = (self.cost_usd or 0.0) + call.usage.cost_usd
         for fn in list(self.listeners):
             fn(call)
 
@@ -94,8 +100,54 @@ def exhausted(budget: SearchBudget, usage: Usage) -> str | None:
         return f"budget: {usage.calls} LLM calls (max {budget.max_llm_calls})"
     if budget.max_tokens is not None and usage.tokens >= budget.max_tokens:
         return f"budget: {usage.tokens} tokens (max {budget.max_tokens})"
+    return time_exhausted(budget, usage)
+
+
+def time_exhausted(budget: SearchBudget, usage: Usage) -> str | None:
+    """The wall-clock or GPU-time budget that is spent, as a stop reason (what stops evaluation
+    and tuning; the LLM budgets only stop asking the proposer)."""
     if budget.wall_minutes is not None and usage.wall_s >= budget.wall_minutes * 60:
-        return f"budget: {usage.wall_s / 60:.1f} wall minutes (max {budget.wall_minutes:g})"
+        return f"budget: {usage.wall_s / 60:.2f} wall minutes (max {budget.wall_minutes:g})"
     if budget.gpu_minutes is not None and usage.gpu_s >= budget.gpu_minutes * 60:
         return f"budget: {usage.gpu_s / 60:.1f} GPU minutes (max {budget.gpu_minutes:g})"
     return None
+
+
+def remaining_wall_s(budget: SearchBudget, usage: Usage) -> float | None:
+    """Seconds left of the wall-clock budget (None: no limit; may be <= 0)."""
+    if budget.wall_minutes is None:
+        return None
+    return budget.wall_minutes * 60.0 - usage.wall_s
+
+
+def make_budget(base: SearchBudget | None = None, given: Mapping[str, Any] | None = None) -> SearchBudget:
+    """``base`` (else the defaults) with the fields ``given`` (None values ignored), validated:
+    an out-of-range value is a one-line :class:`~kerngen.harness.errors.KerngenError`."""
+    from kerngen.harness.errors import KerngenError
+
+    data = (base or SearchBudget()).model_dump()
+    data.update({k: v for k, v in (given or {}).items() if v is not None})
+    try:
+        return SearchBudget.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err.get("loc", ())) or "budget"
+        raise KerngenError(f"bad budget {field}={err.get('input')!r}: {err.get('msg', 'invalid')}") from None
+
+
+# CLI option names of the budgets that count time: given on a resume, they are for that session
+SESSION_BUDGETS = ("wall_minutes", "gpu_minutes")
+
+
+def resume_budget(recorded: SearchBudget, given: Mapping[str, Any], *, spent_wall_s: float,
+                  spent_gpu_s: float) -> SearchBudget:
+    """The budget of a resumed run: the latest recorded one, with every budget given on the
+    command line taking its place. Counts (rounds, LLM calls, tokens, patience) are for the whole
+    run, as recorded; the time budgets given (``--minutes``, ``--gpu-minutes``) are for THIS
+    session: they are stored as totals, what earlier sessions spent plus what is given."""
+    given = {k: v for k, v in given.items() if v is not None}
+    for name in SESSION_BUDGETS:
+        if name in given and isinstance(given[name], (int, float)) and given[name] > 0:
+            spent = spent_wall_s if name == "wall_minutes" else spent_gpu_s
+            given[name] = given[name] + spent / 60.0
+    return make_budget(recorded, given)

@@ -20,21 +20,38 @@ EVALUATORS = ("pool", "scripted")
 
 
 def _one_line(text: str) -> str:
-    line = " ".join(str(text).split())
+    from kerngen.harness.redact import printable
+
+    line = " ".join(printable(str(text)).split())  # messages quote journal text: no control sequences
     return line if len(line) <= 400 else line[:397] + "..."
 
 
-def _guard(fn: Callable[..., Any]) -> Callable[..., Any]:
+def _guard(fn: Callable[..., Any], *, data: bool = False) -> Callable[..., Any]:
+    """KerngenError -> one line on stderr, exit 2. ``data``: a command that reads run or export
+    folders (which may come from anyone): any other error is one line too, never a traceback."""
+
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except KerngenError as exc:
-            Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {_one_line(str(exc))}",
-                                                                       markup=True)
+            _error_line(_one_line(str(exc)))
             raise typer.Exit(exc.exit_code) from None
+        except (typer.Exit, typer.Abort, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # noqa: BLE001 - bad data must not end in a traceback
+            if not data:
+                raise
+            _error_line(_one_line(f"{fn.__name__} failed on bad input: {type(exc).__name__}: {exc}"))
+            raise typer.Exit(2) from None
 
     return wrapper
+
+
+def _error_line(text: str) -> None:
+    from rich.markup import escape
+
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(text)}", markup=True)
 
 
 def make_evaluator(kind: str) -> Any:
@@ -78,8 +95,8 @@ def _tuner(evaluator_kind: str, evaluator: Any, problem: Any, no_tune: bool) -> 
 
 def register(app: typer.Typer) -> None:
     app.command("generate")(_guard(generate))
-    app.command("show")(_guard(show))
-    app.command("replay")(_guard(replay))
+    app.command("show")(_guard(show, data=True))
+    app.command("replay")(_guard(replay, data=True))
 
 
 # ----- generate -----------------------------------------------------------------------------
@@ -102,8 +119,10 @@ def generate(
     ideas: Optional[int] = typer.Option(None, "--ideas", min=1, help="ideas per beam node (K) [3]"),
     branches: Optional[int] = typer.Option(None, "--branches", min=1, help="implementations per idea (M) [2]"),
     repairs: Optional[int] = typer.Option(None, "--repairs", min=0, help="repair attempts per failed node (R) [2]"),
-    minutes: Optional[float] = typer.Option(None, "--minutes", help="wall-clock budget in minutes [30]"),
-    gpu_minutes: Optional[float] = typer.Option(None, "--gpu-minutes", help="GPU-time budget in minutes [20]"),
+    minutes: Optional[float] = typer.Option(None, "--minutes", help="wall-clock budget in minutes [30] "
+                                            "(with --resume: for this session)"),
+    gpu_minutes: Optional[float] = typer.Option(None, "--gpu-minutes", help="GPU-time budget in minutes [20] "
+                                                "(with --resume: for this session)"),
     max_llm_calls: Optional[int] = typer.Option(None, "--max-llm-calls", min=0, help="LLM request budget [200]"),
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=0, help="LLM token budget [2M]"),
     patience: Optional[int] = typer.Option(None, "--patience", min=1, help="stop after P rounds without a gain [2]"),
@@ -117,7 +136,7 @@ def generate(
                                        help="pool (the GPUs) | scripted (deterministic, no GPU, made-up times)"),
 ) -> None:
     """Search for a fast CUDA-C kernel of PROBLEM; journal the search under runs/<id>/."""
-    from kerngen.agent.budget import SearchBudget, SearchConfig, Usage
+    from kerngen.agent.budget import SearchConfig, Usage, make_budget
     from kerngen.agent.live import LiveView
     from kerngen.agent.proposers import make_proposer
     from kerngen.agent.search import Search
@@ -133,12 +152,20 @@ def generate(
     usage = Usage()
     knobs = {"max_concurrency": llm_concurrency, "price_in_per_mtok": price_in, "price_out_per_mtok": price_out}
     if resume:
+        from kerngen.agent.journal import ensure_unlocked
+        from kerngen.agent.problem_data import rerun_ref
+        from kerngen.agent.safe_paths import refuse_symlinks
+        from kerngen.agent.search import budget_for_resume
+
         rec = load_run(resume, runs_dir)  # JournalError for a missing or corrupt run, before anything else
+        ensure_unlocked(rec.path)  # another process appending to it: refused now, before GPUs or an LLM
         st = rec.started
-        if problem and problem != st.problem.source:
-            raise KerngenError(f"run {rec.id} searched {st.problem.source}, not {problem}")
-        ref, config = st.problem, st.config
-        budget = st.budget.model_copy(update=given)
+        refuse_symlinks(rec.path)  # a resume writes into the folder: never through a link out of it
+        # the run's problem file runs again only when built in, named here, or unchanged since the run started
+        ref, which = rerun_ref(st, problem, hint=f"kerngen generate FILE --resume {resume}")
+        out.print(which, markup=False, soft_wrap=True)
+        config = st.config
+        budget = budget_for_resume(rec, given)  # the latest recorded budget, the command line's in its place
         kind = st.proposer if proposer == "auto" and st.proposer in ("llm", "playbook", "scripted") else proposer
         prop, model_name = make_proposer(kind, ref, usage=usage, model=model or st.model, base_url=base_url,
                                          llm_knobs=knobs)
@@ -155,7 +182,7 @@ def generate(
         config = SearchConfig(beam=beam or defaults.beam, ideas=ideas or defaults.ideas,
                               branches=branches or defaults.branches,
                               repairs=repairs if repairs is not None else defaults.repairs, tune=not no_tune)
-        budget = SearchBudget(**given)
+        budget = make_budget(None, given)  # a bad value: one line, not a traceback
         prop, model_name = make_proposer(proposer, ref, usage=usage, model=model, base_url=base_url,
                                          llm_knobs=knobs)
         if seed is None and model_name is not None and not no_playbook_seed:
@@ -179,7 +206,7 @@ def generate(
         evaluator.close()
     run = load_run(result.run_dir)
     out.print(render_header(run))
-    out.print(f"stopped: {result.reason}")
+    out.print(_one_line(f"stopped: {result.reason}"), markup=False)  # a reason may quote a model's text
     if run.best is not None:
         out.print(f"best kernel: {result.run_dir / 'best' / 'spec.json'}")
 
@@ -214,20 +241,26 @@ def show(
 def replay(
     run: str = typer.Argument(..., help="a run folder, or a run id under --runs-dir"),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="where the replay's run folder goes too"),
+    problem: Optional[str] = typer.Option(None, "--problem",
+                                          help="the problem file to run (a run's own file runs only when built in "
+                                               "or unchanged since the run started)"),
     evaluator_kind: str = typer.Option("pool", "--evaluator", hidden=True),
 ) -> None:
     """Re-run a recorded search with no LLM call, re-evaluating every node on this GPU."""
     from kerngen.agent.live import LiveView
+    from kerngen.agent.problem_data import rerun_ref
     from kerngen.agent.replay import replay_run, replay_table
     from kerngen.agent.tree import load_run
 
     orig = load_run(run, runs_dir)
+    _, which = rerun_ref(orig.started, problem)  # before any GPU work: which file runs, or why none
+    Console(highlight=False).print(which, markup=False, soft_wrap=True)
     evaluator = make_evaluator(evaluator_kind)
     try:
         view = LiveView(total_rounds=len(orig.tree.beams))
         with view:
             rep = replay_run(orig, evaluator, runs_dir=runs_dir, context_factory=_context_factory(evaluator_kind),
-                             listeners=[view])
+                             listeners=[view], problem=problem)
     finally:
         evaluator.close()
     out = Console(highlight=False)
@@ -237,4 +270,4 @@ def replay(
         out.print(f"recorded best: #{ob.id} {ob.ms:.4f} ms")
     if nb is not None:
         out.print(f"replayed best: #{nb.id} {nb.ms:.4f} ms")
-    out.print(f"replay written to {rep.run_dir} ({rep.proposer_calls} proposer calls)")
+    out.print(f"replay written to {rep.run_dir} ({rep.proposer_calls} proposer calls)", markup=False)

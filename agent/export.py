@@ -1,11 +1,20 @@
 """``kerngen export RUN --out DIR``: the best kernel of a run as files and a PyTorch op.
 
-Writes ``<name>.cu`` (the source), ``<name>.json`` (:class:`kerngen.load.ExportManifest`: the
-KernelSpec, its tuned configuration, the resolved launch plan, the problem ref and its tensors'
-shapes and dtypes, the cubin's arch), ``<name>.<arch>.cubin`` (NVRTC needs no GPU, so the cubin
-is compiled here, for the GPU the run was measured on) and ``<name>.py``, generated from
-``templates/export_template.py.j2``: it registers ``torch.ops.kerngen.<name>`` with
-``torch.library.custom_op`` and a ``register_fake``. See :mod:`kerngen.load` for the runtime.
+An export is data. It writes ``<name>.cu`` (the source), ``<name>.json``
+(:class:`kerngen.load.ExportManifest`: the KernelSpec, its tuned configuration, the resolved
+launch plan, the problem ref and its tensors' shapes and dtypes, the cubin's arch) and
+``<name>.<arch>.cubin`` (NVRTC needs no GPU, so the cubin is compiled here, for the GPU the run
+was measured on). ``kerngen.load(DIR)`` builds ``torch.ops.kerngen.<name>`` from those with
+kerngen's own code (:mod:`kerngen.load`) and imports nothing from the folder.
+
+For convenience it also writes ``<name>.py`` (``templates/export_template.py.j2``): a docstring
+and one call, ``op = kerngen.load(<its folder>)``, so ``import <name>`` works with the folder on
+``sys.path``. It holds no logic of its own and kerngen never imports it; a ``.py`` in an export
+folder from someone else is that person's code, to be read before it is imported by hand.
+
+The problem's tensors and sizes come from the run's record (:mod:`kerngen.agent.problem_data`):
+exporting a run never imports its problem file. Every file name is checked to stay inside
+``--out`` (:mod:`kerngen.agent.safe_paths`), and the arch is checked before it reaches NVRTC.
 """
 
 from __future__ import annotations
@@ -13,16 +22,20 @@ from __future__ import annotations
 import keyword
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 from kerngen.agent.journal import write_atomic
+from kerngen.agent.safe_paths import inside
 from kerngen.harness.errors import KerngenError
 from kerngen.harness.results import Timing
 from kerngen.harness.spec import KernelSpec
-from kerngen.load import ExportError, ExportManifest
+from kerngen.load import ExportError, ExportManifest, check_arch
 from kerngen.problems.ref import ProblemRef
+
+if TYPE_CHECKING:
+    from kerngen.problems.problem import ProblemInfo
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TEMPLATE = "export_template.py.j2"
@@ -42,8 +55,8 @@ class ExportResult(BaseModel):
 
 
 def identifier(text: str, fallback: str = "x") -> str:
-    """A Python (and torch.library) identifier from ``text``: ``conv.weight`` -> ``conv_weight``."""
-    ident = re.sub(r"\W", "_", text).strip("_") or fallback
+    """An ASCII Python (and torch.library) identifier from ``text``: ``conv.weight`` -> ``conv_weight``."""
+    ident = re.sub(r"[^0-9A-Za-z_]", "_", str(text)).strip("_")[:100] or fallback
     if ident[0].isdigit():
         ident = f"_{ident}"
     return f"{ident}_" if keyword.iskeyword(ident) or ident == "self" else ident
@@ -70,7 +83,11 @@ def default_name(problem_name: str, spec: KernelSpec, config: dict[str, int]) ->
 
 
 def _doc_safe(text: str) -> str:
-    return " ".join(str(text).split()).replace("\\", "/").replace('"""', "'''")
+    """Text of a run or a problem, safe inside the generated module's docstring (one line, no
+    quote or backslash, no control sequence)."""
+    from kerngen.harness.redact import printable
+
+    return " ".join(printable(str(text)).split()).replace("\\", "/").replace('"', "'")
 
 
 def _timing_line(timing: Timing | None, gpu: str) -> str:
@@ -80,23 +97,21 @@ def _timing_line(timing: Timing | None, gpu: str) -> str:
 
 
 def render_module(m: ExportManifest) -> str:
+    """The convenience module of an export: a docstring and ``op = kerngen.load(<its folder>)``."""
     import jinja2
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=False,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                              keep_trailing_newline=True)
-    n_out = len(m.outputs)
-    returns = "torch.Tensor" if n_out == 1 else f"tuple[{', '.join(['torch.Tensor'] * n_out)}]"
     shape = lambda t: ", ".join(str(d) for d in t.shape)  # noqa: E731
     text = env.get_template(TEMPLATE).render(
         name=m.name, label=_doc_safe(m.problem_label), origin=_doc_safe(m.origin),
         timing_line=_timing_line(m.timing, m.gpu), arch=m.arch, cubin_file=m.cubin_file, source_file=m.source_file,
-        arguments=[{"arg": a, "name": _doc_safe(t.name), "dtype": t.dtype, "shape": shape(t)}
+        manifest_file=f"{m.name}.json",
+        arguments=[{"arg": a, "name": _doc_safe(t.name), "dtype": _doc_safe(t.dtype), "shape": shape(t)}
                    for a, t in zip(m.arg_names, m.arguments)],
-        outputs=[{"name": o.name, "dtype": o.dtype, "shape": shape(o)} for o in m.outputs],
-        scalars=_doc_safe(", ".join(f"{k}={v}" for k, v in m.scalars.items())),
-        typed_args=", ".join(f"{a}: torch.Tensor" for a in m.arg_names), arg_list=", ".join(m.arg_names),
-        returns=returns,
+        outputs=[{"name": _doc_safe(o.name), "dtype": _doc_safe(o.dtype), "shape": shape(o)} for o in m.outputs],
+        scalars=_doc_safe(", ".join(f"{k}={v}" for k, v in m.scalars.items())), arg_list=", ".join(m.arg_names),
     )
     compile(text, f"{m.name}.py", "exec")  # a template bug must fail here, not at the user's import
     return text
@@ -113,24 +128,30 @@ def export_spec(
     origin: str = "",
     timing: Timing | None = None,
     gpu: str = "",
+    info: "ProblemInfo | None" = None,
 ) -> ExportResult:
-    """Export ``spec`` at ``config`` for ``problem_ref`` into ``out_dir`` (created)."""
+    """Export ``spec`` at ``config`` for ``problem_ref`` into ``out_dir`` (created).
+
+    ``info``: the problem as data (a run's record); without it the problem is loaded, which
+    imports its file: only for a problem the caller names."""
     import kerngen
     from kerngen.harness.compile import compile_job, default_arch, job_for
     from kerngen.harness.plan import resolve
-    from kerngen.problems.problem import load_problem
 
-    problem = load_problem(problem_ref)  # ProblemError for an unknown problem
-    info = problem.info
+    if info is None:
+        from kerngen.problems.problem import load_problem
+
+        info = load_problem(problem_ref).info  # ProblemError for an unknown problem
     plan = resolve(spec, sizes=info.sizes, tensors=info.tensor_facts(), config=config)  # SpecError
-    arch = arch or default_arch()
+    arch = check_arch(arch or default_arch())  # before it becomes an NVRTC option or a file name
     job = job_for(spec, plan, arch)
     compiled = compile_job(job)  # CompileError: a kernel that does not compile is not exported
     name = identifier(name) if name else default_name(info.name, spec, plan.config)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    ref = info.ref
     manifest = ExportManifest(
-        name=name, op=f"kerngen::{name}", problem=problem.ref, problem_label=problem.ref.label(),
+        name=name, op=f"kerngen::{name}", problem=ref, problem_label=ref.label(),
         inputs=info.inputs, params=info.params, outputs=info.outputs,
         arg_names=arg_names([t.name for t in [*info.inputs, *info.params]]), scalars=info.scalars,
         spec=spec, config=plan.config, plan=plan, source_file=f"{name}.cu", kernels=job.kernels,
@@ -139,19 +160,25 @@ def export_spec(
         kerngen_version=kerngen.__version__,
     )
     module_text = render_module(manifest)
-    write_atomic(out / manifest.source_file, spec.source)
-    (out / manifest.cubin_file).write_bytes(compiled.cubin)  # type: ignore[operator]
-    write_atomic(out / f"{name}.json", manifest.model_dump_json(indent=2) + "\n")
-    write_atomic(out / f"{name}.py", module_text)
-    return ExportResult(name=name, op=manifest.op, dir=out, manifest=out / f"{name}.json",
-                        module=out / f"{name}.py", source=out / manifest.source_file,
-                        cubin=out / manifest.cubin_file)  # type: ignore[operator]
+    # every file stays inside --out (names are identifiers, the arch is checked; a link is replaced, not followed)
+    source = inside(out, manifest.source_file, "export file")
+    cubin = inside(out, manifest.cubin_file, "export file")  # type: ignore[arg-type]
+    manifest_path = inside(out, f"{name}.json", "export file")
+    module = inside(out, f"{name}.py", "export file")
+    write_atomic(source, spec.source)
+    write_atomic(cubin, compiled.cubin)  # type: ignore[arg-type]
+    write_atomic(manifest_path, manifest.model_dump_json(indent=2) + "\n")
+    write_atomic(module, module_text)
+    return ExportResult(name=name, op=manifest.op, dir=out, manifest=manifest_path, module=module, source=source,
+                        cubin=cubin)
 
 
 def export_run(run: Any, out_dir: str | Path, *, runs_dir: str | Path = "runs", name: str | None = None,
                arch: str | None = None) -> ExportResult:
     """Export the best kernel of ``run`` (a loaded Run, a run folder or a run id). The cubin is
-    compiled for the arch of the GPU the run was measured on, unless ``arch`` is given."""
+    compiled for the arch of the GPU the run was measured on, unless ``arch`` is given. The
+    problem comes from the run's record (never from importing its problem file)."""
+    from kerngen.agent.problem_data import recorded_info
     from kerngen.agent.tree import Run, load_run
 
     if not isinstance(run, Run):
@@ -163,8 +190,10 @@ def export_run(run: Any, out_dir: str | Path, *, runs_dir: str | Path = "runs", 
     result = best.best_result
     gpu = run.tree.gpu
     try:
+        info = recorded_info(run.started)
         return export_spec(spec, best.config, run.started.problem, out_dir, name=name,
                            arch=arch or (gpu.arch if gpu else None), origin=f"run {run.id} node #{best.id}",
-                           timing=result.timing if result is not None else None, gpu=gpu.name if gpu else "")
+                           timing=result.timing if result is not None else None, gpu=gpu.name if gpu else "",
+                           info=info)
     except KerngenError as exc:
         raise type(exc)(f"run {run.id} node #{best.id}: {exc}") from None

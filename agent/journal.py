@@ -11,6 +11,7 @@ they can always be rebuilt from the events.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import platform
@@ -20,11 +21,19 @@ import time
 from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+try:
+    import fcntl
+except ImportError:  # not POSIX: no flock
+    fcntl = None  # type: ignore[assignment]
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from kerngen.agent.budget import SearchBudget, SearchConfig
+from kerngen.agent.problem_data import ProblemRecord
+from kerngen.agent.safe_paths import name_problem
 from kerngen.agent.proposer import Branch, Idea, TriedIdea
 from kerngen.harness.errors import JournalError
+from kerngen.harness.redact import redact
 from kerngen.harness.results import Baseline, EvalResult, GpuFacts
 from kerngen.harness.spec import KernelSpec
 from kerngen.harness.atomic import write_atomic  # noqa: F401 - re-exported for the run folder writers
@@ -55,6 +64,16 @@ class RunStarted(_Event):
     seed_spec: KernelSpec | None = None
     replay_of: str | None = None  # run id (and path) this run replays
     argv: list[str] = Field(default_factory=list)
+    # the problem as data (show/report/export never import a run's problem file); None in old runs
+    problem_info: ProblemRecord | None = None
+
+    @field_validator("run_id")
+    @classmethod
+    def _plain_run_id(cls, value: str) -> str:  # a run id becomes a folder name: never `../x`, `/x`, NUL
+        why = name_problem(value)
+        if why is not None:
+            raise ValueError(f"run id {why}")
+        return value
 
 
 class RunResumed(_Event):
@@ -199,7 +218,7 @@ def read_events(run_dir: str | Path) -> tuple[list[Any], int]:
 def _parse_line(name: str, n: int, line: bytes) -> Any:
     try:
         data = json.loads(line)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # ValueError: bad JSON, a 5000-digit int
         raise JournalError(f"run {name}: {EVENTS} line {n} is not valid JSON") from None
     if not isinstance(data, dict) or "type" not in data:
         raise JournalError(f"run {name}: {EVENTS} line {n} is not an event (no type)")
@@ -213,39 +232,77 @@ def _parse_line(name: str, n: int, line: bytes) -> Any:
 
 
 # ----- writing ------------------------------------------------------------------------------
+def _open_locked(path: Path) -> Any:
+    """``path`` opened for appending, with an exclusive ``flock`` on it (held until closed).
+    :class:`JournalError` when another open Journal, in this or another process, holds it."""
+    fh = open(path, "ab")
+    if fcntl is None:  # no flock on this platform: one writer is then the user's business
+        return fh
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
+            return fh  # a file system without locks (ENOLCK, EOPNOTSUPP ...): write unlocked, as before
+        fh.close()
+        raise JournalError(
+            f"run {path.parent.name}: another kerngen process is appending to it ({path.name} is locked); "
+            "wait for it to finish or stop it, then resume"
+        ) from None
+    return fh
+
+
+def ensure_unlocked(run_dir: str | Path) -> None:
+    """:class:`JournalError` now if another process appends to the run (a resume checks this
+    before it starts GPU workers or asks an LLM endpoint; the Journal itself holds the lock)."""
+    path = Path(run_dir) / EVENTS
+    if path.is_file():
+        _open_locked(path).close()
+
+
 class Journal:
     """Append-only writer of ``events.jsonl`` (thread-safe; fsync per event).
 
     ``listeners`` see every event after it is on disk (the live view, the tree)."""
 
-    def __init__(self, run_dir: str | Path, *, next_seq: int = 0) -> None:
+    def __init__(self, run_dir: str | Path, *, next_seq: int = 0, _fh: Any = None) -> None:
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / EVENTS
         self._lock = threading.Lock()
         self._seq = next_seq
-        self._fh = open(self.path, "ab")
+        # one writer per run: the file stays locked (flock) while this Journal is open; the OS
+        # drops the lock when the process dies, even by kill -9, so a crashed run can be resumed
+        self._fh = _fh if _fh is not None else _open_locked(self.path)
         self.listeners: list[Callable[[Any], None]] = []
 
     @classmethod
     def reopen(cls, run_dir: str | Path) -> tuple["Journal", list[Any], int]:
-        """Open an existing journal for appending: read its events and cut a partial last line."""
-        events, truncated = read_events(run_dir)
+        """Open an existing journal for appending: lock it, read its events and cut a partial
+        last line. :class:`JournalError` when another process has it open for appending."""
         path = Path(run_dir) / EVENTS
-        if truncated:
-            size = path.stat().st_size
-            with open(path, "r+b") as fh:
-                fh.truncate(size - truncated)
-                fh.flush()
-                os.fsync(fh.fileno())
-        nxt = max((e.seq for e in events), default=-1) + 1
-        return cls(run_dir, next_seq=nxt), events, truncated
+        if not path.is_file():
+            read_events(run_dir)  # raises the missing folder's or file's error; nothing is created
+        fh = _open_locked(path)
+        try:
+            events, truncated = read_events(run_dir)  # what is on disk now that nobody else writes
+            if truncated:
+                size = path.stat().st_size
+                with open(path, "r+b") as cut:
+                    cut.truncate(size - truncated)
+                    cut.flush()
+                    os.fsync(cut.fileno())
+            nxt = max((e.seq for e in events), default=-1) + 1
+            return cls(run_dir, next_seq=nxt, _fh=fh), events, truncated
+        except BaseException:
+            fh.close()
+            raise
 
     def append(self, event: Any) -> Any:
         with self._lock:
             event.seq = self._seq
             self._seq += 1
-            line = event.model_dump_json(exclude_none=False) + "\n"
+            # the last filter before disk: no secret reaches a journal, whatever an event holds
+            line = redact(event.model_dump_json(exclude_none=False)) + "\n"
             self._fh.write(line.encode())
             self._fh.flush()
             os.fsync(self._fh.fileno())
@@ -267,7 +324,7 @@ class Journal:
     def close(self) -> None:
         with self._lock:
             if not self._fh.closed:
-                self._fh.close()
+                self._fh.close()  # releases the lock
 
     def __enter__(self) -> "Journal":
         return self

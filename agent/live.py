@@ -1,7 +1,9 @@
 """The live view of ``kerngen generate``: round, nodes evaluated, best speedup, LLM tokens.
 
 A journal listener: it sees every event as it is written. Disabled (a no-op) when stderr is not
-a terminal, so logs and pipes get plain text."""
+a terminal, so logs and pipes get plain text. Every cell is plain text (never rich markup) and
+goes through :func:`kerngen.harness.redact.printable`: what a model wrote (a tunable's name, a
+verdict's message) cannot move the cursor, clear the screen or write the clipboard."""
 
 from __future__ import annotations
 
@@ -11,8 +13,16 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from kerngen.agent.tree import Tree
+from kerngen.harness.redact import printable
+
+
+def _cell(text: Any) -> Text:
+    """One line of plain text for a table cell: no markup, no control sequences."""
+    line = " ".join(printable(str(text)).split())
+    return Text(line if len(line) <= 200 else line[:197] + "...")
 
 
 class LiveView:
@@ -50,7 +60,8 @@ class LiveView:
             self.created += 1
         elif t == "node_evaluated":
             self.evaluated += 1
-            self.last = f"#{ev.id} {ev.result.verdict.value}" + (f" {ev.result.ms:.4f} ms" if ev.result.ok else "")
+            self.last = f"#{ev.id} {ev.result.verdict.value}" + (
+                f" {ev.result.ms:.4f} ms" if ev.result.ok else f": {ev.result.message}")
         elif t == "llm_call":
             self.tokens, self.calls = ev.tokens, ev.calls
         elif t == "node_tuned" and ev.config:
@@ -63,16 +74,16 @@ class LiveView:
         t.add_column(style="bold cyan")
         t.add_column()
         rounds = f"{self.round}" + (f" of {self.total_rounds}" if self.total_rounds else "")
-        t.add_row("round", rounds)
-        t.add_row("nodes", f"{self.evaluated} evaluated / {self.created} created")
+        t.add_row("round", _cell(rounds))
+        t.add_row("nodes", _cell(f"{self.evaluated} evaluated / {self.created} created"))
         best = self.tree.best()
         if best is not None and math.isfinite(best.ms):
             f = self.tree.figures(best)
             sp = f"{f['speedup_eager']:.2f}x eager" if f["speedup_eager"] else ""
-            t.add_row("best", f"#{best.id} {best.ms:.4f} ms {sp}")
+            t.add_row("best", _cell(f"#{best.id} {best.ms:.4f} ms {sp}"))
         else:
-            t.add_row("best", "-")
-        t.add_row("LLM", f"{self.calls} calls, {self.tokens} tokens")
+            t.add_row("best", _cell("-"))
+        t.add_row("LLM", _cell(f"{self.calls} calls, {self.tokens} tokens"))
         if self.last:
-            t.add_row("last", self.last)
+            t.add_row("last", _cell(self.last))
         return t

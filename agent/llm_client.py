@@ -11,8 +11,17 @@
   errors, exponential backoff with jitter from ``backoff_base_s``, at least the server's
   ``Retry-After`` / ``retry-after-ms`` (capped at ``retry_after_max_s``). 401/403, 404 and
   400 (context length included) abort at once with :class:`LLMError`.
+- A malformed reply (a body that is not JSON or not UTF-8, a 200 that is no chat completion,
+  ``choices`` or ``content`` of the wrong type) is retried like a 5xx, then given up
+  (``bad_reply``): a recorded failed call, never another exception.
 - Concurrency: a semaphore bounds the requests in flight over all threads to
   ``max_concurrency`` (held per HTTP request, not during backoff).
+- Budget: :meth:`LLMClient.limit_requests` caps the HTTP requests the client makes over its
+  life (every attempt and retry counts, the ``check`` included); a request over it is not sent
+  and the call fails with kind ``budget``.
+- Secrets: every message text goes through :func:`kerngen.harness.redact.redact` before it is
+  sent or recorded, and the API key is registered with it (so no log that quotes a secret of
+  the environment is ever sent to the endpoint).
 - Every call yields an :class:`LLMCall` (messages, answer, usage, cost, latency, attempts,
   error), returned by :meth:`LLMClient.complete` and also attached to every error it raises
   (``err.call``), so that a search can journal failed calls as well.
@@ -21,7 +30,8 @@
 
 :class:`LLMError` carries ``kind``: ``auth``, ``not_found``, ``bad_request``,
 ``no_endpoint`` (a 404 that is not about the model: a wrong base_url), ``context_length``,
-``unreachable``, ``gave_up`` (retries spent); ``fatal`` is
+``unreachable``, ``gave_up`` (retries spent), ``bad_reply`` (malformed replies until the retries
+were spent), ``budget`` (the request budget is spent: nothing was sent); ``fatal`` is
 true for the kinds after which no other request can succeed either.
 """
 
@@ -42,6 +52,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt
 from kerngen.agent.answers import AnswerError, parse_answer
 from kerngen.agent.llm_config import LLMConfig, scrub
 from kerngen.harness.errors import LLMError
+from kerngen.harness.redact import redact, register_secret
 
 log = logging.getLogger("kerngen.llm")
 
@@ -83,12 +94,24 @@ class LLMCall(BaseModel):
     started_at: float = 0.0  # unix time
 
 
+class _BadReply(Exception):
+    """The endpoint answered 200 with something that is not a readable chat completion."""
+
+
+class _BudgetSpent(Exception):
+    """The request budget is spent: the request was not sent."""
+
+
 class LLMClient:
     """Thread-safe client: ``complete()`` may be called from many threads at once."""
 
-    def __init__(self, config: LLMConfig, *, on_call: Callable[[LLMCall], None] | None = None) -> None:
+    def __init__(self, config: LLMConfig, *, on_call: Callable[[LLMCall], None] | None = None,
+                 max_requests: int | None = None) -> None:
         self.config = config
         self.on_call = on_call
+        register_secret(config.api_key.get_secret_value())  # redacted from everything sent or recorded
+        self._requests = 0  # HTTP requests sent over the client's life
+        self._max_requests = max_requests
         self._sdk = openai.OpenAI(
             api_key=config.api_key.get_secret_value(),
             base_url=config.base_url,
@@ -111,6 +134,19 @@ class LLMClient:
             return self._usage.model_copy()
 
     @property
+    def requests_made(self) -> int:
+        """HTTP requests sent so far (every attempt and retry)."""
+        with self._lock:
+            return self._requests
+
+    def limit_requests(self, total: int | None) -> None:
+        """Make at most ``total`` HTTP requests over the client's life, those made already
+        included (``None``: no limit). A request over it is not sent: its call fails with an
+        :class:`LLMError` of kind ``budget``."""
+        with self._lock:
+            self._max_requests = None if total is None else max(0, int(total))
+
+    @property
     def structured_supported(self) -> bool:
         """False once the endpoint refused ``response_format`` (or when configured off)."""
         return self._structured_ok
@@ -127,7 +163,7 @@ class LLMClient:
         Raises :class:`LLMError` (the endpoint failed) or :class:`AnswerError` (it answered, but
         not with a valid ``response_model``); both carry ``.call``.
         """
-        call = LLMCall(purpose=purpose, model=self.config.model, messages=[dict(m) for m in messages])
+        call = LLMCall(purpose=purpose, model=self.config.model, messages=_redacted(messages))
         return self._run(call, response_model, max_attempts=self.config.max_retries + 1)
 
     def check(self) -> LLMCall:
@@ -157,7 +193,7 @@ class LLMClient:
         call.started_at = time.time()
         t0 = time.perf_counter()
         failure: LLMError | None = None
-        response = None
+        reply: _Reply | None = None
         retryer = Retrying(
             stop=stop_after_attempt(max_attempts),
             wait=self._wait,
@@ -169,41 +205,25 @@ class LLMClient:
         try:
             for attempt in retryer:
                 with attempt:
-                    response = self._request(call, response_model, extra or {})
-        except openai.OpenAIError as exc:
+                    reply = _read_reply(self._request(call, response_model, extra or {}), self.config.base_url)
+        except (openai.OpenAIError, _BadReply, _BudgetSpent) as exc:
             failure = self._to_llm_error(exc, call.attempts)
         call.latency_ms = (time.perf_counter() - t0) * 1e3
 
         if failure is not None:
             call.error = str(failure)
             failure.call = call  # type: ignore[attr-defined]
-            self._account(call, failed=True)
-            log.warning("LLM %s call failed: %s", call.purpose, call.error)
+            if getattr(failure, "kind", "") == "budget" and call.attempts == 0:
+                log.info("LLM %s call not sent: %s", call.purpose, call.error)
+            else:
+                self._account(call, failed=True)
+                log.warning("LLM %s call failed: %s", call.purpose, call.error)
             raise failure  # raised here, outside the SDK exception's context
 
-        if not hasattr(response, "choices"):  # a 200 that is no chat completion (an HTML page, ...)
-            failure = LLMError(
-                f"{self.config.base_url} did not answer like a chat-completions API "
-                "(check base_url; it usually ends in /v1)"
-            )
-            failure.kind, failure.fatal, failure.status, failure.attempts = "bad_request", True, 200, call.attempts  # type: ignore[attr-defined]
-            call.error = str(failure)
-            failure.call = call  # type: ignore[attr-defined]
-            self._account(call, failed=True)
-            raise failure
-        choice = response.choices[0] if response.choices else None
-        text = (choice.message.content or "") if choice is not None else ""
-        refusal = getattr(choice.message, "refusal", None) if choice is not None else None
-        call.response_text = scrub(text, self.config.api_key)
-        call.finish_reason = str(getattr(choice, "finish_reason", "") or "")
-        if response.usage is not None:
-            call.usage = LLMUsage(
-                prompt_tokens=response.usage.prompt_tokens or 0,
-                completion_tokens=response.usage.completion_tokens or 0,
-                calls=1,
-            )
-        else:
-            call.usage = LLMUsage(calls=1)
+        assert reply is not None  # the retryer either read a reply or raised
+        call.response_text = self._clean(reply.text)
+        call.finish_reason = reply.finish_reason
+        call.usage = LLMUsage(prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens, calls=1)
         call.usage.cost_usd = self.config.cost_usd(call.usage.prompt_tokens, call.usage.completion_tokens)
 
         result: BaseModel | str = call.response_text
@@ -213,8 +233,8 @@ class LLMClient:
                 result = parse_answer(call.response_text, response_model)
             except AnswerError as exc:
                 why = str(exc)
-                if refusal:
-                    why = f"the model refused: {_one_line(scrub(str(refusal), self.config.api_key))}"
+                if reply.refusal:
+                    why = f"the model refused: {_one_line(self._clean(reply.refusal))}"
                 elif call.finish_reason == "length":
                     why += " (answer cut off: finish_reason=length)"
                 answer_error = AnswerError(why, call.response_text)
@@ -225,6 +245,11 @@ class LLMClient:
             log.info("LLM %s answer unreadable: %s", call.purpose, call.error)
             raise answer_error
         return result, call
+
+    def _clean(self, text: str) -> str:
+        """Text from the endpoint as it may be recorded: valid UTF-8, no key, no secret."""
+        text = text.encode("utf-8", "replace").decode()  # a lone surrogate ("\\ud800") cannot be written
+        return redact(scrub(text, self.config.api_key))
 
     def _request(self, call: LLMCall, response_model: type[BaseModel] | None, extra: dict[str, Any]) -> Any:
         kwargs: dict[str, Any] = {"model": self.config.model, "messages": call.messages}
@@ -258,8 +283,20 @@ class LLMClient:
 
     def _send(self, call: LLMCall, kwargs: dict[str, Any]) -> Any:
         with self._slots:
+            with self._lock:
+                if self._max_requests is not None and self._requests >= self._max_requests:
+                    raise _BudgetSpent(f"LLM request budget spent ({self._requests} requests made, "
+                                       f"at most {self._max_requests})")
+                self._requests += 1
             call.attempts += 1
-            return self._sdk.chat.completions.create(**kwargs)
+            try:
+                return self._sdk.chat.completions.create(**kwargs)
+            except openai.OpenAIError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the reply is untrusted: whatever the SDK trips
+                # on while reading it (a truncated or non-UTF-8 body, ...) is a malformed reply,
+                # retried and then recorded as a failed call, never a crash of the search
+                raise _BadReply(f"unreadable reply ({type(exc).__name__}: {_one_line(str(exc), 120)})") from None
 
     # ----- retries ----------------------------------------------------------------------------
     def _wait(self, retry_state: Any) -> float:
@@ -304,6 +341,8 @@ class LLMClient:
         """One scrubbed line for any SDK error."""
         if exc is None:
             return "unknown error"
+        if isinstance(exc, (_BadReply, _BudgetSpent)):
+            return _one_line(redact(scrub(str(exc), self.config.api_key)))
         if isinstance(exc, openai.APITimeoutError):
             return f"timed out after {self.config.timeout_s:g}s"
         if isinstance(exc, openai.APIConnectionError):
@@ -312,7 +351,11 @@ class LLMClient:
             return f"HTTP {exc.status_code}: {_one_line(scrub(_error_text(exc), self.config.api_key))}"
         return _one_line(scrub(str(exc), self.config.api_key)) or type(exc).__name__
 
-    def _classify(self, exc: openai.OpenAIError) -> str:
+    def _classify(self, exc: BaseException) -> str:
+        if isinstance(exc, _BadReply):
+            return "bad_reply"
+        if isinstance(exc, _BudgetSpent):
+            return "budget"
         status = getattr(exc, "status_code", None)
         text = _error_text(exc) if isinstance(exc, openai.APIStatusError) else ""
         code = str(getattr(exc, "code", "") or "")
@@ -332,7 +375,7 @@ class LLMClient:
             return "unreachable"
         return "gave_up" if _transient(exc) else "bad_request"
 
-    def _to_llm_error(self, exc: openai.OpenAIError, attempts: int) -> LLMError:
+    def _to_llm_error(self, exc: BaseException, attempts: int) -> LLMError:
         cfg = self.config
         what = self._describe(exc)
         model, url = cfg.model, cfg.base_url
@@ -346,10 +389,12 @@ class LLMClient:
             "bad_request": f"bad request to {url}: {what}",
             "unreachable": f"cannot reach {url}: {what}",
             "gave_up": f"LLM endpoint {url} failing: {what}",
+            "bad_reply": what if what.startswith(url) else f"{url} sent a malformed reply: {what}",
+            "budget": what,
         }[kind]
         if _transient(exc) and attempts > 1:
             msg += f" (after {attempts} attempts)"
-        err = LLMError(_one_line(scrub(msg, cfg.api_key), limit=2 * _MAX_ERROR_CHARS))
+        err = LLMError(_one_line(redact(scrub(msg, cfg.api_key)), limit=2 * _MAX_ERROR_CHARS))
         err.kind = kind  # type: ignore[attr-defined]
         err.fatal = kind in FATAL_KINDS  # type: ignore[attr-defined]
         err.status = status  # type: ignore[attr-defined]
@@ -400,7 +445,7 @@ def _make_strict(node: Any) -> Any:
 
 
 def _transient(exc: BaseException) -> bool:
-    if isinstance(exc, openai.APIConnectionError):  # timeouts included
+    if isinstance(exc, (openai.APIConnectionError, _BadReply)):  # timeouts included
         return True
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code in (408, 409, 429) or exc.status_code >= 500
@@ -463,6 +508,64 @@ def _root_cause(exc: BaseException) -> str:
     if re.search(r"name or service not known|nodename nor servname|getaddrinfo|name resolution", text, re.I):
         return "host name not found"
     return _one_line(text) or "connection error"
+
+
+def _redacted(messages: Sequence[Message]) -> list[Message]:
+    """The messages as they may be sent and recorded: every text redacted (no secret of the
+    environment, no API key), whatever a prompt quoted (a compile log, a problem file)."""
+    out: list[Message] = []
+    for m in messages:
+        out.append({k: redact(v) if isinstance(v, str) else v for k, v in dict(m).items()})
+    return out
+
+
+class _Reply(BaseModel):
+    """What is read of a chat completion, every field checked."""
+
+    text: str = ""
+    refusal: str = ""
+    finish_reason: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+def _read_reply(response: Any, base_url: str) -> _Reply:
+    """The first choice's text, refusal, finish reason and token counts of ``response`` (the
+    SDK's object, built without validation from the endpoint's JSON). :class:`_BadReply` when it
+    is no chat completion, has no ``choices`` or a field has the wrong type; a missing usage or
+    finish reason is not an error (some servers leave them out), an empty ``choices`` list is an
+    empty answer."""
+    choices = getattr(response, "choices", None)
+    if not hasattr(response, "choices") or isinstance(response, (str, bytes, dict, list)) or response is None:
+        raise _BadReply(f"{base_url} did not answer like a chat-completions API "
+                        "(check base_url; it usually ends in /v1)")
+    if choices is None:
+        raise _BadReply("the reply has no 'choices'")
+    if not isinstance(choices, list):
+        raise _BadReply(f"'choices' is of type {type(choices).__name__}, not a list")
+    reply = _Reply()
+    if choices:
+        choice = choices[0]
+        message = getattr(choice, "message", None)
+        if message is None:
+            raise _BadReply(f"'choices[0]' has no message (it is of type {type(choice).__name__})")
+        content = getattr(message, "content", None)
+        if content is not None and not isinstance(content, str):
+            raise _BadReply(f"'content' is of type {type(content).__name__}, not a string")
+        refusal = getattr(message, "refusal", None)
+        finish = getattr(choice, "finish_reason", None)
+        reply.text = content or ""
+        reply.refusal = refusal if isinstance(refusal, str) else ""
+        reply.finish_reason = finish if isinstance(finish, str) else ""
+    usage = getattr(response, "usage", None)
+    reply.prompt_tokens = _count(getattr(usage, "prompt_tokens", 0))
+    reply.completion_tokens = _count(getattr(usage, "completion_tokens", 0))
+    return reply
+
+
+def _count(value: Any) -> int:
+    """A token count as reported, or 0 when it is not a sane one."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**40 else 0
 
 
 def _one_line(text: str, limit: int = _MAX_ERROR_CHARS) -> str:

@@ -8,8 +8,10 @@ caching reuse it, and one user prompt per request (``ideas.j2``, ``implement.j2`
 A malformed answer never raises: ``implement`` and ``repair`` return ``Branch(error=...)``, and
 ``ideas`` asks once more (with the reason) before it returns ``[]``. Errors of the endpoint that
 no other request could get past (wrong key, unknown model, bad request: ``LLMError.fatal``)
-propagate; a request that spent its retries or overflowed the context becomes a
-``Branch(error=...)`` in ``implement`` / ``repair``.
+propagate; a request that spent its retries, got malformed replies or overflowed the context
+becomes a ``Branch(error=...)`` in ``implement`` / ``repair``, and ``None`` from ``ideas`` (no
+answer: the search journals nothing for it and a resume asks again). A question the request
+budget (:meth:`LLMProposer.limit_requests`) no longer allows to be sent is answered ``None`` too.
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ class LLMProposer:
         self.on_call = on_call
 
     # ----- Proposer ---------------------------------------------------------------------------
-    def ideas(self, ctx: SearchContext, parent: NodeSummary | None, k: int) -> list[Idea]:
+    def ideas(self, ctx: SearchContext, parent: NodeSummary | None, k: int) -> list[Idea] | None:
         user = render(
             "ideas",
             ctx=ctx,
@@ -83,24 +85,28 @@ class LLMProposer:
                 self._journal(exc)
                 if attempt == 0:
                     messages = messages + [
-                        {"role": "assistant", "content": exc.text},
+                        {"role": "assistant", "content": _clipped(exc.text)},
                         {"role": "user", "content": f"That answer could not be read: {exc}. Answer again with JSON only."},
                     ]
                 continue
             except LLMError as exc:
                 self._journal(exc)
-                raise
+                if getattr(exc, "fatal", True):
+                    raise
+                log.warning("no ideas from the LLM: %s", exc)
+                return None
             self._report(call)
             assert isinstance(answer, IdeaList)
             return answer.ideas[:k]
         log.warning("no readable ideas from the LLM after 2 answers")
         return []
 
-    def implement(self, ctx: SearchContext, parent: NodeSummary | None, idea: Idea, m: int) -> list[Branch]:
+    def implement(self, ctx: SearchContext, parent: NodeSummary | None, idea: Idea,
+                  m: int) -> list[Branch] | None:
         if m <= 0:
             return []
 
-        def one(i: int) -> Branch:
+        def one(i: int) -> Branch | None:
             user = render(
                 "implement",
                 ctx=ctx,
@@ -114,13 +120,22 @@ class LLMProposer:
 
         workers = max(1, min(m, self.client.config.max_concurrency))
         if workers == 1:
-            return [one(i) for i in range(m)]
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kerngen-llm") as pool:
-            return list(pool.map(one, range(m)))
+            branches = [one(i) for i in range(m)]
+        else:
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kerngen-llm") as pool:
+                branches = list(pool.map(one, range(m)))
+        if all(b is None for b in branches):
+            return None  # nothing could be sent: no answer (a resume with more budget asks again)
+        return [b if b is not None else Branch(error=f"LLM call not sent: {_BUDGET_SPENT}") for b in branches]
 
-    def repair(self, ctx: SearchContext, spec: KernelSpec, result: EvalResult, attempt: int) -> Branch:
+    def repair(self, ctx: SearchContext, spec: KernelSpec, result: EvalResult, attempt: int) -> Branch | None:
         user = render("repair", ctx=ctx, spec=spec, result=result, attempt=attempt)
         return self._spec_call(self._messages(ctx, user), purpose="repair")
+
+    def limit_requests(self, total: int | None) -> None:
+        """At most ``total`` HTTP requests over the client's life (see
+        :meth:`LLMClient.limit_requests`); the search sets it from ``--max-llm-calls``."""
+        self.client.limit_requests(total)
 
     # ----- helpers ----------------------------------------------------------------------------
     def system_prompt(self, ctx: SearchContext) -> str:
@@ -129,7 +144,7 @@ class LLMProposer:
     def _messages(self, ctx: SearchContext, user: str) -> list[Message]:
         return [{"role": "system", "content": self.system_prompt(ctx)}, {"role": "user", "content": user}]
 
-    def _spec_call(self, messages: list[Message], *, purpose: str) -> Branch:
+    def _spec_call(self, messages: list[Message], *, purpose: str) -> Branch | None:
         try:
             spec, call = self.client.complete(messages, KernelSpec, purpose=purpose)
         except AnswerError as exc:
@@ -139,6 +154,8 @@ class LLMProposer:
             self._journal(exc)
             if getattr(exc, "fatal", True):
                 raise
+            if getattr(exc, "kind", "") == "budget":
+                return None
             return Branch(error=f"LLM call failed: {exc}")
         self._report(call)
         assert isinstance(spec, KernelSpec)
@@ -154,13 +171,23 @@ class LLMProposer:
 
     def _journal(self, exc: Exception) -> None:
         call = getattr(exc, "call", None)
-        if isinstance(call, LLMCall):
+        if isinstance(call, LLMCall) and call.attempts > 0:  # a call the budget kept from being sent is none
             self._report(call)
+
+
+_BUDGET_SPENT = "the LLM request budget is spent"
 
 
 @functools.cache
 def _schema_text(model_cls: type) -> str:
     return json.dumps(model_cls.model_json_schema())
+
+
+def _clipped(text: str, limit: int = 16_000) -> str:
+    """A bad answer as it is shown back to the model: its start (a 400 kB answer is not sent
+    again whole)."""
+    text = text or ""
+    return text if len(text) <= limit else text[:limit] + f"\n[... {len(text) - limit} characters cut]"
 
 
 def _notes(text: str, limit: int = 500) -> str:

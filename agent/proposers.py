@@ -99,12 +99,18 @@ def make_tuner(evaluator: Any, problem: ProblemRef, gpu: GpuFacts, *, max_evals:
     info = load_problem(problem).info
     cache = TuneCache()  # a resumed or repeated search reuses what was measured
     sizes, tensors = dict(info.sizes), info.tensor_facts()
+    minutes_cap = minutes
 
-    def run(ref: ProblemRef, spec: KernelSpec, result: EvalResult) -> TuneOutcome | None:
+    def run(ref: ProblemRef, spec: KernelSpec, result: EvalResult, minutes: float | None = None) -> TuneOutcome | None:
+        """``minutes``: what the search has left of its wall-clock budget (tuning ends by then)."""
         if spec.space_size() <= 1:
             return None
+        limits = [m for m in (minutes_cap, minutes) if m is not None]
+        limit = min(limits) if limits else None
+        if limit is not None and limit <= 0:
+            return None
         res = tune(evaluator, ref, spec, sizes=sizes, tensors=tensors, gpu=gpu, max_evals=max_evals,
-                   minutes=minutes, cache=cache)
+                   minutes=limit, cache=cache)
         if res.best_config is None or res.best is None:
             return None
         curve = [p.model_dump() for p in res.curve]

@@ -106,17 +106,26 @@ def replay_run(
     context_factory: ContextFactory | None = None,
     eval_options: EvalOptions | None = None,
     listeners: Iterable[Callable[[Any], None]] = (),
+    problem: str | None = None,
 ) -> ReplayOutcome:
-    """Re-run ``run`` from its journal on ``evaluator``; journal it as a new run in ``runs_dir``."""
+    """Re-run ``run`` from its journal on ``evaluator``; journal it as a new run in ``runs_dir``.
+
+    The run's problem file runs again only when it is a built-in, the file ``problem`` the caller
+    names, or unchanged since the run started (:func:`kerngen.agent.problem_data.rerun_ref`);
+    otherwise :class:`~kerngen.harness.errors.ProblemError` before anything runs."""
+    from kerngen.agent.problem_data import rerun_ref
+    from kerngen.agent.safe_paths import check_name
+
     orig = run if isinstance(run, Run) else load_run(run, runs_dir)
     st = orig.started
+    ref, _ = rerun_ref(st, problem)
     proposer = ReplayProposer(orig.book, origin=orig.id, run=orig)
     if run_id is None:
-        stamp_slug, tag = new_run_id(st.problem).rsplit("-", 1)
+        stamp_slug, tag = new_run_id(ref).rsplit("-", 1)
         run_id = f"{stamp_slug}-replay-{tag}"
-    rid = run_id
+    rid = check_name(run_id, "run id")
     search = Search(
-        st.problem, proposer, evaluator, run_dir=Path(runs_dir) / rid, mode="replay", config=st.config,
+        ref, proposer, evaluator, run_dir=Path(runs_dir) / rid, mode="replay", config=st.config,
         budget=SearchBudget.unlimited(), tuner=None, seed_spec=st.seed_spec, context_factory=context_factory,
         usage=Usage(), record=orig, eval_options=eval_options, force=True, model=st.model, listeners=listeners,
     )
@@ -142,15 +151,19 @@ def compare(orig: Run, outcome: SearchOutcome) -> list[ReplayRow]:
 
 def replay_table(rep: ReplayOutcome) -> Any:
     from rich.table import Table
+    from rich.text import Text
+
+    from kerngen.harness.redact import printable
 
     o_gpu = rep.original.tree.gpu.name if rep.original.tree.gpu else "?"
     n_gpu = rep.outcome.tree.gpu.name if rep.outcome.tree.gpu else "?"
-    t = Table(title=f"replay of {rep.original.id}: recorded on {o_gpu} vs now on {n_gpu}")
+    t = Table(title=Text(printable(f"replay of {rep.original.id}: recorded on {o_gpu} vs now on {n_gpu}")))
     for col, just in (("node", "right"), ("kind", "left"), ("idea", "left"), ("recorded", "left"),
                       ("rec ms", "right"), ("now", "left"), ("now ms", "right"), ("rec/now", "right")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for r in rep.rows:
-        t.add_row(str(r.node), r.kind, (r.idea[:48] + "...") if len(r.idea) > 51 else r.idea, r.recorded_verdict,
+        idea = printable(" ".join(r.idea.split()))  # a model's text: no markup, no control sequences
+        t.add_row(str(r.node), r.kind, Text((idea[:48] + "...") if len(idea) > 51 else idea), r.recorded_verdict,
                   _ms(r.recorded_ms), r.new_verdict, _ms(r.new_ms), f"{r.ratio:.2f}" if r.ratio else "")
     return t
 

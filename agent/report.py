@@ -2,9 +2,12 @@
 
 The tree of ideas (each node with its idea, verdict, time, speedup, registers, spills, source and
 a diff against its parent), best-so-far over rounds and over GPU time, the autotuning curves, a
-roofline chart, and the run's configuration, GPU and versions. No script, font or image is
-loaded from anywhere: CSS is inline and the charts are inline SVG. Everything that comes from the
-run (ideas and sources come from an LLM) is HTML-escaped by the template engine (autoescape).
+roofline chart, the problem (as the run recorded it), and the run's configuration, GPU and
+versions. No script, font or image is loaded from anywhere: CSS is inline and the charts are
+inline SVG. Everything that comes from the run (ideas and sources come from an LLM, the journal
+from anyone) is HTML-escaped by the template engine (autoescape) and has its terminal control
+sequences removed. Nothing is imported: the problem's FLOPs and bytes come from the journal's
+record (:mod:`kerngen.agent.problem_data`), never from the run's problem file.
 """
 
 from __future__ import annotations
@@ -19,7 +22,10 @@ from kerngen.agent.journal import NodeEvaluated, NodeTuned, RoundFinished, write
 from kerngen.agent.report_charts import Point, RooflineData, Series
 from kerngen.agent.tree import Node, Run
 from kerngen.harness.errors import ProblemError
+from kerngen.harness.redact import printable
 from kerngen.harness.spec import KernelSpec
+
+MAX_DIFF_LINES = 4000  # a longer source gets no diff (difflib is quadratic: a journal must not hang it)
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TEMPLATE = "report_template.html.j2"
@@ -72,21 +78,27 @@ def tuning_series(run: Run) -> list[Series]:
     return out
 
 
+def _problem_info(run: Run) -> Any:
+    """The run's recorded problem (or a built-in's own description), None when it has neither."""
+    from kerngen.agent.problem_data import recorded_info
+
+    try:
+        return recorded_info(run.started)
+    except ProblemError:
+        return None  # an older run of a problem file: draw what the journal knows
+
+
 def _problem_counts(run: Run) -> tuple[float | None, float | None]:
-    """(flops, min_bytes): from the baseline, else from the problem (if it still loads), else
+    """(flops, min_bytes): from the baseline, else from the problem as the run recorded it, else
     min_bytes from a memory-bound floor (floor_ms x copy bandwidth)."""
     b, gpu = run.baseline, run.tree.gpu
     flops = b.flops if b else None
     nbytes = float(b.min_bytes) if b and b.min_bytes else None
-    if (flops is None or nbytes is None) and run.tree.problem is not None:
-        try:
-            from kerngen.problems.problem import load_problem
-
-            info = load_problem(run.tree.problem).info
+    if flops is None or nbytes is None:
+        info = _problem_info(run)
+        if info is not None:
             flops = flops if flops is not None else info.flops
             nbytes = nbytes if nbytes is not None else float(info.min_bytes)
-        except ProblemError:
-            pass  # a problem file that moved: draw what the journal knows
     if nbytes is None and b and b.floor_ms and b.floor_bound == "memory" and gpu and gpu.copy_gbps:
         nbytes = b.floor_ms * 1e-3 * gpu.copy_gbps * 1e9
     return flops, nbytes
@@ -140,6 +152,9 @@ def spec_diff(parent: KernelSpec | None, child: KernelSpec | None, pid: int | No
         return []
     lines: list[str] = []
     for what, a, b in (("kernel.cu", parent.source, child.source), ("plan.json", plan_text(parent), plan_text(child))):
+        if max(a.count("\n"), b.count("\n")) > MAX_DIFF_LINES or max(len(a), len(b)) > 100 * MAX_DIFF_LINES:
+            lines.append(f"({what}: too long to diff here)")
+            continue
         lines += difflib.unified_diff(a.splitlines(), b.splitlines(), fromfile=f"#{pid} {what}",
                                       tofile=f"#{cid} {what}", lineterm="")
     return lines
@@ -153,7 +168,9 @@ def _diff_class(line: str) -> str:
     return {"+": "da", "-": "dd"}.get(line[:1], "")
 
 
-def node_view(run: Run, n: Node, best_id: int | None) -> dict[str, Any]:
+def node_view(run: Run, n: Node, best_id: int | None, seen: set[int] | None = None) -> dict[str, Any]:
+    seen = set() if seen is None else seen
+    seen.add(n.id)  # a journal that makes a node its own ancestor: each node once
     f = run.tree.figures(n)
     r = n.best_result
     worst = r.compile.worst() if r is not None and r.compile is not None and r.compile.kernels else None
@@ -172,14 +189,34 @@ def node_view(run: Run, n: Node, best_id: int | None) -> dict[str, Any]:
         "config": n.config, "source": n.spec.source if n.spec else "",
         "plan": plan_text(n.spec) if n.spec else "", "notes": n.notes,
         "diff": [(_diff_class(l), l) for l in diff],
-        "children": [node_view(run, run.nodes[c], best_id) for c in sorted(n.children) if c in run.nodes],
+        "children": [node_view(run, run.nodes[c], best_id, seen) for c in sorted(set(n.children))
+                     if c in run.nodes and c not in seen],
     }
 
 
 def tree_view(run: Run) -> list[dict[str, Any]]:
     best = run.best
     roots = sorted(run.tree.roots(), key=lambda n: n.id)
-    return [node_view(run, n, best.id if best else None) for n in roots]
+    seen: set[int] = set()
+    return [node_view(run, n, best.id if best else None, seen) for n in roots if n.id not in seen]
+
+
+def problem_view(run: Run) -> dict[str, Any] | None:
+    """The problem as the run recorded it (name, description, tensors, sizes, FLOPs, bytes, source)."""
+    info = _problem_info(run)
+    if info is None:
+        return None
+    record = run.started.problem_info
+    label = lambda t: f"{t.name}: {t.dtype}[{', '.join(str(d) for d in t.shape)}]"  # noqa: E731
+    return {
+        "name": info.name, "description": info.description, "dtype": info.dtype,
+        "inputs": [label(t) for t in info.inputs], "params": [label(t) for t in info.params],
+        "outputs": [label(t) for t in info.outputs],
+        "sizes": ", ".join(f"{k}={v}" for k, v in info.sizes.items()),
+        "flops": info.flops, "min_bytes": info.min_bytes, "tolerance": f"atol={info.atol:g} rtol={info.rtol:g}",
+        "builtin": info.builtin, "sha256": record.sha256 if record is not None else "",
+        "source": record.source if record is not None else "",
+    }
 
 
 # ----- the page -------------------------------------------------------------------------------
@@ -215,7 +252,19 @@ def context(run: Run) -> dict[str, Any]:
         "verdicts": sorted(verdicts.items()), "nodes": len(run.nodes), "rounds": len(run.tree.rounds_finished),
         "elapsed_min": run.elapsed_s() / 60, "usage": run.finished.usage if run.finished else {},
         "tree": tree_view(run), "charts": charts(run), "tuning": _tuning_tables(run), "facts": _facts(run),
+        "problem_info": problem_view(run),
     }
+
+
+def _clean(value: Any) -> Any:
+    """Every string of a context without terminal control sequences (the HTML escapes the rest)."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {_clean(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_clean(v) for v in value)
+    return value
 
 
 def _fmt(value: Any, spec: str = ".4f", suffix: str = "") -> str:
@@ -232,8 +281,10 @@ def render(run: Run) -> str:
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["fmt"] = _fmt
     ctx = context(run)
-    # our own matplotlib output, the only unescaped text of the page
-    ctx["charts"] = {k: Markup(v) if v else None for k, v in ctx["charts"].items()}
+    charts_svg = ctx.pop("charts")
+    ctx = _clean(ctx)
+    # our own matplotlib output (numbers and our own labels only), the only unescaped text of the page
+    ctx["charts"] = {k: Markup(v) if v else None for k, v in charts_svg.items()}
     return env.get_template(TEMPLATE).render(**ctx)
 
 

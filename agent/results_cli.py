@@ -1,7 +1,10 @@
 """``kerngen suite``, ``kerngen report`` and ``kerngen export``: using the results of searches.
 
 Every user-facing failure (missing run, run without a correct kernel, unknown problem) is a
-:class:`~kerngen.harness.errors.KerngenError`: one line on stderr and exit code 2.
+:class:`~kerngen.harness.errors.KerngenError`: one line on stderr and exit code 2. These commands
+read run folders, which may come from anyone: any other error on their data is one line and exit
+code 2 too, and none of them imports a problem file that a run names (they read the run's record,
+:mod:`kerngen.agent.problem_data`); text from a run is printed without control sequences.
 """
 
 from __future__ import annotations
@@ -17,9 +20,18 @@ from kerngen.agent.cli import _guard, make_evaluator
 
 
 def register(app: typer.Typer) -> None:
-    app.command("suite")(_guard(suite))
-    app.command("report")(_guard(report))
-    app.command("export")(_guard(export))
+    app.command("suite")(_guard(suite, data=True))
+    app.command("report")(_guard(report, data=True))
+    app.command("export")(_guard(export, data=True))
+
+
+def _say(text: object) -> str:
+    """Text from a run or an evaluation as rich markup that prints it as is."""
+    from rich.markup import escape
+
+    from kerngen.harness.redact import printable
+
+    return escape(printable(str(text)))
 
 
 # ----- suite --------------------------------------------------------------------------------
@@ -82,10 +94,9 @@ def _f(value: float | None, spec: str, suffix: str = "") -> str:
 
 
 def print_suite(rep: Any) -> None:
-    from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"suite on {escape(rep.gpu)}")
+    table = Table(title=f"suite on {_say(rep.gpu)}")
     cols = ("problem", "kernel", "verdict", "kernel ms (IQR)", "eager ms", "compile ms", "vs eager", "vs compile",
             "% roofline")
     for col in cols:
@@ -93,7 +104,7 @@ def print_suite(rep: Any) -> None:
     for e in rep.entries:
         k = e.kernel
         table.add_row(
-            escape(e.ref.label()), escape(e.kernel_from or "-"), e.verdict,
+            _say(e.ref.label()), _say(e.kernel_from or "-"), _say(e.verdict),
             f"{k.median_ms:.4f} ({k.iqr_ms:.4f})" if k else "-", _f(e.eager.median_ms if e.eager else None, ".4f"),
             _f(e.compiled.median_ms if e.compiled else None, ".4f"), _f(e.speedup_eager, ".2f", "x"),
             _f(e.speedup_compile, ".2f", "x"), _f(e.pct_roofline, ".1f", "%"),
@@ -102,7 +113,7 @@ def print_suite(rep: Any) -> None:
     out.print(table)
     for e in rep.entries:
         if not e.correct and e.message:
-            out.print(f"[yellow]{escape(e.ref.label())}[/]: {escape(e.message)}")
+            out.print(f"[yellow]{_say(e.ref.label())}[/]: {_say(' '.join(e.message.split()))}")
     m = rep.metrics
     fast = ", ".join(f"fast_{p} = {v:.2f}" for p, v in m.fast_p.items())
     out.print(f"{m.correct}/{m.problems} correct; {fast}; geometric-mean speedup vs eager over correct problems: "
@@ -120,7 +131,7 @@ def report(
     from kerngen.agent.tree import load_run
 
     path = write_report(load_run(run, runs_dir), out)
-    Console(highlight=False).print(f"report written to {path}")
+    Console(highlight=False).print(f"report written to {_say(path)}")
 
 
 # ----- export -------------------------------------------------------------------------------
@@ -136,7 +147,8 @@ def export(
 
     res = export_run(run, out, runs_dir=runs_dir, name=name, arch=arch)
     console = Console(highlight=False)
-    console.print(f"exported {res.op} to {res.dir}:")
+    console.print(f"exported {res.op} to {_say(res.dir)}:")
     for p in res.files():
-        console.print(f"  {p.name}")
-    console.print(f"use it: op = kerngen.load({str(res.dir)!r}); or import {res.module.stem} from that folder")
+        console.print(f"  {_say(p.name)}")
+    console.print(_say(f"use it: op = kerngen.load({str(res.dir)!r}) (or import {res.module.stem} with that folder "
+                       "on sys.path)"))

@@ -3,8 +3,9 @@
 Each round: the best ``B`` nodes so far (the beam; round 0 starts from a seed spec if one is
 given, else from nothing) each get ``K`` ideas from the proposer; each idea is implemented ``M``
 ways; every branch with a spec becomes a node and all of a round's nodes are evaluated in ONE
-``evaluator.evaluate`` call (parallel on all GPUs). Failed nodes get up to ``R`` repairs (each a
-child node, each wave one batch). The fastest correct nodes of the round (up to ``B``) are
+``evaluator.evaluate`` call (parallel on all GPUs; under a wall-clock budget, cut into chunks that
+each take a small part of it, so that a stop lands in time). Failed nodes get up to ``R``
+repairs (each a child node, each wave one batch). The fastest correct nodes of the round (up to ``B``) are
 autotuned; their tuned config and result are recorded on the node. Budgets and patience stop it.
 
 Every proposer answer and every result goes to the journal first (:mod:`kerngen.agent.journal`)
@@ -21,18 +22,23 @@ Entry points: :func:`run_search`, :func:`resume_search`.
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Protocol, Sequence
 
-from kerngen.agent.budget import SearchBudget, SearchConfig, Usage, exhausted
+from kerngen.agent.budget import (
+    SearchBudget, SearchConfig, Usage, exhausted, remaining_wall_s, resume_budget, time_exhausted,
+)
 from kerngen.agent.journal import (
     BEST, TREE, BaselineEvent, IdeasEvent, ImplementedEvent, Journal, NodeCreated, NodeEvaluated, NodeTuned,
     RoundFinished, RoundStarted, RunFinished, RunResumed, RunStarted, new_run_id, versions, write_atomic,
 )
+from kerngen.agent.problem_data import record_for_run
 from kerngen.agent.proposer import Branch, Idea, Proposer, SearchContext, TriedIdea
 from kerngen.agent.tree import (
     AnswerBook, Key, Node, Run, Tree, ideas_key, implement_key, load_run, repair_key,
@@ -52,6 +58,7 @@ class TuneOutcomeLike(Protocol):
     curve: list[dict]
 
 
+# a tuner that takes a ``minutes=`` keyword gets what is left of the wall-clock budget
 Tuner = Callable[[ProblemRef, KernelSpec, EvalResult], "TuneOutcomeLike | None"]
 ContextFactory = Callable[[ProblemRef, GpuFacts, "Baseline | None"], SearchContext]
 Mode = Literal["new", "resume", "replay"]
@@ -173,8 +180,8 @@ class Search:
             self.usage.prior_wall_s = self.record.elapsed_s()
             self.usage.gpu_s = _gpu_seconds(events)
             llm = [e for e in events if e.type == "llm_call"]
-            if llm:
-                self.usage.calls, self.usage.tokens = llm[-1].calls, llm[-1].tokens
+            if llm:  # running totals; the largest (calls made from threads may land out of order)
+                self.usage.calls, self.usage.tokens = max(e.calls for e in llm), max(e.tokens for e in llm)
             for fn in self.extra_listeners:  # let a live view catch up with what is recorded
                 for ev in events:
                     _safe(fn, ev)
@@ -188,6 +195,7 @@ class Search:
         if (self.run_dir / "events.jsonl").exists():
             raise JournalError(f"run {self.run_dir.name}: already exists; resume it with --resume")
         gpu = self.evaluator.gpu_facts()  # before the folder exists: no GPU, no half-made run
+        problem_info = record_for_run(self.problem)  # the problem as data, for show/report/export
         self.journal = Journal(self.run_dir)
         self.journal.listeners.append(self._on_event)
         self.journal.listeners.extend(_guarded(fn) for fn in self.extra_listeners)
@@ -199,11 +207,18 @@ class Search:
             run_id=self.run_dir.name, problem=self.problem, config=self.config, budget=self.budget,
             proposer=getattr(self.proposer, "name", type(self.proposer).__name__), model=self.model,
             versions=versions(), gpu=gpu, seed_spec=self.seed_spec, replay_of=replay_of, argv=self.argv,
+            problem_info=problem_info,
         ))
 
     # ----- the run ----------------------------------------------------------------------------
     def run(self) -> SearchOutcome:
-        self._open()
+        try:
+            self._open()
+        except BaseException:
+            if self.journal is not None:  # e.g. no GPU on resume: let go of the run's lock
+                self.journal.close()
+            raise
+        self._limit_llm_requests()
         try:
             reason = self._loop()
         except KeyboardInterrupt:
@@ -216,6 +231,15 @@ class Search:
         assert self.journal is not None
         self.journal.close()
         return SearchOutcome(self.run_dir, self.run_dir.name, self.tree, reason, self.usage)
+
+    def _limit_llm_requests(self) -> None:
+        """A proposer that can cap its own HTTP requests (the LLM proposer) gets what is left of
+        ``max_llm_calls``: the check before each question cannot see that question's retries or
+        parallel branches, the cap can (``usage.calls``: the requests journaled so far)."""
+        limit = getattr(self.proposer, "limit_requests", None)
+        if callable(limit) and not self.strict:
+            cap = self.budget.max_llm_calls
+            limit(None if cap is None else max(0, cap - self.usage.calls))
 
     def _finish(self, reason: str) -> None:
         if self.journal is None:
@@ -327,7 +351,7 @@ class Search:
             ideas, journaled = self._ask(ideas_key(r, pid), lambda: self.proposer.ideas(ctx, parent, self.config.ideas))
             if ideas is None:
                 continue
-            ideas = [Idea.model_validate(i) for i in list(ideas)[: self.config.ideas]]
+            ideas = _ideas_of(ideas, self.config.ideas)
             if not journaled:
                 self._write(IdeasEvent(round=r, parent=pid, ideas=ideas))
             for i, idea in enumerate(ideas):
@@ -336,7 +360,7 @@ class Search:
                     key, lambda: self.proposer.implement(ctx, parent, idea, self.config.branches))
                 if branches is None:
                     continue
-                branches = [Branch.model_validate(b) for b in list(branches)[: self.config.branches]]
+                branches = [_branch_of(b) for b in _items(branches)[: self.config.branches]]
                 if not journaled:
                     self._write(ImplementedEvent(round=r, parent=pid, idea_index=i, branches=branches))
                 for j, br in enumerate(branches):
@@ -365,20 +389,22 @@ class Search:
         self._write(NodeCreated(id=nid, spec=branch.spec, error=error, notes=branch.notes, **fields))
         return nid
 
+    # seconds one candidate is assumed to take (compile, check, bench on one GPU) before any was timed
+    PRIOR_EVAL_S = 5.0
+    _eval_s = 0.0  # wall seconds spent in evaluator.evaluate() by this session ...
+    _eval_n = 0  # ... and the candidates it evaluated in them
+
     def _evaluate(self, ids: list[int]) -> None:
+        """Evaluate the nodes without a result. Under a wall-clock budget the batch is cut into
+        chunks (see :meth:`_chunk`) and the budget checked before each one: a stop lands in time.
+        Nodes not evaluated when the time (wall or GPU) is spent keep no result: a resume
+        evaluates them."""
         todo = [self.tree.nodes[i] for i in ids]
         todo = [n for n in todo if n.spec is not None and n.result is None]
-        if not todo:
-            return
-        if not self.strict:
-            reason = exhausted(self.budget, self.usage)
-            if reason and "GPU" in reason:
-                self.stop_reason = self.stop_reason or reason
-                return
         done: set[int] = set()
 
-        def on_result(i: int, res: EvalResult) -> None:
-            node = todo[i]
+        def on_result(batch: list[Node], i: int, res: EvalResult) -> None:
+            node = batch[i]
             if node.id in done:
                 return
             done.add(node.id)
@@ -386,10 +412,33 @@ class Search:
             self.usage.evaluations += 1
             self._write(NodeEvaluated(id=node.id, result=res))
 
-        results = self.evaluator.evaluate(self.problem, [Candidate(spec=n.spec) for n in todo], self.eval_options,
-                                          on_result)
-        for i, res in enumerate(results):
-            on_result(i, res)
+        while todo:
+            if not self.strict:
+                reason = time_exhausted(self.budget, self.usage)
+                if reason:
+                    self.stop_reason = self.stop_reason or reason
+                    return
+            n = self._chunk(len(todo))
+            batch, todo = todo[:n], todo[n:]
+            t0 = time.monotonic()
+            results = self.evaluator.evaluate(self.problem, [Candidate(spec=x.spec) for x in batch],
+                                              self.eval_options, lambda i, res, b=batch: on_result(b, i, res))
+            for i, res in enumerate(results):
+                on_result(batch, i, res)
+            self._eval_s += time.monotonic() - t0
+            self._eval_n += len(batch)
+
+    def _chunk(self, pending: int) -> int:
+        """Candidates handed to the evaluator at once: all of them without a wall-clock budget;
+        with one, as many as should take at most 5% of it and no more than is left of it (by the
+        seconds per candidate seen so far), but one per GPU at least."""
+        left = remaining_wall_s(self.budget, self.usage)
+        if left is None or self.strict or self.budget.wall_minutes is None:
+            return pending
+        gpus = _gpu_count(self.evaluator)
+        per = self._eval_s / self._eval_n if self._eval_n else self.PRIOR_EVAL_S / gpus
+        target = min(left, 0.05 * self.budget.wall_minutes * 60.0)
+        return max(1, min(pending, max(gpus, int(target / max(per, 1e-6)))))
 
     def _repairs(self, r: int, heads: list[int]) -> None:
         if self.config.repairs <= 0 and not self.strict:
@@ -418,7 +467,7 @@ class Search:
                     answer, _ = self._ask(key, lambda: self.proposer.repair(ctx, spec, result, attempt))
                 if answer is None:
                     continue
-                answer = Branch.model_validate(answer)
+                answer = _branch_of(answer)
                 last = self._chain(head)[-1]
                 h = self.tree.nodes[head]
                 wave.append(self._create(("repair", head, attempt), parent=last.id, round=r, kind="repair",
@@ -461,12 +510,19 @@ class Search:
                 continue
             if self.tuner is None or not self.config.tune:
                 continue
-            reason = exhausted(self.budget, self.usage)
-            if reason and "GPU" in reason:
+            reason = time_exhausted(self.budget, self.usage)
+            if reason:
                 self.stop_reason = self.stop_reason or reason
                 return
             assert node.spec is not None and node.result is not None
-            outcome = self.tuner(self.problem, node.spec, node.result)
+            left = remaining_wall_s(self.budget, self.usage)
+            if left is not None and _takes_keyword(self.tuner, "minutes"):  # tuning ends with the budget
+                # less a margin for the batch in flight when the tuner's deadline passes and for
+                # writing the results: the run then ends inside its budget, not just past it
+                margin = max(2.0, 0.05 * (self.budget.wall_minutes or 0.0) * 60.0)
+                outcome = self.tuner(self.problem, node.spec, node.result, minutes=max(0.0, left - margin) / 60.0)
+            else:
+                outcome = self.tuner(self.problem, node.spec, node.result)
             if outcome is None:
                 self._write(NodeTuned(id=node.id))
                 continue
@@ -620,6 +676,70 @@ def _gpu_seconds(events: list[Any]) -> float:
     return total
 
 
+def _gpu_count(evaluator: Any) -> int:
+    """GPUs (workers) an evaluator runs on: a WorkerPool's ``workers``, else 1."""
+    for attr in ("workers", "devices", "gpus"):
+        value = getattr(evaluator, attr, None)
+        if isinstance(value, (list, tuple)) and value:
+            return len(value)
+    return 1
+
+
+def _takes_keyword(fn: Any, name: str) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+def recorded_budget(run: Run) -> SearchBudget:
+    """The budget a run last ran under: its latest session's, else the one it started with."""
+    for ev in reversed(run.events):
+        if isinstance(ev, RunResumed) and ev.budget is not None:
+            return ev.budget
+    return run.started.budget
+
+
+def budget_for_resume(run: Run, given: dict[str, Any]) -> SearchBudget:
+    """The budget of a resume: the recorded one with what the command line gives in its place
+    (``--minutes`` / ``--gpu-minutes``: that much more for this session; see
+    :func:`kerngen.agent.budget.resume_budget`). A bad value: a one-line KerngenError."""
+    return resume_budget(recorded_budget(run), given, spent_wall_s=run.elapsed_s(),
+                         spent_gpu_s=_gpu_seconds(run.events))
+
+
+# ----- a proposer's answers, as the journal may record them ----------------------------------
+# An answer comes from a model (or any proposer): whatever it holds, it becomes data here, never
+# an exception out of the search. A bad idea is dropped; a bad branch is a branch with an error.
+def _items(answer: Any) -> list[Any]:
+    if isinstance(answer, (list, tuple)):
+        return list(answer)
+    return [] if answer is None else [answer]
+
+
+def _ideas_of(answer: Any, k: int) -> list[Idea]:
+    out: list[Idea] = []
+    for item in _items(answer)[:k]:
+        try:
+            idea = Idea.model_validate(item)
+            idea.model_dump_json()  # what the journal will write (e.g. no lone surrogate)
+        except ValueError:  # pydantic's ValidationError and serialization errors are ValueErrors
+            continue
+        out.append(idea)
+    return out
+
+
+def _branch_of(answer: Any) -> Branch:
+    try:
+        branch = Branch.model_validate(answer)
+        branch.model_dump_json()
+        return branch
+    except ValueError as exc:
+        why = " ".join(str(exc).split())[:300]
+        return Branch(error=f"the proposer's answer is not a valid branch: {why}")
+
+
 def _guarded(fn: Callable[[Any], None]) -> Callable[[Any], None]:
     return lambda ev: _safe(fn, ev)
 
@@ -670,12 +790,18 @@ def resume_search(
     eval_options: EvalOptions | None = None,
     force: bool = False,
     listeners: Iterable[Callable[[Any], None]] = (),
+    problem: str | None = None,
 ) -> SearchOutcome:
     """Continue a journaled run: nothing evaluated is evaluated again, no recorded answer is
-    asked again. ``budget`` replaces the recorded one (e.g. more rounds)."""
+    asked again. ``budget`` replaces the recorded one (e.g. more rounds). ``problem``: the problem
+    file the caller names (see :func:`kerngen.agent.problem_data.rerun_ref`)."""
+    from kerngen.agent.problem_data import rerun_ref
+
     rec = load_run(run, runs_dir)
     st = rec.started
-    return Search(st.problem, proposer, evaluator, run_dir=rec.path, mode="resume", config=st.config,
-                  budget=budget or st.budget, tuner=tuner, seed_spec=st.seed_spec, context_factory=context_factory,
+    ref, _ = rerun_ref(st, problem)  # a run's problem file runs again only when built in, named or unchanged
+    return Search(ref, proposer, evaluator, run_dir=rec.path, mode="resume", config=st.config,
+                  budget=budget or recorded_budget(rec), tuner=tuner, seed_spec=st.seed_spec,
+                  context_factory=context_factory,
                   usage=usage, record=rec, eval_options=eval_options, force=force, model=st.model,
                   listeners=listeners).run()

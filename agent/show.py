@@ -1,5 +1,9 @@
 """``kerngen show RUN``: the tree of a run (ideas, categories, verdicts, ms, speedups, registers),
-rendered with rich. Needs no GPU: everything comes from the journal."""
+rendered with rich. Needs no GPU: everything comes from the journal, and nothing is imported
+(a run's problem file never is).
+
+A journal may come from anyone and its texts from a model: every text taken from it goes
+through :func:`_say` (terminal control sequences removed, rich markup escaped)."""
 
 from __future__ import annotations
 
@@ -12,9 +16,15 @@ from rich.table import Table
 from rich.tree import Tree as RichTree
 
 from kerngen.agent.tree import Node, Run, Tree
+from kerngen.harness.redact import printable
 
-_COLOR = {"ok": "green", "incorrect": "red", "compile_error": "magenta", "runtime_error": "red",
-          "timeout": "yellow", "invalid": "bright_black", "pending": "cyan"}
+_COLOR = {"ok": "green", "incorrect": "red", "invalid_spec": "magenta", "compile_error": "magenta",
+          "runtime_error": "red", "timeout": "yellow", "invalid": "bright_black", "pending": "cyan"}
+
+
+def _say(text: object) -> str:
+    """Text from a journal as rich markup that prints it as is: no control sequence, no markup."""
+    return escape(printable(str(text)))
 
 
 def node_label(tree: Tree, n: Node, best_id: int | None = None) -> str:
@@ -41,36 +51,40 @@ def node_label(tree: Tree, n: Node, best_id: int | None = None) -> str:
             w = r.compile.worst()
             parts.append(f"{w.registers} regs" + (f", {w.spill_stores}B spills" if w.spill_stores else ""))
         if n.tuned_ok:
-            cfg = ",".join(f"{k}={v}" for k, v in n.config.items())
+            cfg = _say(",".join(f"{k}={v}" for k, v in n.config.items()))
             base = n.result.ms if n.result else math.inf
             parts.append(f"tuned [{cfg}]" + (f" from {base:.4f}" if math.isfinite(base) and base != n.ms else ""))
     elif n.spec is None:
-        parts.append(escape(_short(n.error, 90)))
+        parts.append(_say(_short(n.error, 90)))
     elif n.result is not None:
-        parts.append(escape(_short(n.result.message or n.result.log, 90)))
+        parts.append(_say(_short(n.result.message or n.result.log, 90)))
     if best_id is not None and n.id == best_id:
         parts.append("[bold yellow]<- best[/]")
     return " ".join(parts)
 
 
 def _short(text: str, width: int) -> str:
-    line = " ".join((text or "").split())
+    line = " ".join(printable(text or "").split())
     return line if len(line) <= width else line[: width - 3] + "..."
 
 
-def _add_chain(tree: Tree, branch: Any, n: Node, best_id: int | None) -> None:
+def _add_chain(tree: Tree, branch: Any, n: Node, best_id: int | None, seen: set[int] | None = None) -> None:
+    seen = set() if seen is None else seen
+    if n.id in seen:  # a journal that makes a node its own ancestor: show it once
+        return
+    seen.add(n.id)
     sub = branch.add(node_label(tree, n, best_id))
     for cid in n.children:
-        c = tree.nodes[cid]
-        if c.kind == "repair":
-            _add_chain(tree, sub, c, best_id)
+        c = tree.nodes.get(cid)
+        if c is not None and c.kind == "repair":
+            _add_chain(tree, sub, c, best_id, seen)
 
 
 def render_tree(run: Run) -> RichTree:
     tree = run.tree
     best = tree.best()
     best_id = best.id if best else None
-    title = f"[bold]{escape(run.id)}[/] {escape(tree.problem.label() if tree.problem else '')}"
+    title = f"[bold]{_say(run.id)}[/] {_say(tree.problem.label() if tree.problem else '')}"
     root = RichTree(title)
     seeds = [n for n in tree.nodes.values() if n.kind == "seed"]
     if seeds:
@@ -92,7 +106,7 @@ def render_tree(run: Run) -> RichTree:
             pb = rb.add(f"from {'#' + str(pid) if pid is not None else 'nothing'}")
             ideas = tree.ideas.get((r, pid), [])
             for i, idea in enumerate(ideas):
-                ib = pb.add(f"[cyan]idea {i}[/] [dim]\\[{idea.category.value}][/] {escape(_short(idea.text, 110))}")
+                ib = pb.add(f"[cyan]idea {i}[/] [dim]\\[{idea.category.value}][/] {_say(_short(idea.text, 110))}")
                 heads = sorted((n for n in tree.nodes.values() if n.kind == "branch" and n.round == r
                                 and n.parent == pid and n.idea_index == i), key=lambda n: n.id)
                 if not heads:
@@ -108,19 +122,22 @@ def render_header(run: Run) -> Table:
     t = Table.grid(padding=(0, 2))
     t.add_column(style="bold")
     t.add_column()
-    t.add_row("run", f"{run.id} ({run.path})")
-    t.add_row("problem", tree.problem.label() if tree.problem else "?")
-    t.add_row("GPU", tree.gpu.name if tree.gpu else "?")
-    t.add_row("proposer", st.proposer + (f" ({st.model})" if st.model else ""))
+    t.add_row("run", _say(f"{run.id} ({run.path})"))
+    t.add_row("problem", _say(tree.problem.label() if tree.problem else "?"))
+    info = st.problem_info.info if st.problem_info is not None else None
+    if info is not None and info.description:
+        t.add_row("", _say(_short(info.description, 110)))
+    t.add_row("GPU", _say(tree.gpu.name if tree.gpu else "?"))
+    t.add_row("proposer", _say(st.proposer + (f" ({st.model})" if st.model else "")))
     if st.replay_of:
-        t.add_row("replay of", st.replay_of)
+        t.add_row("replay of", _say(st.replay_of))
     c = st.config
     t.add_row("search", f"beam {c.beam}, ideas {c.ideas}, branches {c.branches}, repairs {c.repairs}, "
                         f"tune {'on' if c.tune else 'off'}")
     b = tree.baseline
     if b is not None:
-        comp = f"{b.compiled.median_ms:.4f} ms" if b.compiled else f"n/a {b.compile_error}".strip()
-        floor = f"{b.floor_ms:.4f} ms ({b.floor_bound})" if b.floor_ms else "n/a"
+        comp = f"{b.compiled.median_ms:.4f} ms" if b.compiled else _say(_short(f"n/a {b.compile_error}", 110))
+        floor = f"{b.floor_ms:.4f} ms ({_say(b.floor_bound)})" if b.floor_ms else "n/a"
         t.add_row("baseline", f"eager {b.eager.median_ms:.4f} ms, torch.compile {comp}, floor {floor}")
     best = tree.best()
     if best is not None:
@@ -139,16 +156,22 @@ def render_header(run: Run) -> Table:
     for n in tree.nodes.values():
         verdicts[n.verdict] = verdicts.get(n.verdict, 0) + 1
     t.add_row("nodes", f"{len(tree.nodes)}: " + ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items())))
-    status = f"finished: {tree.finished.reason}" if tree.finished else "unfinished (continue with --resume)"
+    status = (f"finished: {_say(_short(tree.finished.reason, 200))}" if tree.finished
+              else "unfinished (continue with --resume)")
     if run.truncated:
         status += f"; a partial last event ({run.truncated} bytes) is ignored"
     t.add_row("status", f"{status}; {run.sessions} session(s)")
     if tree.finished and tree.finished.usage:
         u = tree.finished.usage
         cost = f", ${u['cost_usd']:.2f}" if u.get("cost_usd") is not None else ""
-        t.add_row("spent", f"{int(u.get('llm_calls', 0))} LLM calls, {int(u.get('tokens', 0))} tokens{cost}, "
+        t.add_row("spent", f"{_count(u.get('llm_calls'))} LLM calls, {_count(u.get('tokens'))} tokens{cost}, "
                            f"{u.get('gpu_s', 0) / 60:.1f} GPU min, {u.get('wall_s', 0) / 60:.1f} wall min")
     return t
+
+
+def _count(value: object) -> str:
+    """A recorded count as an integer ("?" for what a journal should not hold: inf, NaN, text)."""
+    return str(int(value)) if isinstance(value, (int, float)) and math.isfinite(value) else "0" if value is None else "?"
 
 
 def render(run: Run) -> Group:

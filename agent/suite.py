@@ -7,6 +7,10 @@ its evaluation come from one Evaluator (one WorkerPool), so the ratios are taken
 run on one GPU. :func:`run_suite` is the whole command minus printing; any Evaluator works
 (tests inject a deterministic one).
 
+A suite runs only the problems it is given (built-in names, files or folders named on its command
+line): a run found under ``runs_dir`` contributes its kernel and its shape and dtype, never the
+problem file its journal names (which is only compared, by resolved path, to the files given).
+
 fast_p (KernelBench): the share of problems whose kernel is correct AND more than p times faster
 than PyTorch eager; fast_0 is the share that is correct. A problem without a kernel counts as not
 correct.
@@ -20,7 +24,7 @@ from typing import Callable, Sequence
 
 from pydantic import BaseModel, Field
 
-from kerngen.harness.errors import JournalError, KerngenError, ProblemError
+from kerngen.harness.errors import KerngenError, ProblemError
 from kerngen.harness.bench_table import ratio
 from kerngen.harness.evaluator import Candidate, EvalOptions, Evaluator
 from kerngen.harness.results import Baseline, EvalResult, Timing
@@ -109,12 +113,18 @@ class FoundKernel(BaseModel):
 
 
 def problem_key(source: str) -> str:
-    """Identity of a problem source: a built-in name as is, a file as its resolved path."""
+    """Identity of a problem source: a built-in name as is, a file as its resolved path ("" for
+    a source that names no path at all, e.g. one with a NUL from a hostile journal)."""
     from kerngen.problems.registry import is_builtin
 
+    if not isinstance(source, str) or not source or any(ord(c) < 32 for c in source):
+        return ""
     if is_builtin(source) and not source.endswith(".py") and "/" not in source:
         return source
-    return str(Path(source).expanduser().resolve())
+    try:
+        return str(Path(source).expanduser().resolve())
+    except (OSError, RuntimeError, ValueError):
+        return ""
 
 
 def expand_problems(args: Sequence[str]) -> list[str]:
@@ -145,7 +155,7 @@ def expand_problems(args: Sequence[str]) -> list[str]:
 def _run_dirs(runs_dir: Path) -> list[Path]:
     if not runs_dir.is_dir():
         return []
-    return [p for p in runs_dir.iterdir() if (p / "events.jsonl").is_file()]
+    return sorted(p for p in runs_dir.iterdir() if (p / "events.jsonl").is_file())
 
 
 def best_in_runs(source: str, runs_dir: str | Path) -> FoundKernel | None:
@@ -158,15 +168,18 @@ def best_in_runs(source: str, runs_dir: str | Path) -> FoundKernel | None:
     for path in _run_dirs(Path(runs_dir)):
         try:
             run = load_run(path)
-        except JournalError:
+        except KerngenError:
             continue
-        if problem_key(run.started.problem.source) != key:
+        if not key or problem_key(run.started.problem.source) != key:
             continue
         best = run.best
         spec = best.best_spec() if best is not None else None
         if best is None or spec is None:
             continue
-        kernel = FoundKernel(ref=run.started.problem, spec=spec, config=best.config,
+        # measure the problem as named on the suite's command line (same file), at the run's shape and dtype
+        rec = run.started.problem
+        ref = ProblemRef(source=source, shape=rec.shape, dtype=rec.dtype)
+        kernel = FoundKernel(ref=ref, spec=spec, config=best.config,
                              origin=f"run {run.id} node #{best.id}", recorded_ms=best.ms,
                              recorded_gpu=run.tree.gpu.name if run.tree.gpu else "")
         found.append((run.started.t, kernel))

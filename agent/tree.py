@@ -27,7 +27,7 @@ from kerngen.harness.results import Baseline, EvalResult, GpuFacts, Verdict
 from kerngen.harness.spec import KernelSpec
 from kerngen.problems.ref import ProblemRef
 
-FAILED = (Verdict.compile_error, Verdict.incorrect, Verdict.runtime_error, Verdict.timeout)
+FAILED = (Verdict.invalid_spec, Verdict.compile_error, Verdict.incorrect, Verdict.runtime_error, Verdict.timeout)
 
 
 class Tuned(BaseModel):

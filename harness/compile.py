@@ -2,9 +2,14 @@
 
 :func:`compile_job` is the one function that turns source into a module. It raises
 :class:`~kerngen.harness.errors.CompileError` (one-line message, the FULL NVRTC log in ``.log``)
-for a compile error, a forbidden module (message ``forbidden: ...``, see :mod:`.cubin`) or a kernel
-of the launch plan that the module lacks. Everything else here prepares jobs
-(:func:`build_options`, :func:`job_for`) or runs many of them (:func:`compile_many`).
+for a source the policy refuses (message ``source refused: ...``, see :mod:`.source_policy`), a
+compile error, a compile that timed out or died in its sandbox, a forbidden module (message
+``forbidden: ...``, see :mod:`.cubin`) or a kernel of the launch plan that the module lacks.
+Everything else here prepares jobs (:func:`build_options`, :func:`job_for`) or runs many of them
+(:func:`compile_many`).
+
+NVRTC never runs in this process: every compile goes to a confined worker (:mod:`.sandbox`), and
+its log is redacted (:mod:`.redact`) before it is cached, raised or returned.
 
 NVRTC (``cuda.bindings.nvrtc``, 13.0) needs no GPU: cubin for ``sm_90`` compiles anywhere.
 Options of every job: ``--gpu-architecture=sm_XX --std=c++17 -lineinfo --ptxas-options=-v``,
@@ -16,32 +21,31 @@ stored in the job's options (see :mod:`.headers`): the options stay the same on 
 
 from __future__ import annotations
 
-import atexit
 import functools
 import math
-import multiprocessing as mp
 import os
 import re
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pydantic import BaseModel
 
-from . import headers
+from . import headers, sandbox, source_policy
 from .compile_cache import CompileCache
 from .cubin import check_cubin
 from .errors import CompileError
 from .plan import ResolvedPlan
+from .redact import redact
 from .ptxas import parse_ptxas
 from .results import CompileInfo
 from .spec import KernelSpec
 
-PROGRAM_NAME = "kernel.cu"  # how the candidate's file is named in NVRTC's messages
+
 FALLBACK_ARCH = "sm_90"
 BASE_OPTIONS = ("--std=c++17", "-lineinfo", "--ptxas-options=-v")
-DEFAULT_TIMEOUT_S = 180.0  # per job, in compile_many
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_RESERVED = re.compile(r"^(__|_[A-Z])")
 _ARCH = re.compile(r"^sm_(\d+)([af]?)$")
 
 
@@ -145,6 +149,9 @@ def _literal(value: int | float | bool) -> str:
     if isinstance(value, bool):
         return str(int(value))
     if isinstance(value, int):
+        if not -(2**63) <= value < 2**64:
+            raise CompileError(f"define value {value:.3g} does not fit 64 bits" if abs(value) < 10**300
+                               else "define value does not fit 64 bits")
         return str(value)
     v = float(value)
     if math.isnan(v):
@@ -161,7 +168,10 @@ def build_options(spec: KernelSpec, plan: ResolvedPlan, arch: str) -> list[str]:
         opts.append("-use_fast_math")
     for name, value in sorted({**plan.config, **plan.defines}.items()):
         if not _IDENT.match(name):
-            raise CompileError(f"define name {name!r} is not a C identifier")
+            raise CompileError(f"define name {name[:60]!r} is not a C identifier")
+        if _RESERVED.match(name):
+            raise CompileError(f"define name {name!r} is reserved (names beginning with __ or _X belong to the "
+                               "CUDA headers)")
         opts.append(f"-D{name}={_literal(value)}")
     return opts
 
@@ -195,50 +205,36 @@ def first_error(log: str) -> str:
     return line
 
 
-def _run_nvrtc(job: CompileJob) -> tuple[bytes, str]:
-    """Compile; ``CompileError`` on failure. A failure that NVRTC itself reports for the source
-    (compilation error, bad option) carries ``deterministic = True``: it may be cached."""
-    nvrtc = _nvrtc()
-    ok = nvrtc.nvrtcResult.NVRTC_SUCCESS
-    names = list(headers.BUILTIN_HEADERS)
-    bodies = [headers.BUILTIN_HEADERS[n].encode() for n in names]
-    opts = [o.encode() for o in _options_for(job)]
-    err, prog = nvrtc.nvrtcCreateProgram(
-        job.source.encode(), PROGRAM_NAME.encode(), len(names), bodies, [n.encode() for n in names]
-    )
-    if err != ok:
-        raise CompileError(f"nvrtcCreateProgram failed: {err.name}", "")
+# NVRTC statuses that are a property of the source and options: such a failure may be cached
+_DETERMINISTIC = {"NVRTC_ERROR_COMPILATION", "NVRTC_ERROR_INVALID_OPTION"}
+
+
+def _run_nvrtc(job: CompileJob, timeout_s: float | None = None) -> tuple[bytes, str]:
+    """Compile in the sandbox (:mod:`.sandbox`); ``CompileError`` on failure. A failure that
+    NVRTC itself reports for the source (compilation error, bad option) carries
+    ``deterministic = True``: it may be cached. The log is redacted and clipped before it
+    leaves this function, whatever it holds."""
+    source_policy.check_source(job.source)  # raises a deterministic refusal, see below
     try:
-        (res,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
-        err, size = nvrtc.nvrtcGetProgramLogSize(prog)
-        log = ""
-        if err == ok and size > 1:
-            buf = b" " * size
-            (err,) = nvrtc.nvrtcGetProgramLog(prog, buf)
-            log = buf.rstrip(b"\0").decode("utf-8", "replace")
-        if res != ok:
-            if res == nvrtc.nvrtcResult.NVRTC_ERROR_COMPILATION:
-                exc = CompileError(first_error(log), log)
-            else:
-                what = res.name
-                if res == nvrtc.nvrtcResult.NVRTC_ERROR_INVALID_OPTION:
-                    what += " in: " + " ".join(job.options)
-                exc = CompileError(f"NVRTC: {what}", log or what)
-            exc.deterministic = res in (  # type: ignore[attr-defined]
-                nvrtc.nvrtcResult.NVRTC_ERROR_COMPILATION,
-                nvrtc.nvrtcResult.NVRTC_ERROR_INVALID_OPTION,
-            )
-            raise exc
-        err, size = nvrtc.nvrtcGetCUBINSize(prog)
-        if err != ok or size == 0:
-            raise CompileError(f"NVRTC produced no cubin ({err.name}); is '{job.arch}' a real sm_ arch?", log)
-        cubin = b" " * size
-        (err,) = nvrtc.nvrtcGetCUBIN(prog, cubin)
-        if err != ok:
-            raise CompileError(f"nvrtcGetCUBIN failed: {err.name}", log)
-        return cubin, log
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
+        reply = sandbox.sandbox().compile(job.source, _options_for(job), job.arch, timeout=timeout_s)
+    except sandbox.SandboxFailure as exc:
+        raise sandbox.SandboxFailure(redact(str(exc)), redact(exc.log)) from None
+    log = sandbox.clip_log(redact(reply.log))
+    if not reply.ok:
+        if reply.status == "NVRTC_ERROR_COMPILATION" and not log.strip():
+            exc = CompileError(f"NVRTC failed without a log (past the compile memory limit of {sandbox.memory_mb()} MB?)",
+                               "")
+        elif reply.status == "NVRTC_ERROR_COMPILATION":
+            exc = CompileError(redact(first_error(log)), log)
+        elif reply.status == "NVRTC_ERROR_INVALID_OPTION":
+            exc = CompileError(f"NVRTC: {reply.status} in: {' '.join(job.options)}", log or reply.status)
+        elif reply.status == "NO_CUBIN":
+            exc = CompileError(f"NVRTC produced no cubin; is '{job.arch}' a real sm_ arch?", log)
+        else:
+            exc = CompileError(f"NVRTC: {reply.status[:80]}", log or reply.status[:80])
+        exc.deterministic = reply.status in _DETERMINISTIC  # type: ignore[attr-defined]
+        raise exc
+    return sandbox.cubin_of(reply), log
 
 
 def _put(cache: CompileCache | None, fn: str, *args: Any) -> None:
@@ -250,7 +246,9 @@ def _put(cache: CompileCache | None, fn: str, *args: Any) -> None:
         pass
 
 
-def compile_job(job: CompileJob, cache: CompileCache | None = DEFAULT_CACHE) -> CompiledKernel:
+def compile_job(
+    job: CompileJob, cache: CompileCache | None = DEFAULT_CACHE, *, timeout_s: float | None = None
+) -> CompiledKernel:
     """Source -> checked cubin, served from ``cache`` when it holds the key. Raises
     :class:`CompileError` (cached failures re-raise with their stored log)."""
     cache = _resolve_cache(cache)
@@ -266,9 +264,9 @@ def compile_job(job: CompileJob, cache: CompileCache | None = DEFAULT_CACHE) -> 
             return CompiledKernel(cubin=entry.cubin, info=info)
     start = time.perf_counter()
     try:
-        cubin, log = _run_nvrtc(job)
+        cubin, log = _run_nvrtc(job, timeout_s)
     except CompileError as exc:
-        if getattr(exc, "deterministic", False):
+        if getattr(exc, "deterministic", False) or str(exc).startswith("source refused:"):
             _put(cache, "put_failure", key, str(exc), exc.log)
         raise
     seconds = time.perf_counter() - start
@@ -293,111 +291,41 @@ def compile_job(job: CompileJob, cache: CompileCache | None = DEFAULT_CACHE) -> 
 
 
 # ----- many at once ---------------------------------------------------------------------------
-def _compile_safely(job: CompileJob, cache: Any) -> CompiledKernel | CompileError:
+def _compile_safely(job: CompileJob, cache: Any, timeout_s: float | None) -> CompiledKernel | CompileError:
     try:
-        return compile_job(job, cache)
+        return compile_job(job, cache, timeout_s=timeout_s)
     except CompileError as exc:
-        return CompileError(str(exc), exc.log)  # a plain one: pickles with message and log
-    except Exception as exc:  # noqa: BLE001 - one broken job must not take the batch down
-        return CompileError(f"internal compile failure: {type(exc).__name__}: {exc}", repr(exc))
-
-
-def _worker(job_data: dict, cache_root: str | None, use_cache: bool) -> CompiledKernel | CompileError:
-    job = CompileJob.model_validate(job_data)
-    cache = CompileCache(cache_root) if use_cache else None
-    return _compile_safely(job, cache)
-
-
-def _cpu_count() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-def _context() -> mp.context.BaseContext:
-    # the parent may own a CUDA context: never fork it
-    methods = mp.get_all_start_methods()
-    return mp.get_context("forkserver" if "forkserver" in methods else "spawn")
-
-
-class _PersistentPool:
-    """One process pool kept across :func:`compile_many` calls: starting fresh workers (a
-    forkserver child importing this module and NVRTC) costs about as much as a compile, and the
-    tuner compiles a batch every second. Killed on a timeout and at exit, rebuilt on demand."""
-
-    def __init__(self) -> None:
-        self._pool: Any = None
-        self._lock = threading.Lock()
-        atexit.register(self.close)
-
-    def get(self, n: int) -> Any:
-        """The pool, started with ``n`` workers if there is none. A live pool is never resized:
-        another thread may have jobs in it (the tuner compiles ahead while the pool evaluates)."""
-        with self._lock:
-            if self._pool is None:
-                self._pool = _context().Pool(n)
-            return self._pool
-
-    def kill(self, pool: Any) -> None:
-        with self._lock:
-            if pool is self._pool:
-                self._close_locked()
-
-    def close(self) -> None:
-        with self._lock:
-            self._close_locked()
-
-    def _close_locked(self) -> None:
-        if self._pool is not None:
-            self._pool.terminate()
-            self._pool.join()
-        self._pool = None
-
-
-_POOL = _PersistentPool()
+        return exc
 
 
 def compile_many(
     jobs: list[CompileJob],
     workers: int | None = None,
     cache: CompileCache | None = DEFAULT_CACHE,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
+    timeout_s: float | None = None,
 ) -> list[CompiledKernel | CompileError]:
-    """Compile ``jobs`` on all CPU cores (a persistent forkserver/spawn process pool); results
-    in order, a failed job as its :class:`CompileError`. Cache hits are served without a worker,
-    and a job identical to an earlier one in the batch is compiled once. A job still running
-    after its share of time (``timeout_s`` per job and worker) becomes a ``CompileError`` and the
-    pool is killed (the next call starts a new one)."""
+    """Compile ``jobs`` on all CPU cores (each in a sandboxed worker process, :mod:`.sandbox`);
+    results in order, a failed job as its :class:`CompileError`. Cache hits are served without
+    a worker, and a job identical to an earlier one in the batch is compiled once. A job still
+    running after ``timeout_s`` (default ``KERNGEN_COMPILE_TIMEOUT_S``, 120 s) becomes a
+    ``CompileError`` and its worker is killed."""
     cache = _resolve_cache(cache)
     results: list[CompiledKernel | CompileError | None] = [None] * len(jobs)
     pending: dict[tuple[str, tuple[str, ...]], list[int]] = {}
     for i, job in enumerate(jobs):
-        key = CompileCache.key_for(job)
-        if cache is not None and cache.get(key) is not None:
-            results[i] = _compile_safely(job, cache)
-        else:
-            pending.setdefault((key, tuple(job.kernels)), []).append(i)
+        pending.setdefault((CompileCache.key_for(job), tuple(job.kernels)), []).append(i)
     groups = list(pending.values())
-    n = min(workers or _cpu_count(), len(groups))
-    if n <= 1:
-        for group in groups:
-            out = _compile_safely(jobs[group[0]], cache)
-            for i in group:
-                results[i] = out
-        return results  # type: ignore[return-value]
-    root = str(cache.root) if cache is not None else None
-    deadline = time.monotonic() + timeout_s * math.ceil(len(groups) / n) + 30.0
-    pool = _POOL.get(workers or _cpu_count())
-    handles = [pool.apply_async(_worker, (jobs[g[0]].model_dump(), root, cache is not None)) for g in groups]
-    for group, handle in zip(groups, handles):
-        try:
-            out = handle.get(timeout=max(0.0, deadline - time.monotonic()))
-        except mp.TimeoutError:
-            _POOL.kill(pool)  # the hung NVRTC call dies with its worker
-            out = CompileError(f"compile timed out (over {timeout_s:.0f} s)", "")
-        except Exception as exc:  # noqa: BLE001 - a worker that died
-            out = CompileError(f"compile worker failed: {type(exc).__name__}: {exc}", repr(exc))
+
+    def one(group: list[int]) -> None:
+        out = _compile_safely(jobs[group[0]], cache, timeout_s)
         for i in group:
             results[i] = out
+
+    n = max(1, min(workers or sandbox.sandbox().max_workers, len(groups)))
+    if n == 1:
+        for g in groups:
+            one(g)
+    else:
+        with ThreadPoolExecutor(n, thread_name_prefix="kerngen-compile") as pool:
+            list(pool.map(one, groups))
     return results  # type: ignore[return-value]

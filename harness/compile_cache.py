@@ -10,6 +10,10 @@ Every file is written to a temporary name in the same folder and moved into plac
 ``os.replace``; the cubin goes first and the JSON record last, so a record never points at a torn
 module. A record that does not parse, or whose cubin is missing or does not match its hash, is a
 miss (and is removed).
+
+Logs are redacted (:mod:`.redact`) when stored and again when served: a cache written before a
+secret was known as one, or by an older kerngen (schema 1, whose failure logs could hold host
+files that NVRTC included), never serves it. Schema 1 records are misses.
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ from typing import Any
 
 from .atomic import write_atomic
 from .cache_dir import cache_root
+from .redact import redact
 from .results import CompileInfo
 
-SCHEMA = 1
+SCHEMA = 2  # 2: compiled in the sandbox, logs redacted
 
 
 def default_root() -> Path:
@@ -81,12 +86,12 @@ class CompileCache:
             if not isinstance(record, dict) or record.get("schema") != SCHEMA or record.get("key") != key:
                 raise ValueError("foreign record")
             if not record["ok"]:
-                return CacheEntry(False, message=str(record["message"]), log=str(record.get("log", "")))
+                return CacheEntry(False, message=redact(str(record["message"])), log=redact(str(record.get("log", ""))))
             cubin = blob.read_bytes()
             if hashlib.sha256(cubin).hexdigest() != record["cubin_sha256"]:
                 raise ValueError("cubin does not match its hash")
             info = CompileInfo.model_validate(record["info"])
-            return CacheEntry(True, cubin=cubin, info=info)
+            return CacheEntry(True, cubin=cubin, info=info.model_copy(update={"log": redact(info.log)}))
         except (OSError, ValueError, KeyError, TypeError):
             self._drop(key)
             return None
@@ -100,13 +105,13 @@ class CompileCache:
             "key": key,
             "ok": True,
             "cubin_sha256": hashlib.sha256(cubin).hexdigest(),
-            "info": info.model_dump(mode="json"),
+            "info": info.model_copy(update={"log": redact(info.log)}).model_dump(mode="json"),
         }
         write_atomic(meta, json.dumps(record).encode())
 
     def put_failure(self, key: str, message: str, log: str) -> None:
         meta, _ = self._paths(key)
-        record = {"schema": SCHEMA, "key": key, "ok": False, "message": message, "log": log}
+        record = {"schema": SCHEMA, "key": key, "ok": False, "message": redact(message), "log": redact(log)}
         write_atomic(meta, json.dumps(record).encode())
 
     def _drop(self, key: str) -> None:

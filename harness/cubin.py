@@ -43,9 +43,32 @@ LIBRARY_TABLES = {"__cudart_i2opi_f": 24, "__cudart_i2opi_d": 144, "__cudart_sin
 ALLOWED_EXTERNAL = {"vprintf", "__assertfail"}
 # namespaces of header libraries whose constexpr members become device globals
 LIBRARY_NAMESPACES = ("cuda", "cooperative_groups", "cub", "thrust", "nv")
-_LIB_MANGLED = re.compile(
-    r"^_ZN(?:K)?(?:\d+_INTERNAL_[0-9a-f]+_\d+_\w+?_cu_[0-9a-z]+)?(?:4cuda|18cooperative_groups|3cub|6thrust|2nv)"
-)
+_LIB_NAMESPACES_MANGLED = ("cuda", "cooperative_groups", "cub", "thrust", "nv")
+
+
+def _in_library_namespace(name: str) -> bool:
+    """Whether a mangled name lies in a header library's namespace: ``_ZN`` [``K``], an optional
+    ``<n>_INTERNAL_...`` component (the translation unit's anonymous prefix, which NVRTC spells
+    with the first kernel's name), then one of :data:`_LIB_NAMESPACES_MANGLED`. Read by the length
+    prefixes of the Itanium mangling, not by pattern, so no kernel name can confuse it."""
+    m = re.match(r"^_ZNK?", name)
+    if not m:
+        return False
+    pos = m.end()
+    parts: list[str] = []
+    for _ in range(2):
+        num = re.match(r"\d+", name[pos:])
+        if not num:
+            return False
+        n = int(num.group())
+        start = pos + num.end()
+        parts.append(name[start : start + n])
+        pos = start + n
+    first = parts[0][1:] if parts[0].startswith("_INTERNAL_") else parts[0]
+    ns = parts[1] if parts[0].startswith("_INTERNAL_") else first
+    return ns in _LIB_NAMESPACES_MANGLED
+
+
 _DECL = re.compile(r"\b(?:namespace|struct|class|union|enum)\s+(?:class\s+|struct\s+)?([A-Za-z_]\w*)")
 _RISKY_IN_DEFINE = {"namespace", "struct", "class", "union", "typedef", "using", "asm", "__asm__", "__asm", "std"}
 _HEAP = {"malloc", "free", "__nv_aligned_device_malloc", "aligned_alloc"}
@@ -182,7 +205,7 @@ def forbidden(cubin: Cubin, source: str | None = None) -> list[str]:
             or (tables_ok and s.name in LIBRARY_TABLES and s.size <= LIBRARY_TABLES[s.name])
         ):
             continue
-        if _LIB_MANGLED.match(s.name):
+        if _in_library_namespace(s.name):
             if not library_ok:
                 library_hits.append(s.name)
             continue

@@ -5,6 +5,19 @@ Parsed with :mod:`ast` and walked over a whitelist: integer and float literals, 
 :data:`FUNCTIONS`, and tensor facts ``x.shape[i]``, ``x.numel``, ``x.ndim`` where ``x`` is a
 bound tensor name (dotted names such as ``conv.weight`` resolve as one name). Nothing is ever
 passed to ``eval``.
+
+An expression comes from a model's answer, so it is bounded in everything it can make the
+evaluator do (every failure is an :class:`~kerngen.harness.errors.ExprError` naming it):
+
+- its text: at most :data:`MAX_LEN` characters, its tree at most :data:`MAX_DEPTH` levels deep
+  (the parser's own limits, ``RecursionError``, ``MemoryError`` and "too many nested
+  parentheses", are caught as well);
+- every intermediate value, not only the result: integers stay below ``2**``:data:`MAX_INT_BITS`
+  in magnitude (checked before a power is computed, so ``((9**64)**64)**64`` fails at once),
+  floats are finite, a complex result (``(-8)**0.5``) is an error, and arithmetic takes numbers
+  only (never a shape tuple: ``x.shape * 10**9`` would build a huge tuple);
+- exponents (``|e| <=`` :data:`MAX_POW`) and left shifts (``<=`` :data:`MAX_SHIFT`), so that a
+  float power stays cheap as well.
 """
 
 from __future__ import annotations
@@ -79,24 +92,67 @@ _CMPOPS: dict[type, Callable[[Any, Any], bool]] = {
     ast.GtE: operator.ge,
 }
 _TENSOR_ATTRS = ("shape", "numel", "ndim")
-_MAX_LEN = 2000
-_MAX_POW = 64
+
+MAX_LEN = 2000  # characters of an expression
+MAX_DEPTH = 100  # levels of its syntax tree (each level is a few Python frames when evaluated)
+MAX_INT_BITS = 256  # every integer, intermediate ones included, has |v| < 2**256
+MAX_POW = MAX_INT_BITS  # |exponent| of ** (the value bound decides first for an integer base > 1)
+MAX_SHIFT = 64  # right operand of <<
+_MAX_SHOWN = 80  # characters of an expression quoted in a message
+
+
+def shown(text: object) -> str:
+    """An expression as a message quotes it: repr, clipped to one short line."""
+    if isinstance(text, int) and text.bit_length() > 1024:  # repr() refuses > 4300 digits
+        return f"<an integer of {text.bit_length()} bits>"
+    r = repr(text)
+    if len(r) <= _MAX_SHOWN:
+        return r
+    return f"{r[:_MAX_SHOWN - 3]}... ({len(r)} characters)"
+
+
+def parse(text: str) -> ast.Expression:
+    """Parse once and validate the node types and the depth; evaluation walks the cached tree."""
+    if not isinstance(text, str) or not text.strip():
+        raise ExprError(f"empty expression {shown(text)}")
+    if len(text) > MAX_LEN:
+        raise ExprError(f"expression {shown(text)} is longer than {MAX_LEN} characters")
+    return _parse(text)
 
 
 @lru_cache(maxsize=4096)
-def parse(text: str) -> ast.Expression:
-    """Parse once and validate the node types; evaluation walks the cached tree."""
-    if not isinstance(text, str) or not text.strip():
-        raise ExprError(f"empty expression {text!r}")
-    if len(text) > _MAX_LEN:
-        raise ExprError(f"expression longer than {_MAX_LEN} characters")
+def _parse(text: str) -> ast.Expression:
     try:
         tree = ast.parse(text.strip(), mode="eval")
-    except SyntaxError as exc:
-        raise ExprError(f"cannot parse expression {text!r}: {exc.msg}") from None
+    except SyntaxError as exc:  # also "too many nested parentheses", null bytes, huge literals
+        raise ExprError(f"cannot parse expression {shown(text)}: {_first_line(exc.msg)}") from None
+    except ValueError as exc:  # older Pythons: null bytes
+        raise ExprError(f"cannot parse expression {shown(text)}: {_first_line(exc)}") from None
+    except (RecursionError, MemoryError):
+        raise ExprError(f"cannot parse expression {shown(text)}: nested too deeply") from None
+    if _depth(tree) > MAX_DEPTH:
+        raise ExprError(f"expression {shown(text)} is nested more than {MAX_DEPTH} levels deep")
     for node in ast.walk(tree):
         _check_node(node, text)
     return tree
+
+
+def _depth(tree: ast.AST) -> int:
+    """Depth of the tree (at most MAX_DEPTH + 1), without recursion: it may be thousands of
+    levels deep."""
+    deepest = 0
+    stack = [(tree, 1)]
+    while stack:
+        node, d = stack.pop()
+        deepest = max(deepest, d)
+        if d <= MAX_DEPTH:  # no need to look further down once past the limit
+            stack.extend((child, d + 1) for child in ast.iter_child_nodes(node))
+    return deepest
+
+
+def _first_line(text: object) -> str:
+    lines = str(text).splitlines()
+    return lines[0][:200] if lines else ""
 
 
 _ALLOWED = (
@@ -108,44 +164,73 @@ _ALLOWED = (
 
 def _check_node(node: ast.AST, text: str) -> None:
     if not isinstance(node, _ALLOWED):
-        raise ExprError(f"{type(node).__name__} is not allowed in expression {text!r}")
+        raise ExprError(f"{type(node).__name__} is not allowed in expression {shown(text)}")
     if isinstance(node, ast.BinOp) and type(node.op) not in _BINOPS:
-        raise ExprError(f"operator {type(node.op).__name__} is not allowed in {text!r}")
-    if isinstance(node, ast.Constant) and not isinstance(node.value, (int, float)):
-        raise ExprError(f"only numbers are allowed as literals in {text!r}")
+        raise ExprError(f"operator {type(node.op).__name__} is not allowed in {shown(text)}")
+    if isinstance(node, ast.Constant):
+        if not isinstance(node.value, (int, float)):  # bool is an int
+            raise ExprError(f"only numbers are allowed as literals in {shown(text)}")
+        _number(node.value, text)
     if isinstance(node, ast.Call):
         if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
-            raise ExprError(f"unknown function in {text!r} (allowed: {', '.join(FUNCTIONS)})")
-        if node.keywords:
-            raise ExprError(f"keyword arguments are not allowed in {text!r}")
+            raise ExprError(f"unknown function in {shown(text)} (allowed: {', '.join(FUNCTIONS)})")
+        if node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
+            raise ExprError(f"keyword or starred arguments are not allowed in {shown(text)}")
     if isinstance(node, ast.Name) and node.id.startswith("__"):
-        raise ExprError(f"name {node.id!r} is not allowed in {text!r}")
+        raise ExprError(f"name {node.id!r} is not allowed in {shown(text)}")
+    if isinstance(node, ast.Attribute) and node.attr.startswith("__"):
+        raise ExprError(f"attribute {node.attr!r} is not allowed in {shown(text)}")
+
+
+def _number(value: Any, text: object) -> Number:
+    """``value`` if it is a number within the bounds, else :class:`ExprError`."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        if value.bit_length() > MAX_INT_BITS:
+            raise ExprError(f"a value in {shown(text)} is out of range (|v| >= 2**{MAX_INT_BITS})")
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ExprError(f"a value in {shown(text)} is not a finite number ({value})")
+        return value
+    if isinstance(value, complex):
+        raise ExprError(f"expression {shown(text)} has a complex value")
+    raise ExprError(f"expression {shown(text)} uses a {_kind(value)} where a number is needed")
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, TensorFacts):
+        return "tensor"
+    if isinstance(value, tuple):
+        return "shape"
+    return type(value).__name__
 
 
 def evaluate(text: str | int | float, env: Mapping[str, Any]) -> Number:
     """Evaluate ``text`` with names from ``env`` (numbers or :class:`TensorFacts`)."""
-    if isinstance(text, bool):
-        return int(text)
-    if isinstance(text, (int, float)):
-        return text
+    if isinstance(text, (bool, int, float)):
+        return _number(text, text)
     tree = parse(text)
     try:
         value = _Eval(env, text).visit(tree.body)
     except ExprError:
         raise
-    except (ZeroDivisionError, OverflowError, ValueError, TypeError) as exc:
-        raise ExprError(f"cannot evaluate {text!r}: {exc}") from None
-    if isinstance(value, TensorFacts) or isinstance(value, tuple):
-        raise ExprError(f"expression {text!r} is a tensor or shape, not a number")
-    return value
+    except (ArithmeticError, ValueError, TypeError) as exc:  # 1/0, float(2**256)**9, sqrt(-1), min()
+        raise ExprError(f"cannot evaluate {shown(text)}: {_first_line(exc)}") from None
+    except (RecursionError, MemoryError):  # not reached within MAX_DEPTH; kept as a last guard
+        raise ExprError(f"cannot evaluate {shown(text)}: too deep or too large") from None
+    if isinstance(value, (TensorFacts, tuple)):
+        raise ExprError(f"expression {shown(text)} is a tensor or shape, not a number")
+    return _number(value, text)
 
 
 def evaluate_int(text: str | int, env: Mapping[str, Any]) -> int:
     value = evaluate(text, env)
     if isinstance(value, float):
         if not value.is_integer():
-            raise ExprError(f"expression {text!r} gave {value}, expected an integer")
-        value = int(value)
+            raise ExprError(f"expression {shown(text)} gave {value}, expected an integer")
+        value = _number(int(value), text)  # finite, so int() cannot overflow
     return int(value)
 
 
@@ -157,20 +242,17 @@ def names_in(text: str) -> set[str]:
     """Top-level names an expression reads (dotted names joined), for validation."""
     tree = parse(text)
     found: set[str] = set()
+    funcs = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute):
             dotted = _dotted(node)
             if dotted is not None:
                 head, _, last = dotted.rpartition(".")
                 found.add(head if last in _TENSOR_ATTRS and head else dotted)
-        elif isinstance(node, ast.Name) and not _is_func_name(tree, node):
+        elif isinstance(node, ast.Name) and id(node) not in funcs:
             found.add(node.id)
     # a dotted name also walks its leading Name; keep the longest spelling only
     return {n for n in found if not any(o != n and o.startswith(n + ".") for o in found)}
-
-
-def _is_func_name(tree: ast.AST, name: ast.Name) -> bool:
-    return any(isinstance(n, ast.Call) and n.func is name for n in ast.walk(tree))
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -185,12 +267,18 @@ def _dotted(node: ast.AST) -> str | None:
 
 
 class _Eval(ast.NodeVisitor):
+    """Walks a tree that :func:`parse` validated (depth included). Every arithmetic result goes
+    through :func:`_number`, so no intermediate value leaves the bounds."""
+
     def __init__(self, env: Mapping[str, Any], text: str) -> None:
         self.env = env
         self.text = text
 
     def generic_visit(self, node: ast.AST) -> Any:  # pragma: no cover - guarded by parse()
-        raise ExprError(f"{type(node).__name__} is not allowed in {self.text!r}")
+        raise ExprError(f"{type(node).__name__} is not allowed in {shown(self.text)}")
+
+    def num(self, value: Any) -> Number:
+        return _number(value, self.text)
 
     def visit_Constant(self, node: ast.Constant) -> Any:
         return node.value
@@ -200,7 +288,7 @@ class _Eval(ast.NodeVisitor):
 
     def _lookup(self, name: str) -> Any:
         if name not in self.env:
-            raise ExprError(f"unknown name {name!r} in expression {self.text!r}")
+            raise ExprError(f"unknown name {name!r} in expression {shown(self.text)}")
         return self.env[name]
 
     def visit_Attribute(self, node: ast.Attribute) -> Any:
@@ -212,35 +300,42 @@ class _Eval(ast.NodeVisitor):
             if isinstance(base, TensorFacts):
                 value = getattr(base, node.attr)
                 return tuple(value) if node.attr == "shape" else value
-        raise ExprError(f"unknown name {dotted or node.attr!r} in expression {self.text!r}")
+        shown_name = dotted if dotted is not None else node.attr
+        raise ExprError(f"unknown name {shown_name!r} in expression {shown(self.text)}")
 
     def visit_Subscript(self, node: ast.Subscript) -> Any:
         base = self.visit(node.value)
         index = self.visit(node.slice)
-        if not isinstance(base, tuple) or not isinstance(index, int):
-            raise ExprError(f"only shape[i] may be indexed, in {self.text!r}")
+        if not isinstance(base, tuple) or isinstance(index, bool) or not isinstance(index, int):
+            raise ExprError(f"only shape[i] may be indexed, in {shown(self.text)}")
         try:
             return base[index]
         except IndexError:
-            raise ExprError(f"shape index {index} out of range in {self.text!r}") from None
+            raise ExprError(f"shape index {index} out of range in {shown(self.text)}") from None
 
     def visit_BinOp(self, node: ast.BinOp) -> Any:
-        left, right = self.visit(node.left), self.visit(node.right)
-        if isinstance(node.op, ast.Pow) and abs(right) > _MAX_POW:
-            raise ExprError(f"exponent too large in {self.text!r}")
-        if isinstance(node.op, ast.LShift) and right > _MAX_POW:
-            raise ExprError(f"shift too large in {self.text!r}")
-        return _BINOPS[type(node.op)](left, right)
+        left, right = self.num(self.visit(node.left)), self.num(self.visit(node.right))
+        if isinstance(node.op, ast.Pow):
+            if abs(right) > MAX_POW:
+                raise ExprError(f"exponent too large in {shown(self.text)} (|exponent| <= {MAX_POW})")
+            if isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1:
+                # |left| ** right >= 2 ** ((bits - 1) * right): refuse before computing it
+                if (abs(left).bit_length() - 1) * right >= MAX_INT_BITS:
+                    raise ExprError(f"a value in {shown(self.text)} is out of range (|v| >= 2**{MAX_INT_BITS})")
+        if isinstance(node.op, ast.LShift) and right > MAX_SHIFT:
+            raise ExprError(f"shift too large in {shown(self.text)} (at most {MAX_SHIFT})")
+        return self.num(_BINOPS[type(node.op)](left, right))
 
     def visit_UnaryOp(self, node: ast.UnaryOp) -> Any:
         value = self.visit(node.operand)
+        if isinstance(node.op, ast.Not):
+            return not value
+        value = self.num(value)
         if isinstance(node.op, ast.USub):
             return -value
         if isinstance(node.op, ast.UAdd):
             return +value
-        if isinstance(node.op, ast.Not):
-            return not value
-        raise ExprError(f"operator {type(node.op).__name__} is not allowed in {self.text!r}")
+        raise ExprError(f"operator {type(node.op).__name__} is not allowed in {shown(self.text)}")
 
     def visit_BoolOp(self, node: ast.BoolOp) -> Any:
         values = [self.visit(v) for v in node.values]
@@ -250,7 +345,7 @@ class _Eval(ast.NodeVisitor):
         left = self.visit(node.left)
         for op, comp in zip(node.ops, node.comparators):
             if type(op) not in _CMPOPS:
-                raise ExprError(f"comparison {type(op).__name__} is not allowed in {self.text!r}")
+                raise ExprError(f"comparison {type(op).__name__} is not allowed in {shown(self.text)}")
             right = self.visit(comp)
             if not _CMPOPS[type(op)](left, right):
                 return False
@@ -261,5 +356,8 @@ class _Eval(ast.NodeVisitor):
         return self.visit(node.body) if self.visit(node.test) else self.visit(node.orelse)
 
     def visit_Call(self, node: ast.Call) -> Any:
-        func = FUNCTIONS[node.func.id]  # type: ignore[union-attr]
-        return func(*[self.visit(a) for a in node.args])
+        name = node.func.id  # type: ignore[union-attr]
+        args = [self.visit(a) for a in node.args]
+        if name in ("min", "max") and len(args) == 1 and isinstance(args[0], tuple):
+            args = list(args[0])  # min(x.shape): the shape's elements
+        return self.num(FUNCTIONS[name](*[self.num(a) for a in args]))

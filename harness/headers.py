@@ -206,6 +206,11 @@ def include_dirs() -> tuple[str, ...]:
                 (Path(d) / "cuda/std/version").is_file() for d in dirs
             ):
                 dirs.append(str(system / "cccl"))
+    # a wheel set without nvidia-cuda-crt (seen on a GPU host) has no crt/mma.hpp: take crt/ from
+    # the system toolkit, searched after the wheels
+    system = Path("/usr/local/cuda/include")
+    if not any((Path(d) / "crt/mma.hpp").is_file() for d in dirs) and (system / "crt/mma.hpp").is_file():
+        dirs.append(str(system))
     out: list[str] = []
     for d in dirs:
         if d not in out:

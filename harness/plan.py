@@ -2,10 +2,19 @@
 
 The result holds only integers, floats and names: what the launcher needs, checked on the CPU
 before any GPU time is spent (unknown names, zero or oversize grids and blocks, etc.).
+
+Everything here reads a model's answer: :func:`resolve` raises :class:`SpecError` (or its
+subclass :class:`~kerngen.harness.errors.ExprError`) for anything a spec can provoke, and never
+another exception. Every value it hands on fits where it goes: grid and block within CUDA's
+limits, dynamic shared memory and scratch sizes within sane bounds, an ``int32``/``int64``
+argument within its type, a ``float32`` argument finite and within float32's range, a define
+within 64 bits (or a finite float) and not named like a CUDA header's reserved names.
 """
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Mapping
 
 from pydantic import BaseModel
@@ -18,6 +27,10 @@ from .spec import KernelSpec, Launch, Memset, ScalarArg, TensorArg
 MAX_THREADS_PER_BLOCK = 1024
 MAX_GRID = (2**31 - 1, 65535, 65535)
 MAX_BLOCK = (1024, 1024, 64)
+MAX_SHARED_MEM = 2**31 - 1  # bytes of dynamic shared memory (a GPU allows far less; prune checks that)
+MAX_SCRATCH_ELEMENTS = 2**40  # elements of one scratch buffer (no GPU holds more)
+FLOAT32_MAX = 3.4028234663852886e38
+_RESERVED = re.compile(r"^(__|_[A-Z])")  # names of the compiler and the CUDA headers
 
 
 class ResolvedArg(BaseModel):
@@ -93,7 +106,9 @@ def resolve(
     ok, why = constraints_hold(spec, env)
     if not ok:
         raise SpecError(why)
-    defines = {name: expr.evaluate(value, env) for name, value in spec.defines.items()}
+    for name in cfg:
+        _check_macro_name("tunable", name)
+    defines = {name: _define(name, value, env) for name, value in spec.defines.items()}
     env.update(defines)
     scratch = [
         ResolvedScratch(name=s.name, dtype=s.dtype, size=expr.evaluate_int(s.size, env)) for s in spec.scratch
@@ -101,6 +116,8 @@ def resolve(
     for s in scratch:
         if s.size <= 0:
             raise SpecError(f"scratch {s.name!r} has size {s.size}")
+        if s.size > MAX_SCRATCH_ELEMENTS:
+            raise SpecError(f"scratch {s.name!r} has {s.size} elements; at most 2**40")
         if s.name in tensors:
             raise SpecError(f"scratch {s.name!r} shadows a problem tensor")
     known = set(tensors) | {s.name for s in scratch}
@@ -112,6 +129,23 @@ def resolve(
         else:
             steps.append(_resolve_launch(step, env, known, index))
     return ResolvedPlan(config=cfg, defines=defines, scratch=scratch, steps=steps)
+
+
+def _check_macro_name(what: str, name: str) -> None:
+    if _RESERVED.match(name):
+        raise SpecError(f"{what} name {name!r} is reserved (names beginning with __ or _X belong to the "
+                        "compiler and the CUDA headers)")
+
+
+def _define(name: str, value: object, env: Mapping[str, object]) -> int | float:
+    """A define's value as it will be passed (-DNAME=value): a 64-bit integer or a finite float."""
+    _check_macro_name("define", name)
+    v = expr.evaluate(value, env)  # type: ignore[arg-type]
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, int) and not -(2**63) <= v < 2**64:
+        raise SpecError(f"define {name} = {expr.shown(value)} is {expr.shown(v)}, which does not fit 64 bits")
+    return v
 
 
 def _require_tensor(name: str, known: set[str], index: int) -> None:
@@ -139,6 +173,8 @@ def _resolve_launch(step: Launch, env: Mapping[str, object], known: set[str], in
     smem = expr.evaluate_int(step.shared_mem, env)
     if smem < 0:
         raise SpecError(f"step {index}: shared memory {smem} < 0")
+    if smem > MAX_SHARED_MEM:
+        raise SpecError(f"step {index}: shared memory {smem} bytes is more than any GPU has")
     args: list[ResolvedArg] = []
     for arg in step.args:
         if isinstance(arg, TensorArg):
@@ -153,7 +189,15 @@ def _resolve_launch(step: Launch, env: Mapping[str, object], known: set[str], in
 
 def _resolve_scalar(arg: ScalarArg, env: Mapping[str, object], index: int) -> ResolvedArg:
     if arg.kind == "float32":
-        return ResolvedArg(kind=arg.kind, value=float(expr.evaluate(arg.value, env)))
+        raw = expr.evaluate(arg.value, env)
+        try:
+            f = float(raw)
+        except OverflowError:  # an int beyond any float (bounded by expr, but beyond 2**1024 none is)
+            f = math.inf
+        if not math.isfinite(f) or abs(f) > FLOAT32_MAX:
+            raise SpecError(f"step {index}: float32 argument {expr.shown(arg.value)} = {expr.shown(raw)} "
+                            "does not fit a float32")
+        return ResolvedArg(kind=arg.kind, value=f)
     value = expr.evaluate_int(arg.value, env)
     limit = 2**31 if arg.kind == "int32" else 2**63
     if not -limit <= value < limit:

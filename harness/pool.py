@@ -108,16 +108,28 @@ class WorkerPool:
         from .compile import compile_many, job_for
 
         info = self.problem_info(problem)
+        sizes, tensors = info.sizes, info.tensor_facts()
         plans: dict[int, ResolvedPlan] = {}
+        jobs = {}
         for i, cand in enumerate(candidates):
+            plan = _plan_or_failure(cand, sizes, tensors)
+            if isinstance(plan, EvalResult):
+                self._land(i, plan, results, on_result)
+                continue
             try:
-                plans[i] = resolve(cand.spec, sizes=info.sizes, tensors=info.tensor_facts(), config=cand.config)
-            except SpecError as exc:
-                self._land(i, _static_failure(cand, f"launch plan: {exc}"), results, on_result)
+                jobs[i] = job_for(cand.spec, plan, arch)  # the -D options: a bad define is a CompileError
+            except CompileError as exc:
+                r = _static_failure(cand, str(exc), log=exc.log)
+                r.config = plan.config
+                self._land(i, r, results, on_result)
+                continue
+            plans[i] = plan
         order = sorted(plans)
-        compiled = compile_many([job_for(candidates[i].spec, plans[i], arch) for i in order])
+        compiled = compile_many([jobs[i] for i in order])
         ready = []
         for i, out in zip(order, compiled):
+            if not isinstance(out, CompileError):
+                out = _with_launch_args_checked(out, plans[i])
             if isinstance(out, CompileError):
                 r = _static_failure(candidates[i], str(out), log=out.log)
                 r.config = plans[i].config
@@ -195,10 +207,36 @@ class WorkerPool:
                 on_result(i, r)
 
 
-def _static_failure(cand: Candidate, message: str, log: str = "") -> EvalResult:
-    first = message.splitlines()[0] if message else "compile error"
+def _with_launch_args_checked(compiled, plan: ResolvedPlan):
+    """The compiled module, or the CompileError of a launch whose arguments do not match its
+    kernel's parameters in number or size (:mod:`.kparams`): caught before any GPU time."""
+    from .kparams import check_launch_args
+
+    try:
+        check_launch_args(compiled.cubin, plan, compiled.info.log)
+    except CompileError as exc:
+        return exc
+    return compiled
+
+
+def _plan_or_failure(cand: Candidate, sizes, tensors) -> ResolvedPlan | EvalResult:
+    """The candidate's resolved plan, or its ``invalid_spec`` verdict with the precise reason
+    (what the model reads in its repair prompt)."""
+    try:
+        return resolve(cand.spec, sizes=sizes, tensors=tensors, config=cand.config)
+    except KerngenError as exc:  # SpecError, ExprError: what resolve raises for a bad spec
+        why = f"launch plan: {exc}"
+    except Exception as exc:  # noqa: BLE001 - the spec is a model's answer: a fault it provokes in
+        # resolve is a harness bug, but it must cost this candidate a verdict, not the search
+        why = f"launch plan: harness error {type(exc).__name__}: {exc}"
+    return _static_failure(cand, why, verdict=Verdict.invalid_spec)
+
+
+def _static_failure(cand: Candidate, message: str, log: str = "",
+                    verdict: Verdict = Verdict.compile_error) -> EvalResult:
+    first = message.splitlines()[0][:1000] if message else "compile error"
     return EvalResult(
-        verdict=Verdict.compile_error, message=first, spec_hash=cand.spec.content_hash(),
+        verdict=verdict, message=first, spec_hash=cand.spec.content_hash(),
         config=cand.spec.full_config(cand.config) if _config_ok(cand) else dict(cand.config), log=log,
     )
 

@@ -50,8 +50,12 @@ def static_reason(
     tensors: Mapping[str, TensorFacts],
     gpu: GpuFacts,
 ) -> tuple[ResolvedPlan | None, str, str]:
-    """(plan, "", "") when the config survives, else (None, kind, reason)."""
-    cfg = spec.full_config(dict(config))
+    """(plan, "", "") when the config survives, else (None, kind, reason). Never raises for
+    anything the spec (a model's answer) holds: that is a reason."""
+    try:
+        cfg = spec.full_config(dict(config))
+    except KerngenError as exc:
+        return None, "plan", f"configuration does not fit the spec: {exc}"
     try:
         ok, why = constraints_hold(spec, build_env(sizes, tensors, cfg))
     except KerngenError as exc:

@@ -17,6 +17,7 @@ class _Record(BaseModel):
 
 
 class Verdict(str, Enum):
+    invalid_spec = "invalid_spec"  # the launch plan does not resolve (bad grid, define, argument ...): no compile ran
     compile_error = "compile_error"
     runtime_error = "runtime_error"
     timeout = "timeout"

@@ -4,6 +4,12 @@ No host code from a candidate ever runs: the harness reads this model, compiles 
 NVRTC and performs the ``steps`` itself. Grid, block, shared memory, scratch sizes, scalar
 arguments and ``defines`` are expressions (:mod:`kerngen.harness.expr`) over the problem's sizes,
 its tensors' shapes and the tunables.
+
+A spec comes from a model's answer, so everything in it is bounded (see the ``MAX_*`` constants):
+the source (:data:`MAX_SOURCE_BYTES`, 1 MB), the number of tunables and of their values, of
+steps, arguments, defines, constraints and scratch buffers, and every integer. Whatever a text
+provokes while it is read (bad JSON or YAML, a number of more than 4,300 digits, nesting too
+deep for the parser) is a :class:`SpecError` with one line.
 """
 
 from __future__ import annotations
@@ -25,6 +31,17 @@ Dtype = Literal["float32", "float16", "bfloat16", "float64", "int8", "uint8", "i
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TENSOR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 Expr = Union[str, int]
+
+MAX_SOURCE_BYTES = 1_000_000  # CUDA source, UTF-8 (the largest shipped kernel is about 10 kB)
+MAX_TEXT_BYTES = 4_000_000  # a whole spec file or text handed to from_text
+MAX_TUNABLES = 32
+MAX_TUNABLE_VALUES = 1024  # values of one tunable
+MAX_STEPS = 64
+MAX_ARGS = 256  # arguments of one launch
+MAX_DEFINES = 256
+MAX_CONSTRAINTS = 256
+MAX_SCRATCH = 64
+INT_MIN, INT_MAX = -(2**63), 2**64 - 1  # a literal integer (it may end up as a 64-bit -D value)
 
 
 class _Model(BaseModel):
@@ -123,24 +140,44 @@ class KernelSpec(_Model):
     scratch: list[Scratch] = Field(default_factory=list)
     steps: list[Step] = Field(min_length=1, description="ordered launches and memsets of one call")
 
+    @field_validator("name", "description", "source")
+    @classmethod
+    def _text(cls, value: str, info: Any) -> str:
+        try:
+            size = len(value.encode())
+        except UnicodeEncodeError as exc:  # a lone surrogate ("\ud800" in JSON): unwritable
+            raise ValueError(f"{info.field_name} is not valid Unicode text ({exc.reason} at {exc.start})") from None
+        if info.field_name == "source" and size > MAX_SOURCE_BYTES:
+            raise ValueError(f"source is {size:,} bytes; at most {MAX_SOURCE_BYTES:,} (1 MB) are accepted")
+        return value
+
     @field_validator("tunables")
     @classmethod
     def _tunables(cls, value: dict[str, list[int]]) -> dict[str, list[int]]:
+        if len(value) > MAX_TUNABLES:
+            raise ValueError(f"{len(value)} tunables; at most {MAX_TUNABLES}")
         for name, values in value.items():
             if not _IDENT.match(name):
-                raise ValueError(f"tunable name {name!r} is not a C identifier")
+                raise ValueError(f"tunable name {_short(name)} is not a C identifier")
             if not values:
                 raise ValueError(f"tunable {name!r} has no values")
+            if len(values) > MAX_TUNABLE_VALUES:
+                raise ValueError(f"tunable {name!r} has {len(values)} values; at most {MAX_TUNABLE_VALUES}")
             if len(set(values)) != len(values):
                 raise ValueError(f"tunable {name!r} repeats a value")
+            for v in values:
+                if not -(2**63) <= v < 2**63:
+                    raise ValueError(f"tunable {name!r} has a value that does not fit 64 bits")
         return value
 
     @field_validator("defines")
     @classmethod
     def _defines(cls, value: dict[str, Expr]) -> dict[str, Expr]:
+        if len(value) > MAX_DEFINES:
+            raise ValueError(f"{len(value)} defines; at most {MAX_DEFINES}")
         for name in value:
             if not _IDENT.match(name):
-                raise ValueError(f"define name {name!r} is not a C identifier")
+                raise ValueError(f"define name {_short(name)} is not a C identifier")
         return value
 
     @model_validator(mode="after")
@@ -153,12 +190,22 @@ class KernelSpec(_Model):
         clash = set(self.tunables) & set(self.defines)
         if clash:
             raise ValueError(f"names both tunable and define: {sorted(clash)}")
+        for what, count, limit in (("steps", len(self.steps), MAX_STEPS),
+                                   ("constraints", len(self.constraints), MAX_CONSTRAINTS),
+                                   ("scratch buffers", len(self.scratch), MAX_SCRATCH)):
+            if count > limit:
+                raise ValueError(f"{count} {what}; at most {limit}")
+        for index, step in enumerate(self.steps):
+            if isinstance(step, Launch) and len(step.args) > MAX_ARGS:
+                raise ValueError(f"step {index}: {len(step.args)} arguments; at most {MAX_ARGS}")
         for text in self._expressions():
             if isinstance(text, str):
                 try:
                     expr.parse(text)
                 except SpecError as exc:
                     raise ValueError(str(exc)) from None
+            elif not INT_MIN <= text <= INT_MAX:
+                raise ValueError(f"the integer {expr.shown(text)} does not fit 64 bits")
         scratch_names = [s.name for s in self.scratch]
         if len(set(scratch_names)) != len(scratch_names):
             raise ValueError("two scratch buffers share a name")
@@ -214,11 +261,15 @@ class KernelSpec(_Model):
 
     @classmethod
     def from_text(cls, text: str, *, fmt: str = "auto", origin: str = "spec") -> "KernelSpec":
+        if len(text) > MAX_TEXT_BYTES:
+            raise SpecError(f"kernel spec {origin} is {len(text):,} characters; at most {MAX_TEXT_BYTES:,} are read")
         data = _parse_text(text, fmt, origin)
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
             raise SpecError(f"invalid kernel spec {origin}: {_first_error(exc)}") from None
+        except RecursionError:  # a structure nested deeper than any spec is
+            raise SpecError(f"invalid kernel spec {origin}: nested too deeply") from None
 
     @classmethod
     def load(cls, path: str | Path) -> "KernelSpec":
@@ -247,20 +298,37 @@ def _parse_text(text: str, fmt: str, origin: str) -> Any:
         except json.JSONDecodeError as exc:
             if fmt == "json":
                 raise SpecError(f"invalid JSON in {origin}: {exc.msg} at line {exc.lineno}") from None
+        except ValueError as exc:  # a number of more than 4,300 digits
+            raise SpecError(f"invalid JSON in {origin}: {_one_line(exc)}") from None
+        except RecursionError:
+            raise SpecError(f"invalid JSON in {origin}: nested too deeply") from None
     import yaml  # only needed for YAML specs
 
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise SpecError(f"invalid YAML in {origin}: {str(exc).splitlines()[0]}") from None
+        raise SpecError(f"invalid YAML in {origin}: {_one_line(exc)}") from None
+    except (ValueError, TypeError, OverflowError) as exc:  # PyYAML's own constructors: int('9'*5000), ...
+        raise SpecError(f"invalid YAML in {origin}: {_one_line(exc)}") from None
+    except RecursionError:
+        raise SpecError(f"invalid YAML in {origin}: nested too deeply") from None
     if not isinstance(data, dict):
         raise SpecError(f"kernel spec {origin} is not a mapping")
     return data
 
 
+def _one_line(exc: BaseException) -> str:
+    lines = str(exc).splitlines()
+    return lines[0][:200] if lines else type(exc).__name__
+
+
+def _short(name: str) -> str:
+    return expr.shown(name)
+
+
 def _first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
     where = ".".join(str(p) for p in err.get("loc", ()))
-    msg = err.get("msg", "invalid")
+    msg = str(err.get("msg", "invalid")).replace("\n", " ").removeprefix("Value error, ")
     more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
     return f"{where}: {msg}{more}" if where else f"{msg}{more}"

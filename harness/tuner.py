@@ -118,9 +118,17 @@ def compile_probe(spec: KernelSpec, items: Sequence[tuple[dict[str, int], Resolv
     return each one's CompileInfo or its CompileError."""
     from . import compile as nvrtc_compile  # lazy: keeps the tuner importable without NVRTC
 
+    from .errors import CompileError
+    from .kparams import check_launch_args
+
     jobs = [nvrtc_compile.job_for(spec, plan, gpu.arch) for _, plan in items]
     out = []
-    for res in nvrtc_compile.compile_many(jobs):
+    for (_, plan), res in zip(items, nvrtc_compile.compile_many(jobs)):
+        if not isinstance(res, BaseException):
+            try:  # a launch whose arguments do not match its kernel's parameters fails like a compile
+                check_launch_args(res.cubin, plan, res.info.log)
+            except CompileError as exc:
+                res = exc
         out.append(res if isinstance(res, BaseException) else getattr(res, "info", res))
     return out
 
@@ -240,6 +248,7 @@ def tune(
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r} (choose from {', '.join(STRATEGIES)})")
     max_evals = max(1, int(max_evals))
+    deadline = None if minutes is None else time.monotonic() + minutes * 60.0  # pruning counts too
     key = TuneKey(spec_hash=spec.content_hash(), problem_key=problem.key(), gpu=gpu.name,
                   nvrtc=nvrtc or nvrtc_version(), driver=gpu.driver, protocol=protocol_of(options))
     run = _Run(cache, key, on_result)
@@ -255,7 +264,6 @@ def tune(
     hits, to_confirm = _seed_from_cache(cached, plans, run, strat, confirm)
     tuning.evaluate(to_confirm)
     # 3. the search loop
-    deadline = None if minutes is None else time.monotonic() + minutes * 60.0
     tuning.loop(max_evals, batch or PER_GPU_BATCH * gpu_count(evaluator), deadline, minutes)
     # 4. the result
     return _result(run, strat.name, spec, len(space), hits, len(to_confirm))
@@ -399,6 +407,9 @@ class _Tuning:
                 if not asked:
                     return
                 nxt = self._next(ahead, max_evals, batch, deadline, minutes, in_flight=len(go))
+                if deadline is not None and time.monotonic() >= deadline:
+                    self._stopped(minutes)  # compiled in time, but no time is left to measure it
+                    return
                 self.evaluate(go)
 
     def _next(self, ahead: ThreadPoolExecutor, max_evals: int, batch: int, deadline: float | None,
@@ -406,10 +417,25 @@ class _Tuning:
         left = max_evals - len(self.run.evaluated) - in_flight
         if left <= 0:
             return None
-        if deadline is not None and time.monotonic() >= deadline:
-            self.run.notes.append(f"stopped by the time budget ({minutes} min)")
-            return None
-        return ahead.submit(self._ask_screen, min(batch, left))
+        n = min(batch, left)
+        if deadline is not None:
+            now = time.monotonic()
+            if now >= deadline:
+                self._stopped(minutes)
+                return None
+            if self.run.measured:  # cut the batch to what fits the time left after the one in flight
+                per = self.run.elapsed() / self.run.measured
+                fit = int((deadline - now) / per) - in_flight
+                if fit <= 0:
+                    self._stopped(minutes)
+                    return None
+                n = min(n, fit)
+        return ahead.submit(self._ask_screen, n)
+
+    def _stopped(self, minutes: float | None) -> None:
+        note = f"stopped by the time budget ({minutes:g} min)" if minutes is not None else "stopped by the time budget"
+        if note not in self.run.notes:
+            self.run.notes.append(note)
 
     def _ask_screen(self, n: int) -> tuple[list[dict[str, int]], list[dict[str, int]]]:
         with self.strat_lock:

@@ -25,6 +25,7 @@ app = typer.Typer(
 COMMAND_MODULES = (
     "kerngen.problems.cli",  # problems
     "kerngen.harness.cli",  # bench
+    "kerngen.harness.check_cli",  # check
     "kerngen.harness.tune_cli",  # tune
     "kerngen.agent.cli",  # generate, show, replay
     "kerngen.agent.results_cli",  # suite, report, export
@@ -61,7 +62,9 @@ def main() -> None:
     try:
         app()
     except KerngenError as exc:
-        err.print(f"[bold red]error:[/] {_one_line(str(exc))}")
+        from rich.markup import escape
+
+        err.print(f"[bold red]error:[/] {escape(_one_line(str(exc)))}")
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err.print("[bold red]interrupted[/]")
@@ -69,5 +72,8 @@ def main() -> None:
 
 
 def _one_line(text: str) -> str:
-    line = " ".join(text.split())
+    """One line without terminal control sequences (an error may quote a model's text)."""
+    from kerngen.harness.redact import printable
+
+    line = " ".join(printable(str(text)).split())
     return line if len(line) <= 400 else line[:397] + "..."

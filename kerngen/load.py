@@ -1,28 +1,40 @@
 """Exported kernels as PyTorch ops: the manifest of an export, the runtime behind the op, and
 :func:`load_op` (``kerngen.load``).
 
-An export folder (written by ``kerngen export``) holds ``<name>.cu`` (the kernel source),
+An export folder (written by ``kerngen export``) is data: ``<name>.cu`` (the kernel source),
 ``<name>.json`` (:class:`ExportManifest`: the spec, its tuned configuration, the resolved launch
-plan, the problem and its tensors), ``<name>.<arch>.cubin`` (compiled at export time) and
-``<name>.py``, a small module registering ``torch.ops.kerngen.<name>`` with
-``torch.library.custom_op``. That module imports kerngen: :class:`ExportedKernel` compiles the
-``.cu`` with NVRTC (:mod:`kerngen.harness.compile`) when the shipped cubin is for another GPU
-architecture, and launches the plan with the harness's own launcher (cupy, on torch's current
-stream), so arguments are bound exactly as when the kernel was checked and timed.
+plan, the problem and its tensors) and ``<name>.<arch>.cubin`` (compiled at export time).
+:func:`load_op` registers ``torch.ops.kerngen.<name>`` with ``torch.library.custom_op`` (its
+schema written from the manifest's argument names) and :class:`ExportedKernel` behind it: it
+compiles the ``.cu`` with NVRTC (:mod:`kerngen.harness.compile`) when the shipped cubin is for
+another GPU architecture, and launches the plan with the harness's own launcher (cupy, on torch's
+current stream), so arguments are bound exactly as when the kernel was checked and timed.
+
+An export folder may come from anyone, so loading one runs no Python from it: the ``<name>.py``
+that ``kerngen export`` also writes (a convenience that only calls ``kerngen.load``) is never
+imported here. Every name the manifest holds is checked (an identifier for the op and its
+arguments, a plain file name for the source and the cubin, ``sm_XX`` for the arch) and every file
+read is a regular file inside the folder, symlinks resolved (:mod:`kerngen.agent.safe_paths`).
+Loading a run exports its best kernel into ``$KERNGEN_EXPORT_DIR`` from the run's recorded data,
+without importing the run's problem file.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import hashlib
 import json
+import keyword
 import os
+import re
 import sys
+import threading
 import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
+from kerngen.agent.safe_paths import UnsafePathError, check_name, inside, regular_file, shown
 from kerngen.harness.errors import KerngenError
 from kerngen.harness.plan import ResolvedPlan
 from kerngen.harness.results import Timing
@@ -34,11 +46,28 @@ if TYPE_CHECKING:
     import torch
 
 FORMAT = "kerngen-export/1"
-MODULE_PREFIX = "kerngen_exports"
+MAX_MANIFEST_BYTES = 16 << 20
+MAX_CUBIN_BYTES = 256 << 20
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,119}")
+_ARCH = re.compile(r"sm_[0-9]{2,3}[af]?")
 
 
 class ExportError(KerngenError):
     """An export cannot be written or loaded (no correct kernel, a bad folder, ...)."""
+
+
+def check_arch(arch: str) -> str:
+    """``sm_XY`` (``sm_90``, ``sm_90a``, ``sm_100``): anything else is refused before it becomes an
+    NVRTC option or part of a file name."""
+    if not isinstance(arch, str) or not _ARCH.fullmatch(arch):
+        raise ExportError(f"arch {shown(arch)} is not a GPU architecture like sm_90")
+    return arch
+
+
+def _identifier(value: str, what: str) -> str:
+    if not isinstance(value, str) or not _IDENT.fullmatch(value) or keyword.iskeyword(value) or value == "self":
+        raise ValueError(f"{what} {shown(value)} is not an ASCII identifier")
+    return value
 
 
 class ExportManifest(BaseModel):
@@ -72,12 +101,67 @@ class ExportManifest(BaseModel):
     def arguments(self) -> list[TensorInfo]:
         return [*self.inputs, *self.params]
 
+    # an export folder may come from anyone: every name that becomes a path, an op or an option is checked
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return _identifier(value, "op name")
+
+    @field_validator("arg_names")
+    @classmethod
+    def _args(cls, value: list[str]) -> list[str]:
+        for a in value:
+            _identifier(a, "argument name")
+        if len(set(value)) != len(value):
+            raise ValueError("argument names repeat")
+        return value
+
+    @field_validator("source_file", "cubin_file")
+    @classmethod
+    def _file(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                check_name(value, "file name")
+            except UnsafePathError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("arch")
+    @classmethod
+    def _arch(cls, value: str) -> str:
+        if not _ARCH.fullmatch(value):
+            raise ValueError(f"arch {shown(value)} is not a GPU architecture like sm_90")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ExportManifest":
+        if self.op != f"kerngen::{self.name}":
+            raise ValueError(f"op {shown(self.op)} is not kerngen::{self.name}")
+        if len(self.arg_names) != len(self.arguments):
+            raise ValueError(f"{len(self.arg_names)} argument names for {len(self.arguments)} tensors")
+        if not self.outputs:
+            raise ValueError("no outputs")
+        return self
+
+    def schema(self) -> str:
+        """The op's torch.library schema: ``(Tensor x, Tensor w) -> Tensor``."""
+        outs = "Tensor" if len(self.outputs) == 1 else f"({', '.join(['Tensor'] * len(self.outputs))})"
+        return f"({', '.join(f'Tensor {a}' for a in self.arg_names)}) -> {outs}"
+
+    def identity(self) -> str:
+        """A digest of what the op does (not where or when it was exported)."""
+        keep = {"name", "spec", "config", "plan", "inputs", "params", "outputs", "arg_names", "kernels"}
+        return hashlib.sha256(self.model_dump_json(include=keep).encode()).hexdigest()
+
 
 def read_manifest(path: str | Path) -> ExportManifest:
     p = Path(path)
     try:
-        return ExportManifest.model_validate_json(p.read_text())
-    except OSError as exc:
+        text = regular_file(p, "export manifest", MAX_MANIFEST_BYTES).read_text(encoding="utf-8")
+        return ExportManifest.model_validate_json(text)
+    except UnsafePathError as exc:
+        raise ExportError(str(exc)) from None
+    except (OSError, UnicodeDecodeError) as exc:
         raise ExportError(f"cannot read export manifest {p}: {exc}") from None
     except ValidationError as exc:
         err = exc.errors()[0]
@@ -98,6 +182,22 @@ class ExportedKernel:
         self.dir = self.path.parent
         self.manifest = read_manifest(self.path)
         self._modules: dict[int, Any] = {}  # device index -> LoadedModule
+        from kerngen.harness.buffers import TORCH_DTYPES
+
+        m = self.manifest
+        for t in [*m.arguments, *m.outputs]:
+            if t.dtype not in TORCH_DTYPES:
+                raise ExportError(f"{self.path}: tensor {shown(t.name)} has an unknown dtype {shown(t.dtype)}")
+        for s in m.plan.scratch:
+            if s.dtype not in TORCH_DTYPES:
+                raise ExportError(f"{self.path}: scratch {shown(s.name)} has an unknown dtype {shown(s.dtype)}")
+
+    def file(self, name: str) -> Path:
+        """A file of the export folder: a regular file inside it (symlinks resolved)."""
+        try:
+            return regular_file(inside(self.dir, name, "export file"), "export file", MAX_CUBIN_BYTES)
+        except UnsafePathError as exc:
+            raise ExportError(str(exc)) from None
 
     # ----- checks -------------------------------------------------------------------------------
     def check(self, args: tuple, *, real: bool) -> None:
@@ -179,11 +279,11 @@ class ExportedKernel:
     def cubin_for(self, arch: str) -> bytes:
         m = self.manifest
         if m.cubin_file and m.arch == arch and (self.dir / m.cubin_file).is_file():
-            return (self.dir / m.cubin_file).read_bytes()
+            return self.file(m.cubin_file).read_bytes()
         from kerngen.harness.compile import compile_job, job_for
 
-        spec = m.spec.model_copy(update={"source": (self.dir / m.source_file).read_text()})
-        return compile_job(job_for(spec, m.plan, arch)).cubin
+        spec = m.spec.model_copy(update={"source": self.file(m.source_file).read_text()})
+        return compile_job(job_for(spec, m.plan, check_arch(arch))).cubin
 
     # ----- helpers ------------------------------------------------------------------------------
     @staticmethod
@@ -200,11 +300,13 @@ class ExportedKernel:
 
 # ----- kerngen.load -----------------------------------------------------------------------------
 def find_manifest(folder: Path) -> Path | None:
-    """The export manifest of a folder (the one .json with our format), or None."""
+    """The export manifest of a folder (the first .json with our format that is a regular file
+    inside it), or None. Nothing else of the folder is read."""
     for p in sorted(folder.glob("*.json")):
         try:
-            data = json.loads(p.read_text())
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            q = regular_file(inside(folder, p.name, "manifest"), "manifest", MAX_MANIFEST_BYTES)
+            data = json.loads(q.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError, KerngenError):  # ValueError: bad JSON or UTF-8
             continue
         if isinstance(data, dict) and data.get("format") == FORMAT:
             return p
@@ -216,47 +318,72 @@ def export_cache_dir() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "kerngen" / "exports"
 
 
-def import_export(manifest_path: str | Path) -> Callable[..., Any]:
-    """Import the generated module of an export once per process; returns its op."""
-    manifest = read_manifest(manifest_path)
-    module_name = f"{MODULE_PREFIX}_{manifest.name}"
-    if module_name in sys.modules:  # an op registers once per process
-        return sys.modules[module_name].op
-    path = Path(manifest_path).with_name(f"{manifest.name}.py")
-    if not path.is_file():
-        raise ExportError(f"export module {path} is missing")
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
+_OPS: dict[str, tuple[str, Path, Any]] = {}  # op name -> (manifest identity, manifest path, op)
+_OPS_LOCK = threading.Lock()
+
+
+def op_of_manifest(manifest_path: str | Path) -> Callable[..., Any]:
+    """The op of an export manifest, registered once per process with kerngen's own code: a
+    ``torch.library.custom_op`` whose schema comes from the manifest and whose implementation is
+    an :class:`ExportedKernel`. Nothing from the export folder is imported."""
+    path = Path(manifest_path)
     try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[module_name]
-        raise
-    return module.op
+        path = inside(path.parent, path.name, "export manifest")  # not a link out of its folder
+    except UnsafePathError as exc:
+        raise ExportError(str(exc)) from None
+    kernel = ExportedKernel(path)
+    m = kernel.manifest
+    with _OPS_LOCK:
+        known = _OPS.get(m.name)
+        if known is not None:
+            if known[0] != m.identity():
+                raise ExportError(f"op kerngen::{m.name} is already loaded in this process from another export "
+                                  f"({known[1]}); export this kernel under another --name")
+            return known[2]
+        import torch
+
+        def implementation(*args: Any) -> Any:
+            return kernel(*args)
+
+        def fake(*args: Any) -> Any:
+            return kernel.fake(*args)
+
+        try:
+            op = torch.library.custom_op(f"kerngen::{m.name}", implementation, mutates_args=(), schema=m.schema())
+            op.register_fake(fake)
+        except Exception as exc:  # noqa: BLE001 - torch refusing a name or schema: one line
+            raise ExportError(f"{path}: cannot register kerngen::{m.name}: {type(exc).__name__}: {exc}") from None
+        _OPS[m.name] = (m.identity(), path, op)
+        return op
 
 
 def load_op(path: str | Path, runs_dir: str | Path = "runs") -> Callable[..., Any]:
     """The exported op of an export folder (or its manifest), or of a run: a run folder or id
-    is exported first into ``$KERNGEN_EXPORT_DIR`` (default ``~/.cache/kerngen/exports``)."""
+    is exported first into ``$KERNGEN_EXPORT_DIR`` (default ``~/.cache/kerngen/exports``), from
+    the run's recorded data."""
     p = Path(path)
-    if p.is_file() and p.suffix == ".json":
-        return import_export(p)
+    if p.suffix == ".json" and p.is_file():
+        return op_of_manifest(p)
     if p.is_dir():
         manifest = find_manifest(p)
         if manifest is not None:
-            return import_export(manifest)
+            return op_of_manifest(manifest)
     from kerngen.agent.export import export_run
     from kerngen.agent.tree import load_run
 
     run = load_run(p, runs_dir)  # JournalError: neither an export nor a run
     best = run.best
-    out = export_cache_dir() / f"{run.id}-node{best.id if best else 'none'}"
+    if best is None:
+        raise ExportError(f"run {run.id} has no correct kernel to load")
+    cache = export_cache_dir()
+    try:  # the run id comes from a journal: one plain name, inside the cache
+        out = inside(cache, f"{check_name(run.id, 'run id')}-node{int(best.id)}", "export folder")
+    except UnsafePathError as exc:
+        raise ExportError(str(exc)) from None
     cached = find_manifest(out) if out.is_dir() else None
     if cached is None:
         cached = export_run(run, out).manifest
-    return import_export(cached)
+    return op_of_manifest(cached)
 
 
 class _CallableModule(types.ModuleType):

@@ -36,7 +36,7 @@ class Request:
 @dataclass
 class Reply:
     status: int = 200
-    body: Any = None  # dict -> JSON, str -> text
+    body: Any = None  # dict -> JSON, str -> text, bytes -> sent as they are, as application/json
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
 
@@ -123,8 +123,11 @@ class ChatServer:
                 finally:
                     with server._lock:
                         server.in_flight -= 1
-                payload = reply.body if isinstance(reply.body, str) else json.dumps(reply.body)
-                data = (payload or "").encode()
+                if isinstance(reply.body, bytes):  # raw bytes (a truncated or non-UTF-8 body), sent as JSON
+                    data = reply.body
+                else:
+                    payload = reply.body if isinstance(reply.body, str) else json.dumps(reply.body)
+                    data = (payload or "").encode()
                 try:
                     self.send_response(reply.status)
                     is_json = not isinstance(reply.body, str)

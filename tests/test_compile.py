@@ -387,18 +387,20 @@ def test_compile_many_mixed_in_parallel(cache):
     assert again[1].log == out[1].log
 
 
-def test_compile_pool_is_kept_across_calls_and_rebuilt_after_a_kill():
-    """Worker start-up costs about as much as a compile: the pool outlives compile_many."""
-    from kerngen.harness import compile as nvrtc_compile
+def test_compile_workers_are_kept_across_calls_and_replaced_after_a_kill():
+    """Worker start-up costs several compiles: sandboxed workers outlive compile_many, and a
+    killed one is replaced by a fresh one on the next call."""
+    from kerngen.harness import sandbox
 
     jobs = [job(GOOD.replace("scale", f"scale{i}"), [f"scale{i}"]) for i in range(3)]
-    first = compile_many(jobs[:2], workers=2, cache=None)
-    pool = nvrtc_compile._POOL._pool
-    assert pool is not None and all(not isinstance(r, CompileError) for r in first)
-    second = compile_many(jobs[1:], workers=2, cache=None)
-    assert nvrtc_compile._POOL._pool is pool and all(not isinstance(r, CompileError) for r in second)
-    nvrtc_compile._POOL.kill(pool)
-    assert nvrtc_compile._POOL._pool is None
-    third = compile_many(jobs[:2], workers=2, cache=None)
-    assert nvrtc_compile._POOL._pool is not None and nvrtc_compile._POOL._pool is not pool
+    first = compile_many(jobs[:2], workers=1, cache=None)
+    box = sandbox.sandbox()
+    pids = {w.proc.pid for w in list(box._idle.queue)}
+    assert pids and all(not isinstance(r, CompileError) for r in first)
+    second = compile_many(jobs[1:], workers=1, cache=None)
+    assert {w.proc.pid for w in list(box._idle.queue)} & pids and all(not isinstance(r, CompileError) for r in second)
+    for w in list(box._idle.queue):
+        w.kill()
+    third = compile_many(jobs[:2], workers=1, cache=None)
+    assert not ({w.proc.pid for w in list(box._idle.queue) if w.alive()} & pids)
     assert [r.cubin for r in third] == [r.cubin for r in first]
