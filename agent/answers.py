@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, Field, ValidationError
 
 from kerngen.agent.proposer import Idea
-from kerngen.harness.errors import KerngenError
+from kerngen.errors import KerngenError
 
 M = TypeVar("M", bound=BaseModel)
 

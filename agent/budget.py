@@ -122,8 +122,8 @@ def remaining_wall_s(budget: SearchBudget, usage: Usage) -> float | None:
 
 def make_budget(base: SearchBudget | None = None, given: Mapping[str, Any] | None = None) -> SearchBudget:
     """``base`` (else the defaults) with the fields ``given`` (None values ignored), validated:
-    an out-of-range value is a one-line :class:`~kerngen.harness.errors.KerngenError`."""
-    from kerngen.harness.errors import KerngenError
+    an out-of-range value is a one-line :class:`~kerngen.errors.KerngenError`."""
+    from kerngen.errors import KerngenError
 
     data = (base or SearchBudget()).model_dump()
     data.update({k: v for k, v in (given or {}).items() if v is not None})

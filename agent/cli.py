@@ -1,6 +1,6 @@
 """``kerngen generate``, ``kerngen show`` and ``kerngen replay``.
 
-Every user-facing failure is a :class:`~kerngen.harness.errors.KerngenError`: one line on
+Every user-facing failure is a :class:`~kerngen.errors.KerngenError`: one line on
 stderr and exit code 2 (also under typer's CliRunner). Nothing journaled is lost: a failed or
 interrupted ``generate`` can be continued with ``--resume``.
 """
@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 import typer
 from rich.console import Console
 
-from kerngen.harness.errors import KerngenError
+from kerngen.errors import KerngenError
 
 EVALUATORS = ("pool", "scripted")
 

@@ -28,7 +28,7 @@ from pydantic import BaseModel
 
 from kerngen.agent.journal import write_atomic
 from kerngen.agent.safe_paths import inside
-from kerngen.harness.errors import KerngenError
+from kerngen.errors import KerngenError
 from kerngen.harness.results import Timing
 from kerngen.harness.spec import KernelSpec
 from kerngen.load import ExportError, ExportManifest, check_arch

@@ -32,7 +32,7 @@ from kerngen.agent.budget import SearchBudget, SearchConfig
 from kerngen.agent.problem_data import ProblemRecord
 from kerngen.agent.safe_paths import name_problem
 from kerngen.agent.proposer import Branch, Idea, TriedIdea
-from kerngen.harness.errors import JournalError
+from kerngen.errors import JournalError
 from kerngen.harness.redact import redact
 from kerngen.harness.results import Baseline, EvalResult, GpuFacts
 from kerngen.harness.spec import KernelSpec

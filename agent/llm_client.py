@@ -51,7 +51,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
 from kerngen.agent.answers import AnswerError, parse_answer
 from kerngen.agent.llm_config import LLMConfig, scrub
-from kerngen.harness.errors import LLMError
+from kerngen.errors import LLMError
 from kerngen.harness.redact import redact, register_secret
 
 log = logging.getLogger("kerngen.llm")

@@ -19,7 +19,7 @@ from urllib.parse import urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
-from kerngen.harness.errors import LLMError
+from kerngen.errors import LLMError
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 NO_KEY = "EMPTY"  # the placeholder key of servers that need none

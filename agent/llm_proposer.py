@@ -26,7 +26,7 @@ from kerngen.agent.answers import AnswerError, IdeaList
 from kerngen.agent.llm_client import LLMCall, LLMClient, Message
 from kerngen.agent.prompting import render
 from kerngen.agent.proposer import Branch, Category, Idea, NodeSummary, SearchContext
-from kerngen.harness.errors import LLMError
+from kerngen.errors import LLMError
 from kerngen.harness.results import EvalResult
 from kerngen.harness.spec import KernelSpec
 

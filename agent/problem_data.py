@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from kerngen.agent.safe_paths import UnsafePathError, regular_file, shown
-from kerngen.harness.errors import KerngenError, ProblemError
+from kerngen.errors import KerngenError, ProblemError
 from kerngen.problems.problem import ProblemInfo
 from kerngen.problems.ref import ProblemRef
 

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from kerngen.agent.budget import Usage
-from kerngen.harness.errors import KerngenError, LLMError
+from kerngen.errors import KerngenError, LLMError
 from kerngen.harness.results import EvalResult, GpuFacts
 from kerngen.harness.spec import KernelSpec
 from kerngen.problems.ref import ProblemRef

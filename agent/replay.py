@@ -112,7 +112,7 @@ def replay_run(
 
     The run's problem file runs again only when it is a built-in, the file ``problem`` the caller
     names, or unchanged since the run started (:func:`kerngen.agent.problem_data.rerun_ref`);
-    otherwise :class:`~kerngen.harness.errors.ProblemError` before anything runs."""
+    otherwise :class:`~kerngen.errors.ProblemError` before anything runs."""
     from kerngen.agent.problem_data import rerun_ref
     from kerngen.agent.safe_paths import check_name
 

@@ -21,7 +21,7 @@ from typing import Any
 from kerngen.agent.journal import NodeEvaluated, NodeTuned, RoundFinished, write_atomic
 from kerngen.agent.report_charts import Point, RooflineData, Series
 from kerngen.agent.tree import Node, Run
-from kerngen.harness.errors import ProblemError
+from kerngen.errors import ProblemError
 from kerngen.harness.redact import printable
 from kerngen.harness.spec import KernelSpec
 

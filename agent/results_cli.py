@@ -1,7 +1,7 @@
 """``kerngen suite``, ``kerngen report`` and ``kerngen export``: using the results of searches.
 
 Every user-facing failure (missing run, run without a correct kernel, unknown problem) is a
-:class:`~kerngen.harness.errors.KerngenError`: one line on stderr and exit code 2. These commands
+:class:`~kerngen.errors.KerngenError`: one line on stderr and exit code 2. These commands
 read run folders, which may come from anyone: any other error on their data is one line and exit
 code 2 too, and none of them imports a problem file that a run names (they read the run's record,
 :mod:`kerngen.agent.problem_data`); text from a run is printed without control sequences.

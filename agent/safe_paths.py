@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kerngen.harness.errors import KerngenError
+from kerngen.errors import KerngenError
 
 MAX_NAME = 200
 _BAD = re.compile(r"[\x00-\x1f\x7f-\x9f/\\]")

@@ -43,7 +43,7 @@ from kerngen.agent.proposer import Branch, Idea, Proposer, SearchContext, TriedI
 from kerngen.agent.tree import (
     AnswerBook, Key, Node, Run, Tree, ideas_key, implement_key, load_run, repair_key,
 )
-from kerngen.harness.errors import JournalError, KerngenError, ProblemError
+from kerngen.errors import JournalError, KerngenError, ProblemError
 from kerngen.harness.evaluator import Candidate, EvalOptions, Evaluator
 from kerngen.harness.results import Baseline, EvalResult, GpuFacts
 from kerngen.harness.spec import KernelSpec

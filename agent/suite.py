@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 
 from pydantic import BaseModel, Field
 
-from kerngen.harness.errors import KerngenError, ProblemError
+from kerngen.errors import KerngenError, ProblemError
 from kerngen.harness.bench_table import ratio
 from kerngen.harness.evaluator import Candidate, EvalOptions, Evaluator
 from kerngen.harness.results import Baseline, EvalResult, Timing

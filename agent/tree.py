@@ -22,7 +22,7 @@ from kerngen.agent.journal import (
     RoundStarted, RunFinished, RunResumed, RunStarted, read_events,
 )
 from kerngen.agent.proposer import Branch, Idea, NodeSummary, TriedIdea
-from kerngen.harness.errors import JournalError
+from kerngen.errors import JournalError
 from kerngen.harness.results import Baseline, EvalResult, GpuFacts, Verdict
 from kerngen.harness.spec import KernelSpec
 from kerngen.problems.ref import ProblemRef

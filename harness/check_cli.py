@@ -26,7 +26,7 @@ from typing import Any, Optional
 
 import typer
 
-from .errors import KerngenError
+from kerngen.errors import KerngenError
 
 ARCH_RE = re.compile(r"^sm_\d{2,3}[af]?$")
 CONFIG_LIMIT = 10_000  # larger spaces are counted on a seeded sample of this many configurations
@@ -120,7 +120,7 @@ def count_configs(spec, info, gpu, arch: str, compile_all: bool) -> dict[str, An
                            "sampled": len(configs) < spec.space_size()}
     if compile_all and survivors:
         from .compile import compile_many, job_for
-        from .errors import CompileError
+        from kerngen.errors import CompileError
         from .kparams import plan_problems
 
         kept = []
@@ -159,7 +159,7 @@ def run_check(spec_path: str, problem: str, *, config: str | None = None, arch: 
 
     from .cli import parse_config
     from .compile import compile_job, default_arch, job_for
-    from .errors import CompileError
+    from kerngen.errors import CompileError
     from .kparams import check_launch_args, params_table
     from .plan import resolve
     from .prune import resource_reason

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from .errors import SpecError
+from kerngen.errors import SpecError
 
 
 def parse_config(text: str | None) -> dict[str, int]:

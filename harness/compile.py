@@ -1,7 +1,7 @@
 """The compile boundary: CUDA-C source -> cubin with NVRTC, checked, cached, in parallel.
 
 :func:`compile_job` is the one function that turns source into a module. It raises
-:class:`~kerngen.harness.errors.CompileError` (one-line message, the FULL NVRTC log in ``.log``)
+:class:`~kerngen.errors.CompileError` (one-line message, the FULL NVRTC log in ``.log``)
 for a source the policy refuses (message ``source refused: ...``, see :mod:`.source_policy`), a
 compile error, a compile that timed out or died in its sandbox, a forbidden module (message
 ``forbidden: ...``, see :mod:`.cubin`) or a kernel of the launch plan that the module lacks.
@@ -34,7 +34,7 @@ from pydantic import BaseModel
 from . import headers, sandbox, source_policy
 from .compile_cache import CompileCache
 from .cubin import check_cubin
-from .errors import CompileError
+from kerngen.errors import CompileError
 from .plan import ResolvedPlan
 from .redact import redact
 from .ptxas import parse_ptxas

@@ -26,7 +26,7 @@ import re
 import struct
 from dataclasses import dataclass, field
 
-from .errors import CompileError
+from kerngen.errors import CompileError
 
 ELF_MAGIC = b"\x7fELF"
 _EHDR = struct.Struct("<16sHHIQQQIHHHHHH")

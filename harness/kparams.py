@@ -28,7 +28,7 @@ import struct
 from dataclasses import dataclass
 
 from .cubin import Cubin, read_cubin
-from .errors import CompileError
+from kerngen.errors import CompileError
 from .plan import ResolvedLaunch, ResolvedPlan
 
 INFO_PREFIX = ".nv.info."

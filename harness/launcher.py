@@ -9,7 +9,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from .errors import SpecError
+from kerngen.errors import SpecError
 from .plan import ResolvedLaunch, ResolvedMemset, ResolvedPlan
 
 DEFAULT_SMEM_LIMIT = 48 * 1024  # above this a kernel must opt in to more dynamic shared memory

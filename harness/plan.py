@@ -4,7 +4,7 @@ The result holds only integers, floats and names: what the launcher needs, check
 before any GPU time is spent (unknown names, zero or oversize grids and blocks, etc.).
 
 Everything here reads a model's answer: :func:`resolve` raises :class:`SpecError` (or its
-subclass :class:`~kerngen.harness.errors.ExprError`) for anything a spec can provoke, and never
+subclass :class:`~kerngen.errors.ExprError`) for anything a spec can provoke, and never
 another exception. Every value it hands on fits where it goes: grid and block within CUDA's
 limits, dynamic shared memory and scratch sizes within sane bounds, an ``int32``/``int64``
 argument within its type, a ``float32`` argument finite and within float32's range, a define
@@ -19,9 +19,9 @@ from typing import Mapping
 
 from pydantic import BaseModel
 
-from . import expr
-from .errors import SpecError
-from .expr import TensorFacts
+from kerngen import expr
+from kerngen.errors import SpecError
+from kerngen.expr import TensorFacts
 from .spec import KernelSpec, Launch, Memset, ScalarArg, TensorArg
 
 MAX_THREADS_PER_BLOCK = 1024

@@ -11,7 +11,7 @@ from typing import Sequence
 
 from kerngen.problems.ref import ProblemRef
 
-from .errors import CompileError, KerngenError, NoGPUError, SpecError
+from kerngen.errors import CompileError, KerngenError, NoGPUError, SpecError
 from .evaluator import Candidate, EvalOptions, OnResult
 from .plan import ResolvedPlan, resolve
 from .protocol import BaselineRequest, EvaluateRequest, HelloRequest

@@ -19,8 +19,8 @@ from typing import Iterable, Mapping
 
 from pydantic import BaseModel
 
-from .errors import KerngenError
-from .expr import TensorFacts
+from kerngen.errors import KerngenError
+from kerngen.expr import TensorFacts
 from .plan import ResolvedLaunch, ResolvedPlan, constraints_hold, build_env, resolve
 from .results import CompileInfo, GpuFacts
 from .spec import KernelSpec

@@ -38,7 +38,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from . import headers
-from .errors import CompileError
+from kerngen.errors import CompileError
 from .nvrtc_worker import MAX_FRAME, write_frame
 
 log = logging.getLogger("kerngen.sandbox")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import CompileError
+from kerngen.errors import CompileError
 
 # Headers a candidate may include, by name. Each one compiles under NVRTC 13.0 with the headers
 # kerngen ships (tests/test_sandbox.py compiles every one of them).

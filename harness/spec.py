@@ -2,7 +2,7 @@
 
 No host code from a candidate ever runs: the harness reads this model, compiles ``source`` with
 NVRTC and performs the ``steps`` itself. Grid, block, shared memory, scratch sizes, scalar
-arguments and ``defines`` are expressions (:mod:`kerngen.harness.expr`) over the problem's sizes,
+arguments and ``defines`` are expressions (:mod:`kerngen.expr`) over the problem's sizes,
 its tensors' shapes and the tunables.
 
 A spec comes from a model's answer, so everything in it is bounded (see the ``MAX_*`` constants):
@@ -23,8 +23,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
 
-from . import expr
-from .errors import SpecError
+from kerngen import expr
+from kerngen.errors import SpecError
 
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int8", "uint8", "int16", "int32", "int64", "bool")
 Dtype = Literal["float32", "float16", "bfloat16", "float64", "int8", "uint8", "int16", "int32", "int64", "bool"]

@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import typer
 
-from .errors import KerngenError
+from kerngen.errors import KerngenError
 
 COMPARE_FRACTION = 0.2
 REPLAY_SEEDS = 5

@@ -31,9 +31,9 @@ from pydantic import BaseModel, Field
 
 from kerngen.problems.ref import ProblemRef
 
-from .errors import KerngenError
+from kerngen.errors import KerngenError
 from .evaluator import Candidate, EvalOptions, Evaluator
-from .expr import TensorFacts
+from kerngen.expr import TensorFacts
 from .plan import ResolvedPlan
 from .prune import KINDS, PrunedConfig, examples, resource_reason, static_prune, summarize
 from .results import CompileInfo, EvalResult, GpuFacts, Verdict
@@ -118,7 +118,7 @@ def compile_probe(spec: KernelSpec, items: Sequence[tuple[dict[str, int], Resolv
     return each one's CompileInfo or its CompileError."""
     from . import compile as nvrtc_compile  # lazy: keeps the tuner importable without NVRTC
 
-    from .errors import CompileError
+    from kerngen.errors import CompileError
     from .kparams import check_launch_args
 
     jobs = [nvrtc_compile.job_for(spec, plan, gpu.arch) for _, plan in items]

@@ -14,7 +14,7 @@ import traceback
 
 from pydantic import ValidationError
 
-from .errors import KerngenError
+from kerngen.errors import KerngenError
 from .protocol import BaselineRequest, Envelope, EvaluateRequest, HelloRequest, PrepareRequest, Reply
 from .results import EvalResult, Verdict
 

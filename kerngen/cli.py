@@ -11,7 +11,7 @@ import sys
 import typer
 from rich.console import Console
 
-from kerngen.harness.errors import KerngenError
+from kerngen.errors import KerngenError
 
 app = typer.Typer(
     name="kerngen",

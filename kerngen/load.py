@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from kerngen.agent.safe_paths import UnsafePathError, check_name, inside, regular_file, shown
-from kerngen.harness.errors import KerngenError
+from kerngen.errors import KerngenError
 from kerngen.harness.plan import ResolvedPlan
 from kerngen.harness.results import Timing
 from kerngen.harness.spec import KernelSpec

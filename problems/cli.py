@@ -32,7 +32,7 @@ def register(app: typer.Typer) -> None:
         from . import describe, registry
         from .problem import canonical_dtype, load_problem, parse_shape
         from .ref import ProblemRef
-        from kerngen.harness.errors import ProblemError
+        from kerngen.errors import ProblemError
 
         shape_t = parse_shape(shape) if shape is not None else None
         dtype_s = canonical_dtype(dtype) if dtype is not None else None

@@ -6,7 +6,7 @@ KernelBench levels 1 and 2, which load unchanged). Optional metadata of ours::
     KERNGEN_META = {"atol": 1e-4, "rtol": 1e-4, "flops": "2*M*N*K", "min_bytes": ..., "description": "..."}
 
 every key optional; ``flops`` and ``min_bytes`` are numbers or expressions
-(:mod:`kerngen.harness.expr`) over the problem's sizes and tensor facts, so they follow shape
+(:mod:`kerngen.expr`) over the problem's sizes and tensor facts, so they follow shape
 overrides. Default tolerances follow the main dtype (:data:`DEFAULT_TOLERANCES`).
 
 Built-ins (``problems/suite``) take other shapes and dtypes: see :mod:`kerngen.problems.registry`
@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kerngen.harness.errors import ProblemError
-from kerngen.harness.expr import TensorFacts
+from kerngen.errors import ProblemError
+from kerngen.expr import TensorFacts
 
 from . import registry
 from .ref import ProblemRef, canonical_dtype, parse_shape
@@ -707,8 +707,8 @@ class Problem:
         )
 
     def _meta_number(self, meta: dict, key: str, env: dict) -> float:
-        from kerngen.harness import expr
-        from kerngen.harness.errors import ExprError
+        from kerngen import expr
+        from kerngen.errors import ExprError
 
         value = meta[key]
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):

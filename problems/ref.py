@@ -42,7 +42,7 @@ DTYPE_ALIASES = {
 
 def canonical_dtype(name: str) -> str:
     """``bf16``/``fp16``/``fp32``/``fp64`` and the long names (also ``torch.float32``) -> long name."""
-    from kerngen.harness.errors import ProblemError
+    from kerngen.errors import ProblemError
 
     key = str(name).strip().lower().removeprefix("torch.")
     if key not in DTYPE_ALIASES:
@@ -52,7 +52,7 @@ def canonical_dtype(name: str) -> str:
 
 def parse_shape(text: str | Sequence[int]) -> tuple[int, ...]:
     """``"8192x1024"`` (also ``8192,1024`` or ``(8192, 1024)``) -> ``(8192, 1024)``."""
-    from kerngen.harness.errors import ProblemError
+    from kerngen.errors import ProblemError
 
     if not isinstance(text, str):
         dims = tuple(text)

@@ -22,7 +22,7 @@ import ast
 import functools
 from pathlib import Path
 
-from kerngen.harness.errors import ProblemError
+from kerngen.errors import ProblemError
 
 SUITE_DIR = Path(__file__).resolve().parent / "suite"
 

@@ -26,7 +26,7 @@ from kerngen.agent.proposer import Branch
 from kerngen.agent.scripted import ScriptedEvaluator, ScriptedProposer, ScriptedTuner
 from kerngen.agent.search import minimal_context, resume_search, run_search
 from kerngen.agent.tree import load_run
-from kerngen.harness.errors import JournalError, KerngenError
+from kerngen.errors import JournalError, KerngenError
 from kerngen.problems.ref import ProblemRef
 from tests.cli_output import stderr_of
 

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 import kerngen.cli
-from kerngen.harness.errors import CompileError
+from kerngen.errors import CompileError
 from kerngen.harness.kparams import check_launch_args, kernel_params, plan_problems
 from kerngen.harness.plan import resolve
 from kerngen.harness.spec import KernelSpec

@@ -20,7 +20,7 @@ from kerngen.harness.compile import (
 )
 from kerngen.harness.compile_cache import CompileCache
 from kerngen.harness.cubin import ELF_MAGIC, check_cubin, library_exemption_ok, read_cubin
-from kerngen.harness.errors import CompileError
+from kerngen.errors import CompileError
 from kerngen.harness.plan import ResolvedArg, ResolvedLaunch, ResolvedPlan
 from kerngen.harness.ptxas import parse_ptxas
 from kerngen.harness.spec import KernelSpec

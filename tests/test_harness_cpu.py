@@ -9,11 +9,11 @@ import math
 import pytest
 import torch
 
-from kerngen.harness import expr
+from kerngen import expr
 from kerngen.harness.buffers import alloc_guarded, poison, still_poisoned
 from kerngen.harness.compare import compare
-from kerngen.harness.errors import ExprError, SpecError
-from kerngen.harness.expr import TensorFacts
+from kerngen.errors import ExprError, SpecError
+from kerngen.expr import TensorFacts
 from kerngen.harness.plan import resolve
 from kerngen.harness.protocol import EvaluateRequest
 from kerngen.harness.results import CheckFailure, CompileInfo, Verdict

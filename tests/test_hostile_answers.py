@@ -20,10 +20,10 @@ from kerngen.agent.llm_client import LLMCall, LLMClient
 from kerngen.agent.llm_config import LLMConfig
 from kerngen.agent.llm_proposer import LLMProposer
 from kerngen.agent.proposer import Branch, Category, Idea
-from kerngen.harness import expr
-from kerngen.harness.errors import ExprError, KerngenError, LLMError, SpecError
+from kerngen import expr
+from kerngen.errors import ExprError, KerngenError, LLMError, SpecError
 from kerngen.harness.evaluator import Candidate
-from kerngen.harness.expr import TensorFacts
+from kerngen.expr import TensorFacts
 from kerngen.harness.plan import resolve
 from kerngen.harness.prune import static_reason
 from kerngen.harness.results import Baseline, GpuFacts, Timing, Verdict
@@ -240,7 +240,7 @@ def test_pool_turns_every_unresolvable_plan_into_an_invalid_spec_verdict(tmp_pat
 def test_pool_turns_a_define_the_compiler_refuses_into_a_verdict(tmp_path, monkeypatch):
     """Defense in depth: should building the -D options fail, that is the candidate's verdict."""
     import kerngen.harness.compile as compile_mod
-    from kerngen.harness.errors import CompileError
+    from kerngen.errors import CompileError
 
     monkeypatch.setenv("KERNGEN_CACHE_DIR", str(tmp_path))
     real = compile_mod.job_for

@@ -18,7 +18,7 @@ from kerngen.agent.budget import SearchBudget, SearchConfig
 from kerngen.agent.scripted import ScriptedEvaluator, ScriptedProposer, ScriptedTuner
 from kerngen.agent.search import minimal_context, resume_search, run_search
 from kerngen.agent.tree import load_run
-from kerngen.harness.errors import JournalError
+from kerngen.errors import JournalError
 from kerngen.problems.ref import ProblemRef
 
 REF = ProblemRef(source="softmax", shape=(4096, 65536), dtype="float32")

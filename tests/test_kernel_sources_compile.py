@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from kerngen.harness.errors import CompileError
+from kerngen.errors import CompileError
 from kerngen.harness.headers import include_options
 from tests.kernels.specs import CASES, Case
 

@@ -14,7 +14,7 @@ from pydantic import SecretStr
 from kerngen.agent.answers import AnswerError, IdeaList
 from kerngen.agent.llm_client import LLMCall, LLMClient, response_schema
 from kerngen.agent.llm_config import LLMConfig, scrub
-from kerngen.harness.errors import LLMError
+from kerngen.errors import LLMError
 from kerngen.harness.spec import KernelSpec
 from tests.llm_server import ChatServer, Reply, closed_port, softmax_spec_dict
 

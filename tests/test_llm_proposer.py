@@ -12,7 +12,7 @@ from kerngen.agent.llm_client import LLMCall, LLMClient
 from kerngen.agent.llm_config import LLMConfig
 from kerngen.agent.llm_proposer import LLMProposer
 from kerngen.agent.proposer import Category, Idea, Proposer
-from kerngen.harness.errors import LLMError
+from kerngen.errors import LLMError
 from tests.llm_server import ChatServer, Reply, make_context, softmax_spec_dict
 
 IDEA = Idea(text="Cache the row in registers and do one pass", category=Category.memory_access)

@@ -16,7 +16,7 @@ from kerngen.agent.playbook.families import NotCovered
 from kerngen.agent.playbook.proposer import variant_of_spec
 from kerngen.agent.proposer import Category, NodeSummary, SearchContext, TriedIdea
 from kerngen.harness import plan
-from kerngen.harness.expr import TensorFacts
+from kerngen.expr import TensorFacts
 from kerngen.harness.results import EvalResult, GpuFacts, Verdict
 
 DATA = Path(__file__).parent / "data" / "playbook"

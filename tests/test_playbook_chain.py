@@ -23,7 +23,7 @@ from kerngen.agent.playbook import PlaybookProposer, builders, explain, why_not
 from kerngen.agent.playbook.chain import ALL_OPS, INPUT, Chain, _lit, translate
 from kerngen.agent.playbook.families import ELEMENTWISE_OPS, NotCovered
 from kerngen.harness import plan
-from kerngen.harness.expr import TensorFacts
+from kerngen.expr import TensorFacts
 from kerngen.problems.problem import load_problem
 
 SHAPE = (64, 130)  # 130 % 4 != 0 and % 8 != 0: the tail path is rendered too

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from kerngen.harness.errors import ProblemError
-from kerngen.harness.expr import TensorFacts
+from kerngen.errors import ProblemError
+from kerngen.expr import TensorFacts
 from kerngen.problems import registry
 from kerngen.problems.degenerate import DegeneracyReport, check_seed_dependence
 from kerngen.problems.problem import (

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 import kerngen.cli
-from kerngen.harness.errors import ProblemError
+from kerngen.errors import ProblemError
 
 DATA = Path(__file__).parent / "data" / "kernelbench"
 

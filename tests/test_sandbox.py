@@ -19,7 +19,7 @@ from kerngen.agent.search import minimal_context, run_search
 from kerngen.harness import landlock, redact, sandbox, source_policy
 from kerngen.harness.compile import CompileJob, compile_job, compile_many
 from kerngen.harness.compile_cache import CompileCache
-from kerngen.harness.errors import CompileError
+from kerngen.errors import CompileError
 from kerngen.problems.ref import ProblemRef
 from tests.fakes.compiling import CompilingEvaluator
 from tests.llm_server import ChatServer, Reply, softmax_spec_dict

@@ -14,7 +14,7 @@ from kerngen.agent.replay import ReplayProposer, replay_run
 from kerngen.agent.scripted import ScriptedEvaluator, ScriptedProposer, ScriptedTuner, scripted_spec
 from kerngen.agent.search import minimal_context, run_search
 from kerngen.agent.tree import load_run
-from kerngen.harness.errors import ProblemError
+from kerngen.errors import ProblemError
 from kerngen.harness.results import Verdict
 from kerngen.problems.ref import ProblemRef
 

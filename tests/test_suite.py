@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 import kerngen.cli
 from kerngen.agent.suite import expand_problems, fast_p, geomean, run_suite, suite_metrics
-from kerngen.harness.errors import ProblemError
+from kerngen.errors import ProblemError
 from kerngen.harness.evaluator import Candidate
 from kerngen.harness.results import Baseline, EvalResult, GpuFacts, Timing, Verdict
 from kerngen.problems.ref import ProblemRef

@@ -11,9 +11,9 @@ import sys
 import threading
 import time
 
-from kerngen.harness.errors import CompileError
+from kerngen.errors import CompileError
 from kerngen.harness.evaluator import Candidate
-from kerngen.harness.expr import TensorFacts
+from kerngen.expr import TensorFacts
 from kerngen.harness.results import (
     Baseline, CheckEvidence, CheckFailure, CompileInfo, EvalResult, GpuFacts, KernelResources, Timing, Verdict,
 )

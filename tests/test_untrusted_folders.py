@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 import kerngen
 import kerngen.cli
 from kerngen.agent.tree import load_run
-from kerngen.harness.errors import KerngenError
+from kerngen.errors import KerngenError
 from tests.cli_output import stderr_of
 
 kerngen.cli._register()

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from kerngen.harness.errors import KerngenError
+from kerngen.errors import KerngenError
 
 
 def playbook(

@@ -87,7 +87,7 @@ def main(paths: list[str], configs: dict | None = None) -> None:
     import torch
 
     from kerngen.harness import plan
-    from kerngen.harness.expr import TensorFacts
+    from kerngen.expr import TensorFacts
 
     from . import builders, families, kbfile
 

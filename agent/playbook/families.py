@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from kerngen.harness.errors import KerngenError
+from kerngen.errors import KerngenError
 
 FAMILIES = ("elementwise", "softmax", "layernorm", "rmsnorm", "conv2d", "conv_relu_maxpool", "matmul")
 

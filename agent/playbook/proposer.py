@@ -8,8 +8,8 @@ from jinja2 import TemplateError
 
 from kerngen.agent.proposer import Branch, Idea, NodeSummary, SearchContext
 from kerngen.harness import plan
-from kerngen.harness.expr import TensorFacts
-from kerngen.harness.errors import SpecError
+from kerngen.expr import TensorFacts
+from kerngen.errors import SpecError
 from kerngen.harness.spec import KernelSpec
 
 from . import builders

@@ -8,7 +8,7 @@ from typing import Sequence
 
 from kerngen.agent.scripted import ScriptedEvaluator
 from kerngen.harness.compile import compile_many, job_for
-from kerngen.harness.errors import CompileError, KerngenError
+from kerngen.errors import CompileError, KerngenError
 from kerngen.harness.evaluator import Candidate, EvalOptions
 from kerngen.harness.plan import resolve
 from kerngen.harness.results import CheckEvidence, EvalResult, Timing, Verdict

@@ -7,7 +7,7 @@ bound tensor name (dotted names such as ``conv.weight`` resolve as one name). No
 passed to ``eval``.
 
 An expression comes from a model's answer, so it is bounded in everything it can make the
-evaluator do (every failure is an :class:`~kerngen.harness.errors.ExprError` naming it):
+evaluator do (every failure is an :class:`~kerngen.errors.ExprError` naming it):
 
 - its text: at most :data:`MAX_LEN` characters, its tree at most :data:`MAX_DEPTH` levels deep
   (the parser's own limits, ``RecursionError``, ``MemoryError`` and "too many nested
