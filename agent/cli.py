@@ -7,51 +7,16 @@ interrupted ``generate`` can be continued with ``--resume``.
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
 
 from kerngen.errors import KerngenError
+from kerngen.guard import guard, one_line
 
 EVALUATORS = ("pool", "scripted")
-
-
-def _one_line(text: str) -> str:
-    from kerngen.harness.redact import printable
-
-    line = " ".join(printable(str(text)).split())  # messages quote journal text: no control sequences
-    return line if len(line) <= 400 else line[:397] + "..."
-
-
-def _guard(fn: Callable[..., Any], *, data: bool = False) -> Callable[..., Any]:
-    """KerngenError -> one line on stderr, exit 2. ``data``: a command that reads run or export
-    folders (which may come from anyone): any other error is one line too, never a traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except KerngenError as exc:
-            _error_line(_one_line(str(exc)))
-            raise typer.Exit(exc.exit_code) from None
-        except (typer.Exit, typer.Abort, KeyboardInterrupt):
-            raise
-        except Exception as exc:  # noqa: BLE001 - bad data must not end in a traceback
-            if not data:
-                raise
-            _error_line(_one_line(f"{fn.__name__} failed on bad input: {type(exc).__name__}: {exc}"))
-            raise typer.Exit(2) from None
-
-    return wrapper
-
-
-def _error_line(text: str) -> None:
-    from rich.markup import escape
-
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(text)}", markup=True)
 
 
 def make_evaluator(kind: str) -> Any:
@@ -67,7 +32,7 @@ def make_evaluator(kind: str) -> Any:
 
 
 def _context_factory(evaluator_kind: str) -> Any:
-    from kerngen.agent.search import default_context, minimal_context
+    from kerngen.agent.context import default_context, minimal_context
 
     if evaluator_kind != "scripted":
         return default_context
@@ -94,9 +59,10 @@ def _tuner(evaluator_kind: str, evaluator: Any, problem: Any, no_tune: bool) -> 
 
 
 def register(app: typer.Typer) -> None:
-    app.command("generate")(_guard(generate))
-    app.command("show")(_guard(show, data=True))
-    app.command("replay")(_guard(replay, data=True))
+    app.command("generate")(guard(generate))
+    app.command("show")(guard(show, data=True))
+    app.command("runs")(guard(runs, data=True))
+    app.command("replay")(guard(replay, data=True))
 
 
 # ----- generate -----------------------------------------------------------------------------
@@ -130,7 +96,7 @@ def generate(
     no_playbook_seed: bool = typer.Option(False, "--no-playbook-seed",
                                           help="with an LLM: start from nothing, not from the playbook's kernel"),
     force: bool = typer.Option(False, "--force", help="search a degenerate problem anyway"),
-    resume: Optional[str] = typer.Option(None, "--resume", help="continue a run (its folder or id)"),
+    resume: Optional[str] = typer.Option(None, "--resume", help="continue a run (its folder, id or 'latest')"),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="where run folders live"),
     evaluator_kind: str = typer.Option("pool", "--evaluator", hidden=True,
                                        help="pool (the GPUs) | scripted (deterministic, no GPU, made-up times)"),
@@ -149,13 +115,14 @@ def generate(
     given = {k: v for k, v in dict(rounds=rounds, max_llm_calls=max_llm_calls, max_tokens=max_tokens,
                                    wall_minutes=minutes, gpu_minutes=gpu_minutes, patience=patience).items()
              if v is not None}
+    make_budget(None, given)  # --minutes 0, --gpu-minutes -1 ...: one line and exit 2, before anything else
     usage = Usage()
     knobs = {"max_concurrency": llm_concurrency, "price_in_per_mtok": price_in, "price_out_per_mtok": price_out}
     if resume:
         from kerngen.agent.journal import ensure_unlocked
         from kerngen.agent.problem_data import rerun_ref
         from kerngen.agent.safe_paths import refuse_symlinks
-        from kerngen.agent.search import budget_for_resume
+        from kerngen.agent.search_records import budget_for_resume
 
         rec = load_run(resume, runs_dir)  # JournalError for a missing or corrupt run, before anything else
         ensure_unlocked(rec.path)  # another process appending to it: refused now, before GPUs or an LLM
@@ -192,28 +159,49 @@ def generate(
         from kerngen.agent.journal import new_run_id
 
         run_dir, mode = runs_dir / new_run_id(ref), "new"
-    evaluator = make_evaluator(evaluator_kind)
     try:
-        tuner = _tuner(evaluator_kind, evaluator, ref, no_tune or not config.tune)
-        view = LiveView(total_rounds=budget.rounds)
-        search = Search(ref, prop, evaluator, run_dir=run_dir, mode=mode, config=config, budget=budget,
-                        tuner=tuner, seed_spec=seed, context_factory=_context_factory(evaluator_kind), usage=usage,
-                        record=rec, force=force, model=model_name, listeners=[view])
-        out.print(f"[bold]run[/] {run_dir}" + (" (resumed)" if mode == "resume" else ""))
-        with view:
-            result = search.run()
-    finally:
-        evaluator.close()
+        evaluator = make_evaluator(evaluator_kind)
+        try:
+            tuner = _tuner(evaluator_kind, evaluator, ref, no_tune or not config.tune)
+            view = LiveView(total_rounds=budget.rounds)
+            search = Search(ref, prop, evaluator, run_dir=run_dir, mode=mode, config=config, budget=budget,
+                            tuner=tuner, seed_spec=seed, context_factory=_context_factory(evaluator_kind),
+                            usage=usage, record=rec, force=force, model=model_name, listeners=[view])
+            out.print(f"[bold]run[/] {run_dir}" + (" (resumed)" if mode == "resume" else ""))
+            with view:
+                result = search.run()
+        finally:
+            evaluator.close()
+    except KeyboardInterrupt:
+        _say_interrupted(run_dir, runs_dir)
+        raise typer.Exit(130) from None
     run = load_run(result.run_dir)
     out.print(render_header(run))
-    out.print(_one_line(f"stopped: {result.reason}"), markup=False)  # a reason may quote a model's text
+    out.print(one_line(f"stopped: {result.reason}"), markup=False)  # a reason may quote a model's text
     if run.best is not None:
         out.print(f"best kernel: {result.run_dir / 'best' / 'spec.json'}")
 
 
+def _say_interrupted(run_dir: Path, runs_dir: Path) -> None:
+    """Ctrl-C in generate: which run stopped and the command that continues it (on stderr)."""
+    import shlex
+
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    if not (run_dir / "events.jsonl").is_file():
+        err.print(one_line(f"interrupted before run {run_dir.name} started: nothing to resume"), markup=False)
+        return
+    if run_dir.parent == runs_dir:
+        name = run_dir.name
+        where = "" if runs_dir == Path("runs") else f" --runs-dir {shlex.quote(str(runs_dir))}"
+    else:
+        name, where = str(run_dir), ""
+    err.print(one_line(f"interrupted: run {run_dir.name} is saved in {run_dir}; continue it with: "
+                        f"kerngen generate --resume {shlex.quote(name)}{where}"), markup=False)
+
+
 def _check_problem(ref: Any, evaluator_kind: str) -> None:
     """Fail fast (before a run folder exists) on a problem that does not load."""
-    from kerngen.problems.problem import load_problem
+    from kerngen.problems.load import load_problem
 
     try:
         load_problem(ref)
@@ -225,21 +213,50 @@ def _check_problem(ref: Any, evaluator_kind: str) -> None:
 
 # ----- show ---------------------------------------------------------------------------------
 def show(
-    run: str = typer.Argument(..., help="a run folder, or a run id under --runs-dir"),
+    run: str = typer.Argument(..., help="a run folder, a run id under --runs-dir, or 'latest'"),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir"),
     width: Optional[int] = typer.Option(None, "--width", help="console width (default: the terminal's)"),
+    as_json: bool = typer.Option(False, "--json", help="print the run as one JSON object"),
 ) -> None:
     """Print the search tree of a run: ideas, categories, verdicts, times, speedups, registers."""
-    from kerngen.agent.show import render
+    from kerngen.agent.show import render, run_json
     from kerngen.agent.tree import load_run
 
     loaded = load_run(run, runs_dir)
+    if as_json:
+        import json
+
+        typer.echo(json.dumps(run_json(loaded), indent=2, allow_nan=False))
+        return
     Console(highlight=False, width=width).print(render(loaded))
+
+
+# ----- runs ---------------------------------------------------------------------------------
+def runs(
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="where run folders live"),
+    width: Optional[int] = typer.Option(None, "--width", help="console width (default: the terminal's)"),
+    as_json: bool = typer.Option(False, "--json", help="print a JSON list instead of a table"),
+) -> None:
+    """List the runs under --runs-dir: problem, GPU, best ms, speedup vs eager and torch.compile,
+    status. Reads their journals only (no problem file is imported); a corrupt run is a row."""
+    from kerngen.agent.show import list_runs, render_runs
+
+    rows = list_runs(runs_dir)
+    if as_json:
+        import json
+
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    out = Console(highlight=False, width=width)
+    if not rows:
+        out.print(f"no runs under {runs_dir}/ (kerngen generate PROBLEM starts one)", markup=False)
+        return
+    out.print(render_runs(rows, runs_dir))
 
 
 # ----- replay -------------------------------------------------------------------------------
 def replay(
-    run: str = typer.Argument(..., help="a run folder, or a run id under --runs-dir"),
+    run: str = typer.Argument(..., help="a run folder, a run id under --runs-dir, or 'latest'"),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="where the replay's run folder goes too"),
     problem: Optional[str] = typer.Option(None, "--problem",
                                           help="the problem file to run (a run's own file runs only when built in "

@@ -1,7 +1,7 @@
 """``kerngen export RUN --out DIR``: the best kernel of a run as files and a PyTorch op.
 
 An export is data. It writes ``<name>.cu`` (the source), ``<name>.json``
-(:class:`kerngen.load.ExportManifest`: the KernelSpec, its tuned configuration, the resolved
+(:class:`kerngen.manifest.ExportManifest`: the KernelSpec, its tuned configuration, the resolved
 launch plan, the problem ref and its tensors' shapes and dtypes, the cubin's arch) and
 ``<name>.<arch>.cubin`` (NVRTC needs no GPU, so the cubin is compiled here, for the GPU the run
 was measured on). ``kerngen.load(DIR)`` builds ``torch.ops.kerngen.<name>`` from those with
@@ -26,16 +26,17 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from kerngen.agent.journal import write_atomic
+from kerngen.version import __version__
+from kerngen.agent.journal import DEMO_LABEL, write_atomic
 from kerngen.agent.safe_paths import inside
 from kerngen.errors import KerngenError
 from kerngen.harness.results import Timing
 from kerngen.harness.spec import KernelSpec
-from kerngen.load import ExportError, ExportManifest, check_arch
+from kerngen.manifest import ExportError, ExportManifest, check_arch
 from kerngen.problems.ref import ProblemRef
 
 if TYPE_CHECKING:
-    from kerngen.problems.problem import ProblemInfo
+    from kerngen.problems.info import ProblemInfo
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TEMPLATE = "export_template.py.j2"
@@ -85,7 +86,7 @@ def default_name(problem_name: str, spec: KernelSpec, config: dict[str, int]) ->
 def _doc_safe(text: str) -> str:
     """Text of a run or a problem, safe inside the generated module's docstring (one line, no
     quote or backslash, no control sequence)."""
-    from kerngen.harness.redact import printable
+    from kerngen.redact import printable
 
     return " ".join(printable(str(text)).split()).replace("\\", "/").replace('"', "'")
 
@@ -129,24 +130,28 @@ def export_spec(
     timing: Timing | None = None,
     gpu: str = "",
     info: "ProblemInfo | None" = None,
+    demo: bool = False,
 ) -> ExportResult:
     """Export ``spec`` at ``config`` for ``problem_ref`` into ``out_dir`` (created).
 
     ``info``: the problem as data (a run's record); without it the problem is loaded, which
-    imports its file: only for a problem the caller names."""
-    import kerngen
-    from kerngen.harness.compile import compile_job, default_arch, job_for
+    imports its file: only for a problem the caller names. ``demo``: a scripted demo's kernel (a
+    toy): its default op name starts with ``demo_`` and its origin says so."""
+    if Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise ExportError(f"--out {out_dir} is a file: an export is a folder (give a new or existing folder)")
+    from kerngen.harness.compile import compile_job, job_for
+    from kerngen.harness.nvrtc_info import default_arch
     from kerngen.harness.plan import resolve
 
     if info is None:
-        from kerngen.problems.problem import load_problem
+        from kerngen.problems.load import load_problem
 
         info = load_problem(problem_ref).info  # ProblemError for an unknown problem
     plan = resolve(spec, sizes=info.sizes, tensors=info.tensor_facts(), config=config)  # SpecError
     arch = check_arch(arch or default_arch())  # before it becomes an NVRTC option or a file name
     job = job_for(spec, plan, arch)
     compiled = compile_job(job)  # CompileError: a kernel that does not compile is not exported
-    name = identifier(name) if name else default_name(info.name, spec, plan.config)
+    name = identifier(name) if name else ("demo_" if demo else "") + default_name(info.name, spec, plan.config)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     ref = info.ref
@@ -157,7 +162,7 @@ def export_spec(
         spec=spec, config=plan.config, plan=plan, source_file=f"{name}.cu", kernels=job.kernels,
         nvrtc_options=job.options, arch=arch, cubin_file=f"{name}.{arch}.cubin",
         nvrtc_version=compiled.info.nvrtc_version, origin=origin or f"spec {spec.name}", timing=timing, gpu=gpu,
-        kerngen_version=kerngen.__version__,
+        kerngen_version=__version__,
     )
     module_text = render_module(manifest)
     # every file stays inside --out (names are identifiers, the arch is checked; a link is replaced, not followed)
@@ -191,8 +196,10 @@ def export_run(run: Any, out_dir: str | Path, *, runs_dir: str | Path = "runs", 
     gpu = run.tree.gpu
     try:
         info = recorded_info(run.started)
-        return export_spec(spec, best.config, run.started.problem, out_dir, name=name,
-                           arch=arch or (gpu.arch if gpu else None), origin=f"run {run.id} node #{best.id}",
+        demo = run.started.demo
+        origin = (f"{DEMO_LABEL}, a toy kernel: " if demo else "") + f"run {run.id} node #{best.id}"
+        return export_spec(spec, best.config, run.started.problem, out_dir, name=name, demo=demo,
+                           arch=arch or (gpu.arch if gpu else None), origin=origin,
                            timing=result.timing if result is not None else None, gpu=gpu.name if gpu else "",
                            info=info)
     except KerngenError as exc:

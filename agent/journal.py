@@ -26,16 +26,18 @@ try:
 except ImportError:  # not POSIX: no flock
     fcntl = None  # type: ignore[assignment]
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from kerngen.agent.budget import SearchBudget, SearchConfig
 from kerngen.agent.problem_data import ProblemRecord
 from kerngen.agent.safe_paths import name_problem
 from kerngen.agent.proposer import Branch, Idea, TriedIdea
 from kerngen.errors import JournalError
-from kerngen.harness.redact import redact
+from kerngen.version import __version__
+from kerngen.redact import redact
 from kerngen.harness.results import Baseline, EvalResult, GpuFacts
 from kerngen.harness.spec import KernelSpec
+from kerngen.harness.tune_outcome import TuneCurve, TuneOutcome, tune_seconds
 from kerngen.harness.atomic import write_atomic  # noqa: F401 - re-exported for the run folder writers
 from kerngen.problems.ref import ProblemRef
 
@@ -49,6 +51,9 @@ class _Event(BaseModel):
 
     seq: int = 0
     t: float = Field(default_factory=time.time)
+
+
+DEMO_LABEL = "DEMO (scripted, not measured on a GPU)"  # what every view of a demo run shows
 
 
 class RunStarted(_Event):
@@ -66,6 +71,16 @@ class RunStarted(_Event):
     argv: list[str] = Field(default_factory=list)
     # the problem as data (show/report/export never import a run's problem file); None in old runs
     problem_info: ProblemRecord | None = None
+    # a scripted demo (toy kernels, made-up times, no GPU): every view of the run says so; older
+    # journals are recognized by their scripted proposer or evaluator
+    demo: bool = False
+
+    @model_validator(mode="after")
+    def _scripted_is_a_demo(self) -> "RunStarted":
+        scripted_gpu = self.gpu is not None and self.gpu.name.startswith("scripted")
+        if not self.demo and (self.proposer == "scripted" or scripted_gpu):
+            self.demo = True
+        return self
 
     @field_validator("run_id")
     @classmethod
@@ -148,7 +163,18 @@ class NodeTuned(_Event):
     config: dict[str, int] | None = None  # None: the tuner found nothing better / could not tune
     result: EvalResult | None = None
     evaluated: int = 0
-    curve: list[dict[str, Any]] = Field(default_factory=list)
+    curve: TuneCurve = Field(default_factory=list)  # reads both older shapes (harness.tune_outcome)
+    seconds: float = 0.0  # wall seconds of the tuning (0 in older journals)
+
+    def outcome(self) -> TuneOutcome | None:
+        """The recorded tuning as THE outcome type (None: the tuner found nothing)."""
+        if self.config is None or self.result is None:
+            return None
+        return TuneOutcome(config=self.config, result=self.result, evaluated=self.evaluated, curve=self.curve,
+                           seconds=self.seconds)
+
+    def gpu_seconds(self) -> float:
+        return tune_seconds(self.seconds, self.curve, self.result, self.evaluated)
 
 
 class RoundFinished(_Event):
@@ -343,9 +369,7 @@ def new_run_id(problem: ProblemRef, now: float | None = None) -> str:
 
 
 def versions() -> dict[str, str]:
-    import kerngen
-
-    out = {"kerngen": kerngen.__version__, "python": platform.python_version()}
+    out = {"kerngen": __version__, "python": platform.python_version()}
     try:
         import torch
 

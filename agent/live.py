@@ -2,7 +2,7 @@
 
 A journal listener: it sees every event as it is written. Disabled (a no-op) when stderr is not
 a terminal, so logs and pipes get plain text. Every cell is plain text (never rich markup) and
-goes through :func:`kerngen.harness.redact.printable`: what a model wrote (a tunable's name, a
+goes through :func:`kerngen.redact.printable`: what a model wrote (a tunable's name, a
 verdict's message) cannot move the cursor, clear the screen or write the clipboard."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kerngen.agent.tree import Tree
-from kerngen.harness.redact import printable
+from kerngen.redact import printable
 
 
 def _cell(text: Any) -> Text:

@@ -19,7 +19,7 @@
 - Budget: :meth:`LLMClient.limit_requests` caps the HTTP requests the client makes over its
   life (every attempt and retry counts, the ``check`` included); a request over it is not sent
   and the call fails with kind ``budget``.
-- Secrets: every message text goes through :func:`kerngen.harness.redact.redact` before it is
+- Secrets: every message text goes through :func:`kerngen.redact.redact` before it is
   sent or recorded, and the API key is registered with it (so no log that quotes a secret of
   the environment is ever sent to the endpoint).
 - Every call yields an :class:`LLMCall` (messages, answer, usage, cost, latency, attempts,
@@ -37,7 +37,6 @@ true for the kinds after which no other request can succeed either.
 
 from __future__ import annotations
 
-import email.utils
 import logging
 import random
 import re
@@ -50,13 +49,14 @@ from pydantic import BaseModel, Field
 from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
 from kerngen.agent.answers import AnswerError, parse_answer
+from kerngen.agent.llm_replies import Message
 from kerngen.agent.llm_config import LLMConfig, scrub
+from kerngen.agent.llm_replies import BadReply, Reply, error_text, one_line, read_reply, redacted_messages, response_schema, retry_after, root_cause, transient
 from kerngen.errors import LLMError
-from kerngen.harness.redact import redact, register_secret
+from kerngen.redact import redact, register_secret
 
 log = logging.getLogger("kerngen.llm")
 
-Message = dict[str, str]
 FATAL_KINDS = frozenset({"auth", "not_found", "no_endpoint", "bad_request"})
 _MAX_ERROR_CHARS = 300
 _STRUCTURED_REFUSAL = re.compile(r"response_format|json_schema|structured|guided|json mode", re.I)
@@ -93,9 +93,6 @@ class LLMCall(BaseModel):
     error: str = ""  # one line; empty when the answer was read
     started_at: float = 0.0  # unix time
 
-
-class _BadReply(Exception):
-    """The endpoint answered 200 with something that is not a readable chat completion."""
 
 
 class _BudgetSpent(Exception):
@@ -163,7 +160,7 @@ class LLMClient:
         Raises :class:`LLMError` (the endpoint failed) or :class:`AnswerError` (it answered, but
         not with a valid ``response_model``); both carry ``.call``.
         """
-        call = LLMCall(purpose=purpose, model=self.config.model, messages=_redacted(messages))
+        call = LLMCall(purpose=purpose, model=self.config.model, messages=redacted_messages(messages))
         return self._run(call, response_model, max_attempts=self.config.max_retries + 1)
 
     def check(self) -> LLMCall:
@@ -193,11 +190,11 @@ class LLMClient:
         call.started_at = time.time()
         t0 = time.perf_counter()
         failure: LLMError | None = None
-        reply: _Reply | None = None
+        reply: Reply | None = None
         retryer = Retrying(
             stop=stop_after_attempt(max_attempts),
             wait=self._wait,
-            retry=retry_if_exception(_transient),
+            retry=retry_if_exception(transient),
             sleep=self._sleep,
             before_sleep=lambda rs: self._log_retry(call, rs),
             reraise=True,
@@ -205,8 +202,8 @@ class LLMClient:
         try:
             for attempt in retryer:
                 with attempt:
-                    reply = _read_reply(self._request(call, response_model, extra or {}), self.config.base_url)
-        except (openai.OpenAIError, _BadReply, _BudgetSpent) as exc:
+                    reply = read_reply(self._request(call, response_model, extra or {}), self.config.base_url)
+        except (openai.OpenAIError, BadReply, _BudgetSpent) as exc:
             failure = self._to_llm_error(exc, call.attempts)
         call.latency_ms = (time.perf_counter() - t0) * 1e3
 
@@ -234,7 +231,7 @@ class LLMClient:
             except AnswerError as exc:
                 why = str(exc)
                 if reply.refusal:
-                    why = f"the model refused: {_one_line(self._clean(reply.refusal))}"
+                    why = f"the model refused: {one_line(self._clean(reply.refusal))}"
                 elif call.finish_reason == "length":
                     why += " (answer cut off: finish_reason=length)"
                 answer_error = AnswerError(why, call.response_text)
@@ -269,7 +266,7 @@ class LLMClient:
         try:
             response = self._send(call, kwargs)
         except (openai.BadRequestError, openai.UnprocessableEntityError) as exc:
-            if not (structured and _STRUCTURED_REFUSAL.search(_error_text(exc))):
+            if not (structured and _STRUCTURED_REFUSAL.search(error_text(exc))):
                 raise
             with self._lock:
                 if self._structured_ok:
@@ -296,7 +293,7 @@ class LLMClient:
             except Exception as exc:  # noqa: BLE001 - the reply is untrusted: whatever the SDK trips
                 # on while reading it (a truncated or non-UTF-8 body, ...) is a malformed reply,
                 # retried and then recorded as a failed call, never a crash of the search
-                raise _BadReply(f"unreadable reply ({type(exc).__name__}: {_one_line(str(exc), 120)})") from None
+                raise BadReply(f"unreadable reply ({type(exc).__name__}: {one_line(str(exc), 120)})") from None
 
     # ----- retries ----------------------------------------------------------------------------
     def _wait(self, retry_state: Any) -> float:
@@ -305,7 +302,7 @@ class LLMClient:
         n = max(1, retry_state.attempt_number)
         seconds = min(cfg.backoff_max_s, cfg.backoff_base_s * 2 ** (n - 1)) + random.uniform(0, cfg.backoff_base_s)
         exc = retry_state.outcome.exception() if retry_state.outcome else None
-        after = _retry_after(exc)
+        after = retry_after(exc)
         if after is not None:
             seconds = max(seconds, min(after, cfg.retry_after_max_s))
         return seconds
@@ -341,23 +338,23 @@ class LLMClient:
         """One scrubbed line for any SDK error."""
         if exc is None:
             return "unknown error"
-        if isinstance(exc, (_BadReply, _BudgetSpent)):
-            return _one_line(redact(scrub(str(exc), self.config.api_key)))
+        if isinstance(exc, (BadReply, _BudgetSpent)):
+            return one_line(redact(scrub(str(exc), self.config.api_key)))
         if isinstance(exc, openai.APITimeoutError):
             return f"timed out after {self.config.timeout_s:g}s"
         if isinstance(exc, openai.APIConnectionError):
-            return scrub(_root_cause(exc), self.config.api_key)
+            return scrub(root_cause(exc), self.config.api_key)
         if isinstance(exc, openai.APIStatusError):
-            return f"HTTP {exc.status_code}: {_one_line(scrub(_error_text(exc), self.config.api_key))}"
-        return _one_line(scrub(str(exc), self.config.api_key)) or type(exc).__name__
+            return f"HTTP {exc.status_code}: {one_line(scrub(error_text(exc), self.config.api_key))}"
+        return one_line(scrub(str(exc), self.config.api_key)) or type(exc).__name__
 
     def _classify(self, exc: BaseException) -> str:
-        if isinstance(exc, _BadReply):
+        if isinstance(exc, BadReply):
             return "bad_reply"
         if isinstance(exc, _BudgetSpent):
             return "budget"
         status = getattr(exc, "status_code", None)
-        text = _error_text(exc) if isinstance(exc, openai.APIStatusError) else ""
+        text = error_text(exc) if isinstance(exc, openai.APIStatusError) else ""
         code = str(getattr(exc, "code", "") or "")
         if isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)):
             return "auth"
@@ -373,7 +370,7 @@ class LLMClient:
             return "gave_up"
         if isinstance(exc, openai.APIConnectionError):
             return "unreachable"
-        return "gave_up" if _transient(exc) else "bad_request"
+        return "gave_up" if transient(exc) else "bad_request"
 
     def _to_llm_error(self, exc: BaseException, attempts: int) -> LLMError:
         cfg = self.config
@@ -392,185 +389,14 @@ class LLMClient:
             "bad_reply": what if what.startswith(url) else f"{url} sent a malformed reply: {what}",
             "budget": what,
         }[kind]
-        if _transient(exc) and attempts > 1:
+        if transient(exc) and attempts > 1:
             msg += f" (after {attempts} attempts)"
-        err = LLMError(_one_line(redact(scrub(msg, cfg.api_key)), limit=2 * _MAX_ERROR_CHARS))
+        err = LLMError(one_line(redact(scrub(msg, cfg.api_key)), limit=2 * _MAX_ERROR_CHARS))
         err.kind = kind  # type: ignore[attr-defined]
         err.fatal = kind in FATAL_KINDS  # type: ignore[attr-defined]
         err.status = status  # type: ignore[attr-defined]
         err.attempts = attempts  # type: ignore[attr-defined]
         return err
-
-
-def response_schema(model_cls: type[BaseModel]) -> tuple[dict[str, Any], bool]:
-    """The JSON schema to send, and whether it can be sent as ``strict``.
-
-    Strict mode wants every object closed (``additionalProperties: false``) with all its
-    properties required, and no ``default``/``oneOf``. A schema with an open dict (a free-form
-    mapping such as ``KernelSpec.tunables``) cannot be; it goes as is, non-strict.
-    """
-    schema = model_cls.model_json_schema()
-    strict = _make_strict(schema)
-    return (strict, True) if strict is not None else (schema, False)
-
-
-def _make_strict(node: Any) -> Any:
-    if isinstance(node, list):
-        out = [_make_strict(v) for v in node]
-        return None if any(v is None for v in out) else out
-    if not isinstance(node, dict):
-        return node
-    out: dict[str, Any] = {}
-    for key, value in node.items():
-        if key == "default":
-            continue
-        if key == "oneOf":
-            key = "anyOf"
-        if key == "additionalProperties" and value not in (False,):
-            return None
-        if key in ("properties", "$defs"):
-            converted = {k: _make_strict(v) for k, v in value.items()}
-            if any(v is None for v in converted.values()):
-                return None
-            out[key] = converted
-            continue
-        converted_value = _make_strict(value)
-        if converted_value is None and value is not None:
-            return None
-        out[key] = converted_value
-    if out.get("type") == "object" or "properties" in out:
-        out["additionalProperties"] = False
-        out["required"] = list(out.get("properties", {}))
-    return out
-
-
-def _transient(exc: BaseException) -> bool:
-    if isinstance(exc, (openai.APIConnectionError, _BadReply)):  # timeouts included
-        return True
-    if isinstance(exc, openai.APIStatusError):
-        return exc.status_code in (408, 409, 429) or exc.status_code >= 500
-    return False
-
-
-def _retry_after(exc: BaseException | None) -> float | None:
-    response = getattr(exc, "response", None)
-    headers = getattr(response, "headers", None)
-    if headers is None:
-        return None
-    ms = headers.get("retry-after-ms")
-    if ms:
-        try:
-            return max(0.0, float(ms) / 1e3)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time()) if when is not None else None
-
-
-def _error_text(exc: openai.APIError) -> str:
-    body = getattr(exc, "body", None)
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        if isinstance(inner, dict) and inner.get("message"):
-            return str(inner["message"])
-        if isinstance(inner, str):
-            return inner
-        if body.get("message"):
-            return str(body["message"])
-        if body.get("detail"):
-            return str(body["detail"])
-    if isinstance(body, str) and body.strip():
-        return body
-    return getattr(exc, "message", "") or str(exc)
-
-
-def _root_cause(exc: BaseException) -> str:
-    seen = set()
-    cur: BaseException | None = exc
-    last = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        last = cur
-        cur = cur.__cause__ or cur.__context__
-    text = str(last)
-    if "refused" in text.lower():
-        return "connection refused"
-    if re.search(r"name or service not known|nodename nor servname|getaddrinfo|name resolution", text, re.I):
-        return "host name not found"
-    return _one_line(text) or "connection error"
-
-
-def _redacted(messages: Sequence[Message]) -> list[Message]:
-    """The messages as they may be sent and recorded: every text redacted (no secret of the
-    environment, no API key), whatever a prompt quoted (a compile log, a problem file)."""
-    out: list[Message] = []
-    for m in messages:
-        out.append({k: redact(v) if isinstance(v, str) else v for k, v in dict(m).items()})
-    return out
-
-
-class _Reply(BaseModel):
-    """What is read of a chat completion, every field checked."""
-
-    text: str = ""
-    refusal: str = ""
-    finish_reason: str = ""
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-
-
-def _read_reply(response: Any, base_url: str) -> _Reply:
-    """The first choice's text, refusal, finish reason and token counts of ``response`` (the
-    SDK's object, built without validation from the endpoint's JSON). :class:`_BadReply` when it
-    is no chat completion, has no ``choices`` or a field has the wrong type; a missing usage or
-    finish reason is not an error (some servers leave them out), an empty ``choices`` list is an
-    empty answer."""
-    choices = getattr(response, "choices", None)
-    if not hasattr(response, "choices") or isinstance(response, (str, bytes, dict, list)) or response is None:
-        raise _BadReply(f"{base_url} did not answer like a chat-completions API "
-                        "(check base_url; it usually ends in /v1)")
-    if choices is None:
-        raise _BadReply("the reply has no 'choices'")
-    if not isinstance(choices, list):
-        raise _BadReply(f"'choices' is of type {type(choices).__name__}, not a list")
-    reply = _Reply()
-    if choices:
-        choice = choices[0]
-        message = getattr(choice, "message", None)
-        if message is None:
-            raise _BadReply(f"'choices[0]' has no message (it is of type {type(choice).__name__})")
-        content = getattr(message, "content", None)
-        if content is not None and not isinstance(content, str):
-            raise _BadReply(f"'content' is of type {type(content).__name__}, not a string")
-        refusal = getattr(message, "refusal", None)
-        finish = getattr(choice, "finish_reason", None)
-        reply.text = content or ""
-        reply.refusal = refusal if isinstance(refusal, str) else ""
-        reply.finish_reason = finish if isinstance(finish, str) else ""
-    usage = getattr(response, "usage", None)
-    reply.prompt_tokens = _count(getattr(usage, "prompt_tokens", 0))
-    reply.completion_tokens = _count(getattr(usage, "completion_tokens", 0))
-    return reply
-
-
-def _count(value: Any) -> int:
-    """A token count as reported, or 0 when it is not a sane one."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**40 else 0
-
-
-def _one_line(text: str, limit: int = _MAX_ERROR_CHARS) -> str:
-    line = " ".join(str(text).split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 __all__ = ["FATAL_KINDS", "LLMCall", "LLMClient", "LLMUsage", "Message", "response_schema"]

@@ -5,7 +5,7 @@ by the path of a KernelBench ``.py`` file. Importing that file runs its code, so
 
 * When a search starts, :func:`record_for_run` keeps what ``show``, ``report``, ``export``,
   ``suite`` and ``kerngen.load`` need as data in the ``run_started`` event
-  (:class:`ProblemRecord`: the problem's :class:`~kerngen.problems.problem.ProblemInfo`, the
+  (:class:`ProblemRecord`: the problem's :class:`~kerngen.problems.info.ProblemInfo`, the
   file's text and its sha256). Those commands read :func:`recorded_info` and never import a
   problem file: for an older run without the record they fall back only to a built-in (kerngen's
   own file), else they say what is missing.
@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from kerngen.agent.safe_paths import UnsafePathError, regular_file, shown
 from kerngen.errors import KerngenError, ProblemError
-from kerngen.problems.problem import ProblemInfo
+from kerngen.problems.info import ProblemInfo
 from kerngen.problems.ref import ProblemRef
 
 TRUST_FILE = "trusted-problems.txt"
@@ -67,7 +67,7 @@ def _read(path: Path) -> bytes:
 
 def record_problem(ref: ProblemRef) -> ProblemRecord:
     """Load ``ref`` (this imports the file: only for a problem the user named) and record it."""
-    from kerngen.problems.problem import load_problem
+    from kerngen.problems.load import load_problem
 
     problem = load_problem(ref)
     data = _read(problem.path)
@@ -111,7 +111,7 @@ def recorded_info(started: Any) -> ProblemInfo:
         return record.info
     ref = builtin_ref(started.problem)
     if ref is not None:
-        from kerngen.problems.problem import load_problem
+        from kerngen.problems.load import load_problem
 
         return load_problem(ref).info
     raise ProblemError(

@@ -16,12 +16,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from pydantic import BaseModel, Field
-
 from kerngen.agent.budget import Usage
 from kerngen.errors import KerngenError, LLMError
 from kerngen.harness.results import EvalResult, GpuFacts
 from kerngen.harness.spec import KernelSpec
+from kerngen.harness.tune_outcome import TuneOutcome
 from kerngen.problems.ref import ProblemRef
 
 KINDS = ("auto", "llm", "playbook", "scripted")
@@ -40,7 +39,7 @@ def resolve_kind(kind: str, model: str | None) -> str:
 def playbook_seed(problem: ProblemRef) -> Any | None:
     """The playbook's first kernel for ``problem`` (to seed an LLM's first round), or None."""
     from kerngen.agent.playbook import seed_specs
-    from kerngen.problems.problem import load_problem
+    from kerngen.problems.load import load_problem
 
     specs = seed_specs(load_problem(problem))
     return specs[0] if specs else None
@@ -60,7 +59,7 @@ def make_proposer(kind: str, problem: ProblemRef, *, usage: Usage, model: str | 
         return ScriptedProposer(), None
     if kind == "playbook":
         from kerngen.agent.playbook import PlaybookProposer
-        from kerngen.problems.problem import load_problem
+        from kerngen.problems.load import load_problem
 
         proposer = PlaybookProposer(load_problem(problem))
         if proposer.match is None:
@@ -80,21 +79,13 @@ def make_proposer(kind: str, problem: ProblemRef, *, usage: Usage, model: str | 
 
 
 # ----- the tuner, as the search calls it ----------------------------------------------------
-class TuneOutcome(BaseModel):
-    config: dict[str, int]
-    result: EvalResult
-    evaluated: int
-    curve: list[dict] = Field(default_factory=list)
-    seconds: float = 0.0
-
-
 def make_tuner(evaluator: Any, problem: ProblemRef, gpu: GpuFacts, *, max_evals: int = 60,
                minutes: float | None = 3.0) -> Any | None:
     """A ``(problem, spec, result) -> TuneOutcome | None`` over :func:`kerngen.harness.tuner.tune`
     (a spec with one configuration has nothing to tune: None)."""
     from kerngen.harness.tune_cache import TuneCache
     from kerngen.harness.tuner import tune
-    from kerngen.problems.problem import load_problem
+    from kerngen.problems.load import load_problem
 
     info = load_problem(problem).info
     cache = TuneCache()  # a resumed or repeated search reuses what was measured
@@ -111,10 +102,6 @@ def make_tuner(evaluator: Any, problem: ProblemRef, gpu: GpuFacts, *, max_evals:
             return None
         res = tune(evaluator, ref, spec, sizes=sizes, tensors=tensors, gpu=gpu, max_evals=max_evals,
                    minutes=limit, cache=cache)
-        if res.best_config is None or res.best is None:
-            return None
-        curve = [p.model_dump() for p in res.curve]
-        return TuneOutcome(config=res.best_config, result=res.best, evaluated=len(res.evaluated), curve=curve,
-                           seconds=float(res.seconds))
+        return res.outcome()
 
     return run

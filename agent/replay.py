@@ -153,7 +153,7 @@ def replay_table(rep: ReplayOutcome) -> Any:
     from rich.table import Table
     from rich.text import Text
 
-    from kerngen.harness.redact import printable
+    from kerngen.redact import printable
 
     o_gpu = rep.original.tree.gpu.name if rep.original.tree.gpu else "?"
     n_gpu = rep.outcome.tree.gpu.name if rep.outcome.tree.gpu else "?"

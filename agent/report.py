@@ -18,12 +18,17 @@ import math
 from pathlib import Path
 from typing import Any
 
-from kerngen.agent.journal import NodeEvaluated, NodeTuned, RoundFinished, write_atomic
+from kerngen.agent.journal import DEMO_LABEL, NodeEvaluated, NodeTuned, RoundFinished, write_atomic
 from kerngen.agent.report_charts import Point, RooflineData, Series
+from kerngen.agent.show import spent_wall_s
 from kerngen.agent.tree import Node, Run
-from kerngen.errors import ProblemError
-from kerngen.harness.redact import printable
+from kerngen.errors import KerngenError, ProblemError
+from kerngen.redact import printable
 from kerngen.harness.spec import KernelSpec
+
+class ReportError(KerngenError):
+    """The report cannot be written where it was asked to go."""
+
 
 MAX_DIFF_LINES = 4000  # a longer source gets no diff (difflib is quadratic: a journal must not hang it)
 
@@ -59,7 +64,7 @@ def progress_series(run: Run) -> tuple[Series, Series]:
             by_gpu.points.append(Point(x=gpu_s, y=_score(run, ev.result.ms) if ok else 0.0, ok=ok,
                                        label=f"#{ev.id}"))
         elif isinstance(ev, NodeTuned):
-            gpu_s += sum(float(c.get("wall_s") or 0.0) for c in ev.curve) or (ev.result.wall_s if ev.result else 0.0)
+            gpu_s += ev.gpu_seconds() if ev.result is not None else 0.0  # as the search counts it
             ok = ev.result is not None and ev.result.ok
             if ok:
                 by_gpu.points.append(Point(x=gpu_s, y=_score(run, ev.result.ms), label=f"#{ev.id} tuned"))
@@ -67,13 +72,18 @@ def progress_series(run: Run) -> tuple[Series, Series]:
 
 
 def tuning_series(run: Run) -> list[Series]:
+    """One series per tuned node: the time of each configuration tried (x: evaluations so far).
+    A journal whose curve holds only the best so far (the real tuner's older shape) plots that."""
     out = []
     for node_id, ev in sorted(run.tuned.items()):
-        s = Series(name=f"#{node_id}")
-        for i, c in enumerate(ev.curve):
-            ms = c.get("ms")
-            ok = c.get("verdict", "ok") == "ok" and isinstance(ms, (int, float)) and math.isfinite(ms)
-            s.points.append(Point(x=i, y=float(ms) if ok else 0.0, ok=ok))
+        if ev.outcome() is None:
+            continue  # the tuner found nothing: no curve to draw
+        per_config = any(p.ms is not None for p in ev.curve)
+        s = Series(name=f"#{node_id}" if per_config else f"#{node_id} (best so far)")
+        for p in ev.curve:
+            y = p.ms if per_config else p.best_ms
+            ok = (p.ok if per_config else y is not None) and y is not None and math.isfinite(y)
+            s.points.append(Point(x=p.evals, y=float(y) if ok else 0.0, ok=ok))  # type: ignore[arg-type]
         out.append(s)
     return out
 
@@ -231,9 +241,23 @@ def _facts(run: Run) -> dict[str, Any]:
 
 
 def _tuning_tables(run: Run) -> list[dict[str, Any]]:
-    return [{"id": nid, "rows": [{"config": ", ".join(f"{k}={v}" for k, v in (c.get("config") or {}).items()),
-                                  "ms": c.get("ms"), "verdict": c.get("verdict", "")} for c in ev.curve],
-             "best": ev.config} for nid, ev in sorted(run.tuned.items())]
+    """Per tuned node: what it kept, how long it took, and every configuration tried."""
+    out = []
+    for nid, ev in sorted(run.tuned.items()):
+        o = ev.outcome()
+        if o is None:
+            continue
+        node = run.nodes.get(nid)
+        before = node.result.ms if node is not None and node.result is not None and node.result.ok else None
+        out.append({
+            "id": nid, "best": ", ".join(f"{k}={v}" for k, v in o.config.items()), "ms": o.result.ms,
+            "before_ms": before, "gain": before / o.result.ms if before and o.result.ms > 0 else None,
+            "evaluated": o.evaluated, "seconds": o.gpu_seconds(),
+            "rows": [{"evals": p.evals, "config": ", ".join(f"{k}={v}" for k, v in (p.config or {}).items()) or "-",
+                      "ms": p.ms, "verdict": p.verdict or "-", "best_ms": p.best_ms, "seconds": p.seconds}
+                     for p in o.curve],
+        })
+    return out
 
 
 def context(run: Run) -> dict[str, Any]:
@@ -250,7 +274,8 @@ def context(run: Run) -> dict[str, Any]:
         "best": {"id": best.id, "idea": best.idea.text if best.idea else "", "config": best.config,
                  **run.tree.figures(best)} if best else None,
         "verdicts": sorted(verdicts.items()), "nodes": len(run.nodes), "rounds": len(run.tree.rounds_finished),
-        "elapsed_min": run.elapsed_s() / 60, "usage": run.finished.usage if run.finished else {},
+        "elapsed_min": spent_wall_s(run) / 60,  # the same minutes as `kerngen show`
+        "demo": DEMO_LABEL if run.started.demo else "", "usage": run.finished.usage if run.finished else {},
         "tree": tree_view(run), "charts": charts(run), "tuning": _tuning_tables(run), "facts": _facts(run),
         "problem_info": problem_view(run),
     }
@@ -267,10 +292,24 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def _fmt(value: Any, spec: str = ".4f", suffix: str = "") -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "-"
+def _fmt(value: Any, spec: str = ".4g", suffix: str = "") -> str:
+    """A number as text ("-" for none): milliseconds (the default) to 4 significant digits."""
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "-" if value is None or isinstance(value, (int, float)) else str(value)
+    if spec == ".4g" and abs(value) >= 1e4:
+        return f"{value:,.0f}{suffix}"  # never 1.235e+04 for a time
     return f"{value:{spec}}{suffix}"
+
+
+def _num(value: Any) -> str:
+    """Any value of a configuration table: floats to 4 significant digits, large ints grouped."""
+    if isinstance(value, bool) or value is None:
+        return "-" if value is None else str(value)
+    if isinstance(value, int):
+        return f"{value:,}" if abs(value) >= 1e5 else str(value)
+    if isinstance(value, float):
+        return _fmt(value, ".4g") if abs(value) < 1e6 else f"{value:.4g}"
+    return str(value)
 
 
 def render(run: Run) -> str:
@@ -280,6 +319,8 @@ def render(run: Run) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["fmt"] = _fmt
+    env.filters["num"] = _num
+    env.filters["cfg"] = lambda c: ", ".join(f"{k}={v}" for k, v in (c or {}).items()) or "-"
     ctx = context(run)
     charts_svg = ctx.pop("charts")
     ctx = _clean(ctx)
@@ -289,8 +330,13 @@ def render(run: Run) -> str:
 
 
 def write_report(run: Run, out: str | Path | None = None) -> Path:
-    """Render ``run`` to ``out`` (default: ``<run>/report.html``); returns the path written."""
+    """Render ``run`` to ``out`` (default: ``<run>/report.html``; a folder: ``<out>/<run id>.html``);
+    returns the path written."""
     path = Path(out) if out is not None else run.path / "report.html"
+    if path.is_dir() or (out is not None and str(out).endswith(("/", "\\"))):
+        path = path / f"{run.id}.html"  # a folder, existing or meant (a trailing slash): the report goes inside
+    if not path.parent.is_dir():
+        raise ReportError(f"cannot write {path}: no folder {path.parent}")
     write_atomic(path, render(run))
     return path
 

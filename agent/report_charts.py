@@ -71,6 +71,23 @@ def _figure(ncols: int = 1, width: float = 6.4, height: float = 3.4):
     return fig, list(axes[0])
 
 
+def _from_zero(ax, *, top_pad: float = 1.08) -> None:
+    """A linear y axis that starts at zero: a 0.02% change must look like one, not like a jump."""
+    lo, hi = ax.get_ylim()
+    ax.set_ylim(0.0, max(hi, 1e-12) * (top_pad if hi > 0 else 1.0))
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(nbins=6))
+
+
+def ridge_point(copy_gbps: float | None, peak_tflops: float | None) -> float | None:
+    """Arithmetic intensity (FLOP/B) where the bandwidth roof meets the compute roof:
+    peak FLOP/s / bytes/s = (TFLOP/s x 1e12) / (GB/s x 1e9)."""
+    if not copy_gbps or not peak_tflops or copy_gbps <= 0 or peak_tflops <= 0:
+        return None
+    return peak_tflops * 1e12 / (copy_gbps * 1e9)
+
+
 def progress_chart(by_round: Series, by_gpu: Series, ylabel: str) -> str | None:
     """Best-so-far over rounds (left) and over GPU seconds (right), every evaluation as a dot."""
     if not by_round.points and not by_gpu.points:
@@ -86,6 +103,7 @@ def progress_chart(by_round: Series, by_gpu: Series, ylabel: str) -> str | None:
         ax1.set_xlabel("round")
         ax1.set_ylabel(ylabel)
         ax1.set_title("best so far, per round")
+        _from_zero(ax1)
         ok = [p for p in by_gpu.points if p.ok]
         if ok:
             best, ys = None, []
@@ -98,6 +116,7 @@ def progress_chart(by_round: Series, by_gpu: Series, ylabel: str) -> str | None:
         ax2.set_xlabel("GPU seconds (evaluations and tuning)")
         ax2.set_ylabel(ylabel)
         ax2.set_title("best so far, over GPU time")
+        _from_zero(ax2)
         return to_svg(fig)
 
 
@@ -129,6 +148,7 @@ def tuning_chart(curves: Sequence[Series]) -> str | None:
         ax.set_xlabel("configuration tried (in order)")
         ax.set_ylabel("median ms")
         ax.set_title("autotuning of each survivor (dashed: best so far)")
+        _from_zero(ax)
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, title="node")
         return to_svg(fig)
 
@@ -148,11 +168,20 @@ def _roofline(data: RooflineData) -> str:
     gflops = lambda ms: data.flops / (ms * 1e-3) / 1e9  # noqa: E731
     with plt.rc_context(_STYLE):
         fig, (ax,) = _figure(1, width=7.0, height=4.0)
-        xs = [ai * f for f in (1e-3, 1e-2, 1e-1, 1, 10, 100, 1e3)]
+        ridge = ridge_point(data.copy_gbps, data.peak_tflops)
+        # the roof is drawn through its ridge point (a corner between two samples would be drawn
+        # at the next sample instead: near 68 FLOP/B for a ridge of 12)
+        xs = sorted({ai * f for f in (1e-3, 1e-2, 1e-1, 1, 10, 100, 1e3)} | ({ridge} if ridge else set()))
+        if ridge:
+            lo, hi = min(xs), max(xs)
+            xs = sorted({min(lo, ridge / 10), ridge, max(hi, ridge * 10)} | set(xs))
         if data.copy_gbps or data.peak_tflops:
             ceil = [min(data.copy_gbps * x if data.copy_gbps else float("inf"),
                         data.peak_tflops * 1e3 if data.peak_tflops else float("inf")) for x in xs]
             ax.plot(xs, ceil, color="black", label="measured ceiling (copy bandwidth, matmul rate)")
+            if ridge:
+                ax.axvline(ridge, color="black", linestyle=":", linewidth=0.8,
+                           label=f"ridge point {ridge:.1f} FLOP/B")
         ax.scatter([ai] * len(data.kernels), [gflops(p.y) for p in data.kernels], s=14, color="#1f77b4",
                    alpha=0.7, label="correct kernels")
         for i, p in enumerate(data.references):
@@ -183,6 +212,7 @@ def _bandwidth(data: RooflineData) -> str:
         if data.copy_gbps:
             ax.axhline(data.copy_gbps, color="black", label="measured device copy bandwidth")
         ax.set_ylabel("achieved GB/s (minimum bytes / time)")
+        _from_zero(ax)
         ax.set_xlabel("node")
         ax.set_title("bandwidth achieved (no FLOP count for this problem)")
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)

@@ -16,20 +16,22 @@ from typing import Any, List, Optional
 import typer
 from rich.console import Console
 
-from kerngen.agent.cli import _guard, make_evaluator
+from kerngen.agent.cli import make_evaluator
+
+from kerngen.guard import guard
 
 
 def register(app: typer.Typer) -> None:
-    app.command("suite")(_guard(suite, data=True))
-    app.command("report")(_guard(report, data=True))
-    app.command("export")(_guard(export, data=True))
+    app.command("suite")(guard(suite, data=True))
+    app.command("report")(guard(report, data=True))
+    app.command("export")(guard(export, data=True))
 
 
 def _say(text: object) -> str:
     """Text from a run or an evaluation as rich markup that prints it as is."""
     from rich.markup import escape
 
-    from kerngen.harness.redact import printable
+    from kerngen.redact import printable
 
     return escape(printable(str(text)))
 
@@ -123,7 +125,8 @@ def print_suite(rep: Any) -> None:
 # ----- report -------------------------------------------------------------------------------
 def report(
     run: str = typer.Argument(..., help="a run folder, or a run id under --runs-dir"),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="HTML file to write [RUN/report.html]"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="HTML file to write, or a folder to write "
+                                                                 "RUN_ID.html into [RUN/report.html]"),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir"),
 ) -> None:
     """Write one self-contained HTML report of a run (tree of ideas, charts, configuration)."""
@@ -147,6 +150,9 @@ def export(
 
     res = export_run(run, out, runs_dir=runs_dir, name=name, arch=arch)
     console = Console(highlight=False)
+    if res.name.startswith("demo_") and name is None:
+        console.print("[bold red]DEMO (scripted, not measured on a GPU)[/]: this run's kernel is a toy and its "
+                      "times are made up")
     console.print(f"exported {res.op} to {_say(res.dir)}:")
     for p in res.files():
         console.print(f"  {_say(p.name)}")

@@ -15,7 +15,6 @@ import re
 import time
 from typing import Any, Sequence
 
-from pydantic import BaseModel, Field
 
 from kerngen.agent.proposer import Branch, Category, Idea, NodeSummary, SearchContext
 from kerngen.harness.evaluator import Candidate, EvalOptions, OnResult
@@ -23,6 +22,7 @@ from kerngen.harness.results import (
     Baseline, CheckEvidence, CheckFailure, CompileInfo, EvalResult, GpuFacts, KernelResources, Timing, Verdict,
 )
 from kerngen.harness.spec import KernelSpec
+from kerngen.harness.tune_outcome import TuneOutcome, TunePoint
 from kerngen.problems.ref import ProblemRef
 
 SCRIPTED_GPU = "scripted evaluator (deterministic, no GPU, times are made up)"
@@ -86,6 +86,7 @@ class ScriptedProposer:
     """Deterministic answers; counts every question in ``calls`` and keeps the ``tried`` lists."""
 
     name = "scripted"
+    demo = True  # a run with it is a demo (journaled in run_started)
 
     def __init__(self, start_ms: float = 1.2, fail_every: int = 3) -> None:
         self.start_ms = start_ms
@@ -161,9 +162,12 @@ class ScriptedEvaluator:
     ``calls``: evaluate() calls; ``evaluated``: candidates; ``delay_s``: sleep per candidate
     (kill tests); ``gpu_name``: the name it reports (to tell two "GPUs" apart in replays)."""
 
+    demo = True  # made-up times: a run with it is a demo (journaled in run_started)
+
     def __init__(self, delay_s: float = 0.0, gpu_name: str = SCRIPTED_GPU, scale: float = 1.0,
                  degenerate: bool = False) -> None:
         self.delay_s = delay_s
+        self.concurrency = 1  # one candidate at a time (Evaluator.concurrency)
         self.gpu_name = gpu_name
         self.scale = scale
         self.degenerate = degenerate
@@ -224,11 +228,7 @@ class ScriptedEvaluator:
         return None
 
 
-class ScriptedTuneOutcome(BaseModel):
-    config: dict[str, int]
-    result: EvalResult
-    evaluated: int
-    curve: list[dict] = Field(default_factory=list)
+ScriptedTuneOutcome = TuneOutcome  # the one tuning outcome type (kerngen.harness.tune_outcome)
 
 
 class ScriptedTuner:
@@ -245,11 +245,11 @@ class ScriptedTuner:
             return None
         results = self.evaluator.evaluate(problem, [Candidate(spec=spec, config=c) for c in configs])
         curve, best = [], None
-        for c, r in zip(configs, results):
-            curve.append({"config": c, "ms": r.ms if r.ok else None, "verdict": r.verdict.value,
-                          "wall_s": r.wall_s})
+        for i, (c, r) in enumerate(zip(configs, results)):
             if r.ok and (best is None or r.ms < best[1].ms):
                 best = (c, r)
+            curve.append(TunePoint(evals=i + 1, config=c, ms=r.ms if r.ok else None, verdict=r.verdict.value,
+                                   wall_s=r.wall_s, best_ms=best[1].ms if best else None))
         if best is None:
             return None
-        return ScriptedTuneOutcome(config=best[0], result=best[1], evaluated=len(configs), curve=curve)
+        return TuneOutcome(config=best[0], result=best[1], evaluated=len(configs), curve=curve)

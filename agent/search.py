@@ -23,23 +23,28 @@ Entry points: :func:`run_search`, :func:`resume_search`.
 from __future__ import annotations
 
 import inspect
-import json
 import math
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Literal, Protocol, Sequence
+from typing import Any, Callable, Iterable, Literal, Sequence
 
 from kerngen.agent.budget import (
-    SearchBudget, SearchConfig, Usage, exhausted, remaining_wall_s, resume_budget, time_exhausted,
+    SearchBudget, SearchConfig, Usage, exhausted, remaining_wall_s, time_exhausted,
 )
 from kerngen.agent.journal import (
-    BEST, TREE, BaselineEvent, IdeasEvent, ImplementedEvent, Journal, NodeCreated, NodeEvaluated, NodeTuned,
-    RoundFinished, RoundStarted, RunFinished, RunResumed, RunStarted, new_run_id, versions, write_atomic,
+    BaselineEvent, IdeasEvent, ImplementedEvent, Journal, NodeCreated, NodeEvaluated, NodeTuned,
+    RoundFinished, RoundStarted, RunFinished, RunResumed, RunStarted, new_run_id, versions,
 )
+from kerngen.agent.context import default_context
+from kerngen.agent.idea_outcomes import repair_chain, repair_target, tried
 from kerngen.agent.problem_data import record_for_run
-from kerngen.agent.proposer import Branch, Idea, Proposer, SearchContext, TriedIdea
+from kerngen.agent.run_files import write_derived
+from kerngen.agent.search_records import (
+    answer_items, answers_of, branch_of, gpu_seconds, ideas_of, node_key, recorded_budget,
+)
+from kerngen.agent.proposer import Branch, Proposer, SearchContext
 from kerngen.agent.tree import (
     AnswerBook, Key, Node, Run, Tree, ideas_key, implement_key, load_run, repair_key,
 )
@@ -47,46 +52,16 @@ from kerngen.errors import JournalError, KerngenError, ProblemError
 from kerngen.harness.evaluator import Candidate, EvalOptions, Evaluator
 from kerngen.harness.results import Baseline, EvalResult, GpuFacts
 from kerngen.harness.spec import KernelSpec
+from kerngen.harness.tune_outcome import TuneOutcome, TunePoint
 from kerngen.problems.ref import ProblemRef
 
 
-# ----- the tuner's interface (implemented in kerngen.harness.tuner by its owner) ------------
-class TuneOutcomeLike(Protocol):
-    config: dict[str, int]
-    result: EvalResult
-    evaluated: int
-    curve: list[dict]
-
+# ----- the tuner's interface: THE tuning outcome type (kerngen.harness.tune_outcome) ----------
 
 # a tuner that takes a ``minutes=`` keyword gets what is left of the wall-clock budget
-Tuner = Callable[[ProblemRef, KernelSpec, EvalResult], "TuneOutcomeLike | None"]
+Tuner = Callable[[ProblemRef, KernelSpec, EvalResult], "TuneOutcome | None"]
 ContextFactory = Callable[[ProblemRef, GpuFacts, "Baseline | None"], SearchContext]
 Mode = Literal["new", "resume", "replay"]
-
-
-# ----- the problem as a proposer sees it ----------------------------------------------------
-def default_context(problem: ProblemRef, gpu: GpuFacts, baseline: Baseline | None) -> SearchContext:
-    """SearchContext from :func:`kerngen.problems.problem.load_problem` (its info and source)."""
-    from kerngen.problems.problem import load_problem
-
-    prob = load_problem(problem)
-    info = prob.info
-    tensors: dict[str, list[int]] = {}
-    dtypes: dict[str, str] = {}
-    for group in ("inputs", "params", "outputs"):
-        for t in getattr(info, group, None) or []:
-            tensors[t.name] = list(t.shape)
-            dtypes[t.name] = str(t.dtype)
-    return SearchContext(
-        problem_name=info.name, problem_source=prob.source(), problem_summary=info.summary(),
-        sizes=dict(getattr(info, "sizes", {}) or {}), tensors=tensors, dtypes=dtypes, gpu=gpu, baseline=baseline,
-    )
-
-
-def minimal_context(problem: ProblemRef, gpu: GpuFacts, baseline: Baseline | None) -> SearchContext:
-    """A context that needs nothing but the reference (tests, the scripted demo)."""
-    return SearchContext(problem_name=problem.source, problem_source="", problem_summary=problem.label(),
-                         gpu=gpu, baseline=baseline)
 
 
 # ----- outcome ------------------------------------------------------------------------------
@@ -162,8 +137,8 @@ class Search:
     def _on_event(self, ev: Any) -> None:
         self.tree.apply(ev)
         if isinstance(ev, NodeCreated):
-            self.node_by_key[_node_key(ev)] = ev.id
-        for key, answer in _answers_of(ev):
+            self.node_by_key[node_key(ev)] = ev.id
+        for key, answer in answers_of(ev):
             self.own.answers[key] = answer
 
     def _write(self, ev: Any) -> Any:
@@ -178,7 +153,7 @@ class Search:
             for ev in events:
                 self._on_event(ev)
             self.usage.prior_wall_s = self.record.elapsed_s()
-            self.usage.gpu_s = _gpu_seconds(events)
+            self.usage.gpu_s = gpu_seconds(events)
             llm = [e for e in events if e.type == "llm_call"]
             if llm:  # running totals; the largest (calls made from threads may land out of order)
                 self.usage.calls, self.usage.tokens = max(e.calls for e in llm), max(e.tokens for e in llm)
@@ -208,6 +183,7 @@ class Search:
             proposer=getattr(self.proposer, "name", type(self.proposer).__name__), model=self.model,
             versions=versions(), gpu=gpu, seed_spec=self.seed_spec, replay_of=replay_of, argv=self.argv,
             problem_info=problem_info,
+            demo=getattr(self.proposer, "demo", False) is True or getattr(self.evaluator, "demo", False) is True,
         ))
 
     # ----- the run ----------------------------------------------------------------------------
@@ -291,7 +267,7 @@ class Search:
                 improved = best_ms < prev_best * (1 - self.budget.min_gain) if math.isfinite(best_ms) else False
                 self._write(RoundFinished(round=r, best=best.id if best else None,
                                           best_ms=best_ms if math.isfinite(best_ms) else None, improved=improved,
-                                          tried=self._tried(r), usage=self.usage.snapshot()))
+                                          tried=tried(self.tree, r), usage=self.usage.snapshot()))
             self.write_derived()
             prev_best = min(prev_best, best_ms)
             stale = 0 if improved else stale + 1
@@ -351,7 +327,7 @@ class Search:
             ideas, journaled = self._ask(ideas_key(r, pid), lambda: self.proposer.ideas(ctx, parent, self.config.ideas))
             if ideas is None:
                 continue
-            ideas = _ideas_of(ideas, self.config.ideas)
+            ideas = ideas_of(ideas, self.config.ideas)
             if not journaled:
                 self._write(IdeasEvent(round=r, parent=pid, ideas=ideas))
             for i, idea in enumerate(ideas):
@@ -360,7 +336,7 @@ class Search:
                     key, lambda: self.proposer.implement(ctx, parent, idea, self.config.branches))
                 if branches is None:
                     continue
-                branches = [_branch_of(b) for b in _items(branches)[: self.config.branches]]
+                branches = [branch_of(b) for b in answer_items(branches)[: self.config.branches]]
                 if not journaled:
                     self._write(ImplementedEvent(round=r, parent=pid, idea_index=i, branches=branches))
                 for j, br in enumerate(branches):
@@ -435,7 +411,7 @@ class Search:
         left = remaining_wall_s(self.budget, self.usage)
         if left is None or self.strict or self.budget.wall_minutes is None:
             return pending
-        gpus = _gpu_count(self.evaluator)
+        gpus = max(1, int(self.evaluator.concurrency))
         per = self._eval_s / self._eval_n if self._eval_n else self.PRIOR_EVAL_S / gpus
         target = min(left, 0.05 * self.budget.wall_minutes * 60.0)
         return max(1, min(pending, max(gpus, int(target / max(per, 1e-6)))))
@@ -460,15 +436,15 @@ class Search:
                         continue
                     answer, _ = self._ask(key, lambda: None)
                 else:
-                    target = self._repair_target(head)
+                    target = repair_target(self.tree, head)
                     if target is None:
                         continue
                     spec, result = target.spec, target.result
                     answer, _ = self._ask(key, lambda: self.proposer.repair(ctx, spec, result, attempt))
                 if answer is None:
                     continue
-                answer = _branch_of(answer)
-                last = self._chain(head)[-1]
+                answer = branch_of(answer)
+                last = repair_chain(self.tree, head)[-1]
                 h = self.tree.nodes[head]
                 wave.append(self._create(("repair", head, attempt), parent=last.id, round=r, kind="repair",
                                          idea=h.idea, idea_index=h.idea_index, branch_index=h.branch_index,
@@ -477,28 +453,10 @@ class Search:
                 break
             self._evaluate(wave)
 
-    def _chain(self, head: int) -> list[Node]:
-        chain = [self.tree.nodes[head]]
-        for n in sorted(self.tree.nodes.values(), key=lambda n: n.attempt):
-            if n.repair_of == head and n.kind == "repair":
-                chain.append(n)
-        return chain
-
-    def _repair_target(self, head: int) -> Node | None:
-        """The chain's latest node with a spec, if it failed and no node of the chain is correct."""
-        chain = self._chain(head)
-        if any(n.ok for n in chain):
-            return None
-        with_spec = [n for n in chain if n.spec is not None]
-        if not with_spec:
-            return None
-        last = with_spec[-1]
-        return last if last.failed else None
-
     def _tune_survivors(self, r: int, heads: list[int]) -> None:
         ids = set()
         for h in heads:
-            ids.update(n.id for n in self._chain(h))
+            ids.update(n.id for n in repair_chain(self.tree, h))
         if self.strict:  # follow the record: re-measure what was tuned, at its tuned config
             for i in sorted(ids):
                 if self.tree.nodes[i].tuned is None:
@@ -526,9 +484,11 @@ class Search:
             if outcome is None:
                 self._write(NodeTuned(id=node.id))
                 continue
-            self.usage.gpu_s += _tune_seconds(outcome)
+            outcome = TuneOutcome.model_validate(outcome, from_attributes=True)
+            self.usage.gpu_s += outcome.gpu_seconds()
             self._write(NodeTuned(id=node.id, config=dict(outcome.config), result=outcome.result,
-                                  evaluated=int(outcome.evaluated), curve=list(outcome.curve or [])))
+                                  evaluated=int(outcome.evaluated), curve=list(outcome.curve),
+                                  seconds=outcome.seconds))
 
     def _tune_recorded(self, node: Node) -> None:
         """Replay: re-measure the recorded tuned config (no new tuning)."""
@@ -539,150 +499,11 @@ class Search:
                                       self.eval_options)[0]
         self.usage.gpu_s += res.wall_s
         self._write(NodeTuned(id=node.id, config=dict(rec.config), result=res, evaluated=1,
-                              curve=[{"config": rec.config, "ms": res.ms if res.ok else None,
-                                      "verdict": res.verdict.value}]))
-
-    # ----- what the user gets -----------------------------------------------------------------
-    def _tried(self, r: int) -> list[TriedIdea]:
-        out = []
-        for (rr, pid), ideas in sorted(self.tree.ideas.items(), key=lambda kv: (kv[0][0], kv[0][1] is None,
-                                                                                kv[0][1] or 0)):
-            if rr != r:
-                continue
-            parent = self.tree.nodes.get(pid) if pid is not None else None
-            for i, idea in enumerate(ideas):
-                nodes = [n for n in self.tree.nodes.values()
-                         if n.round == r and n.parent == pid and n.idea_index == i and n.kind == "branch"]
-                out.append(TriedIdea(idea=idea, outcome=self.outcome(nodes, parent)))
-        return out
-
-    def outcome(self, heads: list[Node], parent: Node | None) -> str:
-        if not heads:
-            return "not implemented (no answer)"
-        best: Node | None = None
-        worst_verdicts: list[str] = []
-        for h in heads:
-            chain = self._chain(h.id)
-            ok = [n for n in chain if n.ok]
-            if ok:
-                cand = min(ok, key=lambda n: n.ms)
-                if best is None or cand.ms < best.ms:
-                    best = cand
-            else:
-                repairs = len(chain) - 1
-                last = chain[-1]
-                v = last.verdict if last.spec is not None else "no valid spec"
-                worst_verdicts.append(f"{v} after {repairs} repair{'s' if repairs != 1 else ''}" if repairs else v)
-        parts = []
-        if best is not None:
-            if parent is not None and math.isfinite(parent.ms):
-                parts.append(f"ok {parent.ms / best.ms:.2f}x vs parent ({best.ms:.4g} ms)")
-            else:
-                f = self.tree.figures(best)
-                sp = f["speedup_eager"]
-                parts.append(f"ok {best.ms:.4g} ms" + (f", {sp:.2f}x vs eager" if sp else ""))
-        if worst_verdicts:
-            parts.append(f"{len(worst_verdicts)}/{len(heads)} branches failed: " + "; ".join(worst_verdicts))
-        return "; ".join(parts)
+                              curve=[TunePoint(evals=1, config=dict(rec.config), ms=res.ms if res.ok else None,
+                                               verdict=res.verdict.value, wall_s=res.wall_s)]))
 
     def write_derived(self) -> None:
         write_derived(self.run_dir, self.tree)
-
-
-def write_derived(run_dir: Path, tree: Tree) -> None:
-    """tree.json and best/ (spec with its config, figures as JSON and Markdown), atomically."""
-    write_atomic(run_dir / TREE, json.dumps(tree.to_json(), indent=1) + "\n")
-    best = tree.best()
-    if best is None or best.spec is None:
-        return
-    spec = best.best_spec()
-    assert spec is not None
-    f = tree.figures(best)
-    b = tree.baseline
-    fig = {
-        "run_id": tree.started.run_id if tree.started else None,
-        "problem": tree.problem.label() if tree.problem else None,
-        "gpu": tree.gpu.name if tree.gpu else None,
-        "node": best.id, "idea": best.idea.text if best.idea else None,
-        "config": best.config, **f,
-        "eager_ms": b.eager.median_ms if b else None,
-        "compile_ms": b.compiled.median_ms if b and b.compiled else None,
-        "floor_ms": b.floor_ms if b else None,
-        "registers": (best.best_result.compile.worst().registers
-                      if best.best_result and best.best_result.compile else None),
-        "lineage": [n.id for n in tree.lineage(best)],
-    }
-    write_atomic(run_dir / BEST / "spec.json", spec.model_dump_json(indent=2) + "\n")
-    write_atomic(run_dir / BEST / "figures.json", json.dumps(fig, indent=2) + "\n")
-    write_atomic(run_dir / BEST / "figures.md", figures_markdown(fig))
-
-
-def figures_markdown(fig: dict[str, Any]) -> str:
-    def num(v: Any, fmt: str) -> str:
-        return "n/a" if v is None else format(v, fmt)
-
-    rows = [
-        ("problem", fig["problem"]), ("GPU", fig["gpu"]), ("best node", f"#{fig['node']}"),
-        ("idea", fig["idea"] or "(seed / first kernel)"), ("config", json.dumps(fig["config"])),
-        ("kernel ms", num(fig["ms"], ".4f")), ("eager ms", num(fig["eager_ms"], ".4f")),
-        ("torch.compile ms", num(fig["compile_ms"], ".4f")), ("floor ms", num(fig["floor_ms"], ".4f")),
-        ("speedup vs eager", num(fig["speedup_eager"], ".2f") + "x"),
-        ("speedup vs torch.compile", num(fig["speedup_compile"], ".2f") + "x"),
-        ("% of roofline", num(fig["pct_roofline"], ".1f")), ("registers", str(fig["registers"])),
-        ("lineage", " -> ".join(f"#{i}" for i in fig["lineage"])),
-    ]
-    lines = [f"# Best kernel of {fig['run_id']}", "", "| figure | value |", "|---|---|"]
-    lines += [f"| {k} | {str(v).replace('|', '/')} |" for k, v in rows]
-    return "\n".join(lines) + "\n"
-
-
-def _node_key(ev: NodeCreated) -> tuple:
-    if ev.kind == "seed":
-        return ("seed",)
-    if ev.kind == "repair":
-        return ("repair", ev.repair_of, ev.attempt)
-    return ("branch", ev.round, ev.parent, ev.idea_index, ev.branch_index)
-
-
-def _answers_of(ev: Any) -> list[tuple[Key, Any]]:
-    if isinstance(ev, IdeasEvent):
-        return [(ideas_key(ev.round, ev.parent), list(ev.ideas))]
-    if isinstance(ev, ImplementedEvent):
-        return [(implement_key(ev.round, ev.parent, ev.idea_index), list(ev.branches))]
-    if isinstance(ev, NodeCreated) and ev.kind == "repair" and ev.repair_of is not None:
-        return [(repair_key(ev.repair_of, ev.attempt), Branch(spec=ev.spec, notes=ev.notes, error=ev.error))]
-    return []
-
-
-def _tune_seconds(outcome: Any) -> float:
-    secs = getattr(outcome, "seconds", None)
-    if isinstance(secs, (int, float)) and secs > 0:
-        return float(secs)
-    curve = list(getattr(outcome, "curve", None) or [])
-    walls = [c.get("wall_s") for c in curve if isinstance(c, dict) and isinstance(c.get("wall_s"), (int, float))]
-    if walls:
-        return float(sum(walls))
-    res = getattr(outcome, "result", None)
-    return float(getattr(res, "wall_s", 0.0) or 0.0) * max(1, int(getattr(outcome, "evaluated", 1) or 1))
-
-
-def _gpu_seconds(events: list[Any]) -> float:
-    total = 0.0
-    for e in events:
-        if isinstance(e, NodeEvaluated):
-            total += e.result.wall_s
-        elif isinstance(e, NodeTuned) and e.result is not None:
-            total += _tune_seconds(e)
-    return total
-
-
-def _gpu_count(evaluator: Any) -> int:
-    """GPUs (workers) an evaluator runs on: a WorkerPool's ``workers``, else 1."""
-    for attr in ("workers", "devices", "gpus"):
-        value = getattr(evaluator, attr, None)
-        if isinstance(value, (list, tuple)) and value:
-            return len(value)
-    return 1
 
 
 def _takes_keyword(fn: Any, name: str) -> bool:
@@ -691,53 +512,6 @@ def _takes_keyword(fn: Any, name: str) -> bool:
     except (TypeError, ValueError):
         return False
     return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
-
-
-def recorded_budget(run: Run) -> SearchBudget:
-    """The budget a run last ran under: its latest session's, else the one it started with."""
-    for ev in reversed(run.events):
-        if isinstance(ev, RunResumed) and ev.budget is not None:
-            return ev.budget
-    return run.started.budget
-
-
-def budget_for_resume(run: Run, given: dict[str, Any]) -> SearchBudget:
-    """The budget of a resume: the recorded one with what the command line gives in its place
-    (``--minutes`` / ``--gpu-minutes``: that much more for this session; see
-    :func:`kerngen.agent.budget.resume_budget`). A bad value: a one-line KerngenError."""
-    return resume_budget(recorded_budget(run), given, spent_wall_s=run.elapsed_s(),
-                         spent_gpu_s=_gpu_seconds(run.events))
-
-
-# ----- a proposer's answers, as the journal may record them ----------------------------------
-# An answer comes from a model (or any proposer): whatever it holds, it becomes data here, never
-# an exception out of the search. A bad idea is dropped; a bad branch is a branch with an error.
-def _items(answer: Any) -> list[Any]:
-    if isinstance(answer, (list, tuple)):
-        return list(answer)
-    return [] if answer is None else [answer]
-
-
-def _ideas_of(answer: Any, k: int) -> list[Idea]:
-    out: list[Idea] = []
-    for item in _items(answer)[:k]:
-        try:
-            idea = Idea.model_validate(item)
-            idea.model_dump_json()  # what the journal will write (e.g. no lone surrogate)
-        except ValueError:  # pydantic's ValidationError and serialization errors are ValueErrors
-            continue
-        out.append(idea)
-    return out
-
-
-def _branch_of(answer: Any) -> Branch:
-    try:
-        branch = Branch.model_validate(answer)
-        branch.model_dump_json()
-        return branch
-    except ValueError as exc:
-        why = " ".join(str(exc).split())[:300]
-        return Branch(error=f"the proposer's answer is not a valid branch: {why}")
 
 
 def _guarded(fn: Callable[[Any], None]) -> Callable[[Any], None]:

@@ -8,6 +8,7 @@ through :func:`_say` (terminal control sequences removed, rich markup escaped)."
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 from rich.console import Group
@@ -15,8 +16,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree as RichTree
 
-from kerngen.agent.tree import Node, Run, Tree
-from kerngen.harness.redact import printable
+from kerngen.agent.journal import DEMO_LABEL
+from kerngen.agent.tree import Node, Run, Tree, load_run, run_folders
+from kerngen.redact import printable
 
 _COLOR = {"ok": "green", "incorrect": "red", "invalid_spec": "magenta", "compile_error": "magenta",
           "runtime_error": "red", "timeout": "yellow", "invalid": "bright_black", "pending": "cyan"}
@@ -123,6 +125,8 @@ def render_header(run: Run) -> Table:
     t.add_column(style="bold")
     t.add_column()
     t.add_row("run", _say(f"{run.id} ({run.path})"))
+    if st.demo:
+        t.add_row("[bold red]DEMO[/]", f"[bold red]{DEMO_LABEL}[/]: toy kernels, made-up times")
     t.add_row("problem", _say(tree.problem.label() if tree.problem else "?"))
     info = st.problem_info.info if st.problem_info is not None else None
     if info is not None and info.description:
@@ -165,8 +169,16 @@ def render_header(run: Run) -> Table:
         u = tree.finished.usage
         cost = f", ${u['cost_usd']:.2f}" if u.get("cost_usd") is not None else ""
         t.add_row("spent", f"{_count(u.get('llm_calls'))} LLM calls, {_count(u.get('tokens'))} tokens{cost}, "
-                           f"{u.get('gpu_s', 0) / 60:.1f} GPU min, {u.get('wall_s', 0) / 60:.1f} wall min")
+                           f"{u.get('gpu_s', 0) / 60:.1f} GPU min, {spent_wall_s(run) / 60:.1f} wall min")
     return t
+
+
+def spent_wall_s(run: Run) -> float:
+    """Wall seconds of a run, as show and report print them: the budget's count when the run
+    finished and recorded it, else the span of its sessions' events."""
+    u = run.finished.usage if run.finished else {}
+    wall = u.get("wall_s") if u else None
+    return float(wall) if isinstance(wall, (int, float)) and math.isfinite(wall) else run.elapsed_s()
 
 
 def _count(value: object) -> str:
@@ -176,3 +188,110 @@ def _count(value: object) -> str:
 
 def render(run: Run) -> Group:
     return Group(render_header(run), render_tree(run))
+
+
+# ----- kerngen runs -------------------------------------------------------------------------
+def run_row(path: Path) -> dict[str, Any]:
+    """What ``kerngen runs`` says of one run folder, read from its journal as data (its problem
+    file is never imported). A run that does not load is a row with status ``corrupt: ...``."""
+    row: dict[str, Any] = {"run": path.name, "path": str(path), "problem": None, "gpu": None, "best_ms": None,
+                           "speedup_eager": None, "speedup_compile": None, "state": "corrupt", "status": ""}
+    try:
+        run = load_run(path)
+        tree = run.tree
+        row["run"] = run.id
+        row["problem"] = tree.problem.label() if tree.problem else None
+        row["gpu"] = tree.gpu.name if tree.gpu else None
+        best = tree.best()
+        if best is not None:
+            f = tree.figures(best)
+            row.update(best_ms=f["ms"], speedup_eager=f["speedup_eager"], speedup_compile=f["speedup_compile"])
+        if tree.finished is not None:
+            row["state"], row["status"] = "finished", f"finished: {tree.finished.reason}"
+        else:
+            row["state"] = row["status"] = "running" if _appending(path) else "unfinished"
+    except Exception as exc:  # noqa: BLE001 - a folder from anyone: one row, never a crash
+        row["status"] = f"corrupt: {exc}" if str(exc) else f"corrupt: {type(exc).__name__}"
+    row["status"] = _short(row["status"], 200)
+    return _finite(row)
+
+
+def _appending(path: Path) -> bool:
+    """Whether another process holds the journal's lock (a search running now). A shared lock,
+    tried and let go at once, so nothing is written."""
+    try:
+        import fcntl
+    except ImportError:
+        return False
+    try:
+        with (path / "events.jsonl").open("rb") as fh:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError:
+                return True
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    except OSError:
+        return False
+    return False
+
+
+def list_runs(runs_dir: str | Path = "runs") -> list[dict[str, Any]]:
+    """One row per run folder under ``runs_dir``, oldest first (the last is ``latest``)."""
+    return [run_row(p) for p in run_folders(runs_dir)]
+
+
+def _num(value: float | None, spec: str, suffix: str = "") -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{value:{spec}}{suffix}"
+
+
+def render_runs(rows: list[dict[str, Any]], runs_dir: str | Path = "runs") -> Group:
+    """The table of ``kerngen runs`` (fits 80 columns), then a line per corrupt run saying why."""
+    from rich import box
+
+    table = Table(title=f"runs under {_say(runs_dir)}, oldest first (the last is 'latest')", title_justify="left",
+                  box=box.SIMPLE_HEAD, pad_edge=False, padding=0)  # the box puts a space between columns
+    table.add_column("run\nproblem", min_width=30)
+    table.add_column("GPU", min_width=11, max_width=14)
+    for col in ("best\nms", "vs\neager", "vs\ncompile"):
+        table.add_column(col, justify="right", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    colors = {"finished": "green", "corrupt": "red"}
+    for r in rows:
+        status = f"[{colors.get(r['state'], 'yellow')}]{_say(r['state'])}[/]"
+        gpu = r["gpu"] or "?"
+        if gpu.startswith("scripted evaluator"):
+            gpu = "none (scripted demo)"
+        table.add_row(f"{_say(r['run'])}\n[dim]{_say(r['problem'] or '?')}[/]", _say(gpu), _num(r["best_ms"], ".4f"),
+                      _num(r["speedup_eager"], ".2f", "x"), _num(r["speedup_compile"], ".2f", "x"), status)
+    notes = [f"[red]{_say(r['run'])}[/]: {_say(r['status'])}" for r in rows if r["state"] == "corrupt"]
+    return Group(table, *notes)
+
+
+def run_json(run: Run) -> dict[str, Any]:
+    """``kerngen show --json``: the run's tree (as ``tree.json`` holds it) with its path, proposer,
+    sessions, status and the best node's figures; non-finite numbers become null."""
+    tree = run.tree
+    best = tree.best()
+    st = run.started
+    data = tree.to_json() | {
+        "path": str(run.path),
+        "proposer": st.proposer,
+        "model": st.model,
+        "replay_of": st.replay_of,
+        "sessions": run.sessions,
+        "status": "finished" if tree.finished else "unfinished",
+        "truncated_bytes": run.truncated,
+        "best_figures": tree.figures(best) if best is not None else None,
+        "usage": tree.finished.usage if tree.finished else None,
+    }
+    return _finite(data)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

@@ -130,7 +130,7 @@ def problem_key(source: str) -> str:
 def expand_problems(args: Sequence[str]) -> list[str]:
     """Built-in names and .py files as given; a folder becomes its .py files (sorted). No
     argument: every built-in. Raises :class:`ProblemError` for anything else."""
-    from kerngen.problems.registry import builtin_names, is_builtin
+    from kerngen.problems.registry import builtin_names, did_you_mean, is_builtin
 
     if not args:
         return builtin_names()
@@ -147,8 +147,8 @@ def expand_problems(args: Sequence[str]) -> list[str]:
         elif p.is_file() and p.suffix == ".py":
             out.append(str(p))
         else:
-            raise ProblemError(f"problem {arg!r} not found: neither a built-in, a .py file nor a folder "
-                               f"(built-ins: {', '.join(builtin_names())})")
+            raise ProblemError(f"problem {arg!r} not found: neither a built-in, a .py file nor a folder"
+                               f"{did_you_mean(arg)} (built-ins: {', '.join(builtin_names())})")
     return out
 
 
@@ -180,7 +180,9 @@ def best_in_runs(source: str, runs_dir: str | Path) -> FoundKernel | None:
         rec = run.started.problem
         ref = ProblemRef(source=source, shape=rec.shape, dtype=rec.dtype)
         kernel = FoundKernel(ref=ref, spec=spec, config=best.config,
-                             origin=f"run {run.id} node #{best.id}", recorded_ms=best.ms,
+                             origin=f"run {run.id} node #{best.id}" + (" [DEMO: scripted toy kernel, made-up "
+                                                                       "times]" if run.started.demo else ""),
+                             recorded_ms=best.ms,
                              recorded_gpu=run.tree.gpu.name if run.tree.gpu else "")
         found.append((run.started.t, kernel))
     if not found:

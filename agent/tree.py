@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any, Iterable
@@ -18,7 +19,7 @@ from typing import Any, Iterable
 from pydantic import BaseModel, Field
 
 from kerngen.agent.journal import (
-    BaselineEvent, IdeasEvent, ImplementedEvent, NodeCreated, NodeEvaluated, NodeTuned, RoundFinished,
+    EVENTS, BaselineEvent, IdeasEvent, ImplementedEvent, NodeCreated, NodeEvaluated, NodeTuned, RoundFinished,
     RoundStarted, RunFinished, RunResumed, RunStarted, read_events,
 )
 from kerngen.agent.proposer import Branch, Idea, NodeSummary, TriedIdea
@@ -30,11 +31,7 @@ from kerngen.problems.ref import ProblemRef
 FAILED = (Verdict.invalid_spec, Verdict.compile_error, Verdict.incorrect, Verdict.runtime_error, Verdict.timeout)
 
 
-class Tuned(BaseModel):
-    config: dict[str, int] | None = None
-    result: EvalResult | None = None
-    evaluated: int = 0
-    curve: list[dict[str, Any]] = Field(default_factory=list)
+Tuned = NodeTuned  # a node's tuning is the journal's record of it (its outcome(): THE tuning outcome type)
 
 
 class Node(BaseModel):
@@ -139,8 +136,7 @@ class Tree:
         elif isinstance(ev, NodeEvaluated):
             self._node(ev.id, ev).result = ev.result
         elif isinstance(ev, NodeTuned):
-            self._node(ev.id, ev).tuned = Tuned(config=ev.config, result=ev.result, evaluated=ev.evaluated,
-                                                curve=ev.curve)
+            self._node(ev.id, ev).tuned = ev
         elif isinstance(ev, RoundFinished):
             self.rounds_finished[ev.round] = ev
             self.tried.extend(ev.tried)
@@ -345,15 +341,55 @@ class Run:
         return total
 
 
+LATEST = "latest"  # names the newest run under runs_dir wherever a RUN is taken
+
+
 def resolve_run(run: str | Path, runs_dir: str | Path = "runs") -> Path:
-    """RUN as a path to a run folder, or a run id under ``runs_dir``."""
+    """RUN as a path to a run folder, a run id under ``runs_dir``, or ``latest``: the newest run
+    there (:func:`latest_run`; a folder of that name comes first)."""
     p = Path(run)
     if p.is_dir():
         return p
     q = Path(runs_dir) / str(run)
     if q.is_dir():
         return q
+    if str(run) == LATEST:
+        return latest_run(runs_dir)
     raise JournalError(f"run {run}: not found (neither a folder nor a run id under {runs_dir}/)")
+
+
+def run_folders(runs_dir: str | Path = "runs") -> list[Path]:
+    """The folders under ``runs_dir`` that hold a journal, oldest first (by the start time the
+    journal records, else the journal's mtime; then by name). Nothing is parsed beyond that."""
+    root = Path(runs_dir)
+    try:
+        found = [d for d in root.iterdir() if d.is_dir() and (d / EVENTS).is_file()]
+    except OSError:
+        return []
+    return sorted(found, key=lambda d: (_started_at(d / EVENTS), d.name))
+
+
+def _started_at(events: Path) -> float:
+    try:
+        with events.open("rb") as fh:
+            first = json.loads(fh.readline(1 << 20))
+        t = first.get("t") if isinstance(first, dict) and first.get("type") == "run_started" else None
+        if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t):
+            return float(t)
+        return events.stat().st_mtime
+    except (OSError, ValueError, RecursionError):
+        try:
+            return events.stat().st_mtime
+        except OSError:
+            return 0.0
+
+
+def latest_run(runs_dir: str | Path = "runs") -> Path:
+    """The newest run folder under ``runs_dir`` (``latest``); :class:`JournalError` when none."""
+    found = run_folders(runs_dir)
+    if not found:
+        raise JournalError(f"run {LATEST}: no runs under {runs_dir}/")
+    return found[-1]
 
 
 def load_run(path: str | Path, runs_dir: str | Path = "runs") -> Run:

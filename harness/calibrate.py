@@ -103,7 +103,7 @@ class CalibrationReport(BaseModel):
 
 
 def run_calibration(repeats: int = 5, budget_ms: float = 200.0) -> CalibrationReport:
-    from kerngen.problems.problem import load_problem
+    from kerngen.problems.load import load_problem
     from kerngen.problems.ref import ProblemRef
 
     from .evaluator import Candidate, EvalOptions

@@ -76,7 +76,7 @@ def measure_ceilings(device_index: int = 0, *, refresh: bool = False) -> Ceiling
     """The ceilings of CUDA device ``device_index``, from the disk cache unless ``refresh``."""
     import torch
 
-    from .gpu_facts import driver_version
+    from .clocks import driver_version
 
     gpu = torch.cuda.get_device_name(device_index)
     driver = driver_version()
@@ -125,7 +125,7 @@ def _measure(device_index: int) -> tuple[float, float, float, dict[str, ClockRea
         dst = torch.empty_like(src)
         torch.cuda.synchronize(device)
         t = bench(
-            lambda: dst.copy_(src),
+            lambda: dst.copy_(src),  # noqa: F821 - bound above; `del` below frees them after the bench
             stream=stream,
             flusher=flusher,
             budget_ms=100.0,
@@ -150,7 +150,7 @@ def _measure(device_index: int) -> tuple[float, float, float, dict[str, ClockRea
             torch.backends.cuda.matmul.allow_tf32 = False
         try:
             t = bench(
-                lambda: torch.mm(a, b, out=out),
+                lambda: torch.mm(a, b, out=out),  # noqa: F821 - bound above, freed by `del` below
                 stream=stream,
                 flusher=flusher,
                 keep_samples=False,
@@ -168,7 +168,7 @@ def _measure(device_index: int) -> tuple[float, float, float, dict[str, ClockRea
         out = torch.empty(N, N, device=device, dtype=torch.bfloat16)
         torch.cuda.synchronize(device)
         t = bench(
-            lambda: torch.mm(a, b, out=out),
+            lambda: torch.mm(a, b, out=out),  # noqa: F821 - bound above, freed by `del` below
             stream=stream,
             flusher=flusher,
             keep_samples=False,

@@ -61,7 +61,7 @@ class ProblemState:
     def _build_model(self) -> None:
         """The reference model, its parameters by name, and their seal: a far write that changed
         a guarded copy AND its source the same way would otherwise change the reference too."""
-        from kerngen.problems.problem import _named_tensors
+        from kerngen.problems.problem import named_tensors as _named_tensors
 
         self.model = self.problem.build_model(self.device, self._seed)
         # named exactly as the problem's info names them (prefixed where a name clashes with an input)

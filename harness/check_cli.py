@@ -65,7 +65,7 @@ def limits_for(arch: str):
 
 
 def _one_line(text: str, limit: int = 400) -> str:
-    from .redact import printable
+    from kerngen.redact import printable
 
     line = " ".join(printable(str(text)).split())
     return line if len(line) <= limit else line[: limit - 3] + "..."
@@ -154,11 +154,12 @@ def run_check(spec_path: str, problem: str, *, config: str | None = None, arch: 
               shape: str | None = None, dtype: str | None = None, compile_all: bool = False) -> dict[str, Any]:
     """The report of ``kerngen check`` as data. Raises :class:`KerngenError` when the command
     cannot run; a failed check is ``report["ok"] is False`` with ``stage`` and ``error``."""
-    from kerngen.problems.problem import load_problem
+    from kerngen.problems.load import load_problem
     from kerngen.problems.ref import parse_problem_ref
 
     from .cli import parse_config
-    from .compile import compile_job, default_arch, job_for
+    from .compile import compile_job, job_for
+    from .nvrtc_info import default_arch
     from kerngen.errors import CompileError
     from .kparams import check_launch_args, params_table
     from .plan import resolve
@@ -353,6 +354,6 @@ def check_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    from kerngen.agent.cli import _guard
+    from kerngen.guard import guard
 
-    app.command("check")(_guard(check_cmd))
+    app.command("check")(guard(check_cmd))

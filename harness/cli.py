@@ -44,7 +44,7 @@ def bench(
     from kerngen.harness.plan import resolve
     from kerngen.harness.pool import WorkerPool
     from kerngen.harness.spec import KernelSpec
-    from kerngen.problems.problem import load_problem
+    from kerngen.problems.load import load_problem
     from kerngen.problems.ref import parse_problem_ref
 
     ref = parse_problem_ref(problem, shape=shape, dtype=dtype)

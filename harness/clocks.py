@@ -239,3 +239,20 @@ def read_clocks(device_index: int = 0) -> ClockReading:
     m = ClockMonitor(device_index)
     m.start()
     return m.stop()
+
+
+def driver_version() -> str:
+    """The driver version: NVML's ("580.159.04") where it answers, else the CUDA version the
+    driver supports ("cuda-13.0"), else "unknown"."""
+    v = nvml_driver_version()
+    if v:
+        return v
+    try:
+        from cuda.bindings import runtime as cudart
+
+        err, n = cudart.cudaDriverGetVersion()
+        if err == cudart.cudaError_t.cudaSuccess and n:
+            return f"cuda-{n // 1000}.{(n % 1000) // 10}"
+    except Exception as e:
+        log.debug("cudaDriverGetVersion: %s", e)
+    return "unknown"

@@ -21,9 +21,7 @@ stored in the job's options (see :mod:`.headers`): the options stay the same on 
 
 from __future__ import annotations
 
-import functools
 import math
-import os
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -31,18 +29,18 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from kerngen.errors import CompileError
+
 from . import headers, sandbox, source_policy
 from .compile_cache import CompileCache
 from .cubin import check_cubin
-from kerngen.errors import CompileError
+from .nvrtc_info import nvrtc_version
 from .plan import ResolvedPlan
-from .redact import redact
 from .ptxas import parse_ptxas
+from kerngen.redact import redact
 from .results import CompileInfo
 from .spec import KernelSpec
 
-
-FALLBACK_ARCH = "sm_90"
 BASE_OPTIONS = ("--std=c++17", "-lineinfo", "--ptxas-options=-v")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RESERVED = re.compile(r"^(__|_[A-Z])")
@@ -73,74 +71,6 @@ DEFAULT_CACHE: Any = _UseDefaultCache()
 
 def _resolve_cache(cache: Any) -> CompileCache | None:
     return CompileCache() if isinstance(cache, _UseDefaultCache) else cache
-
-
-# ----- NVRTC facts ----------------------------------------------------------------------------
-def _nvrtc():
-    from cuda.bindings import nvrtc
-
-    return nvrtc
-
-
-@functools.cache
-def nvrtc_version() -> str:
-    nvrtc = _nvrtc()
-    err, major, minor = nvrtc.nvrtcVersion()
-    _check(err, "nvrtcVersion")
-    return f"{major}.{minor}"
-
-
-@functools.cache
-def supported_archs() -> tuple[int, ...]:
-    """Compute capabilities NVRTC can target (e.g. 75, 80, ..., 90, 100, 120)."""
-    nvrtc = _nvrtc()
-    err, archs = nvrtc.nvrtcGetSupportedArchs()
-    _check(err, "nvrtcGetSupportedArchs")
-    return tuple(int(a) for a in archs)
-
-
-def _check(err: Any, what: str) -> None:
-    nvrtc = _nvrtc()
-    if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-        _, text = nvrtc.nvrtcGetErrorString(err)
-        raise RuntimeError(f"{what} failed: {text.decode() if isinstance(text, bytes) else text}")
-
-
-def arch_for_capability(major: int, minor: int) -> str:
-    """The NVRTC target for a device: its own ``sm_XY``, else the newest supported one of the
-    same major version not above it (cubin runs on later minors of one major), else sm_90."""
-    cc = major * 10 + minor
-    archs = supported_archs()
-    if cc in archs:
-        return f"sm_{cc}"
-    same = [a for a in archs if a // 10 == major and a <= cc]
-    return f"sm_{max(same)}" if same else FALLBACK_ARCH
-
-
-def default_arch(device: int = 0) -> str:
-    """``$KERNGEN_ARCH``, else the arch of visible device ``device`` (through the CUDA driver
-    API, no torch), else ``sm_90``."""
-    env = os.environ.get("KERNGEN_ARCH", "").strip()
-    if env:
-        return env
-    try:
-        from cuda.bindings import driver
-
-        (err,) = driver.cuInit(0)
-        if err != driver.CUresult.CUDA_SUCCESS:
-            return FALLBACK_ARCH
-        err, count = driver.cuDeviceGetCount()
-        if err != driver.CUresult.CUDA_SUCCESS or count <= device:
-            return FALLBACK_ARCH
-        err, dev = driver.cuDeviceGet(device)
-        attr = driver.CUdevice_attribute
-        err1, major = driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)
-        err2, minor = driver.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
-        if err != driver.CUresult.CUDA_SUCCESS or err1 != err or err2 != err:
-            return FALLBACK_ARCH
-        return arch_for_capability(int(major), int(minor))
-    except Exception:  # noqa: BLE001 - no driver library, no device: compile for the default
-        return FALLBACK_ARCH
 
 
 # ----- jobs -----------------------------------------------------------------------------------

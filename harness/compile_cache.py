@@ -23,9 +23,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from . import headers
 from .atomic import write_atomic
 from .cache_dir import cache_root
-from .redact import redact
+from .nvrtc_info import nvrtc_version
+from kerngen.redact import redact
 from .results import CompileInfo
 
 SCHEMA = 2  # 2: compiled in the sandbox, logs redacted
@@ -52,9 +54,6 @@ class CompileCache:
     @staticmethod
     def key_for(job: Any) -> str:
         """sha256 over (source, options, arch, NVRTC version, header fingerprint)."""
-        from .compile import nvrtc_version  # lazy: compile imports this module
-        from .headers import fingerprint
-
         payload = json.dumps(
             {
                 "schema": SCHEMA,
@@ -62,7 +61,7 @@ class CompileCache:
                 "options": list(job.options),
                 "arch": job.arch,
                 "nvrtc": nvrtc_version(),
-                "headers": fingerprint(),
+                "headers": headers.fingerprint(),
             },
             sort_keys=True,
         )

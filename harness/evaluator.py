@@ -35,6 +35,10 @@ OnResult = Callable[[int, EvalResult], None]
 
 
 class Evaluator(Protocol):
+    #: how many candidates it runs at once (one per GPU worker): the tuner and the search size
+    #: their batches by it
+    concurrency: int
+
     def gpu_facts(self) -> GpuFacts: ...
 
     def baseline(self, problem: ProblemRef, *, budget_ms: float = 300.0, with_compile: bool = True) -> Baseline: ...

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from .clocks import driver_version
 from .results import GpuFacts
 
 log = logging.getLogger(__name__)
@@ -34,25 +35,6 @@ def device_attribute(name: str, device_index: int = 0) -> int | None:
     except Exception as e:
         log.debug("cudaDevAttr%s: %s", name, e)
         return None
-
-
-def driver_version() -> str:
-    """The driver version: NVML's ("580.159.04") where it answers, else the CUDA version the
-    driver supports ("cuda-13.0"), else "unknown"."""
-    from .clocks import nvml_driver_version
-
-    v = nvml_driver_version()
-    if v:
-        return v
-    try:
-        from cuda.bindings import runtime as cudart
-
-        err, n = cudart.cudaDriverGetVersion()
-        if err == cudart.cudaError_t.cudaSuccess and n:
-            return f"cuda-{n // 1000}.{(n % 1000) // 10}"
-    except Exception as e:
-        log.debug("cudaDriverGetVersion: %s", e)
-    return "unknown"
 
 
 def _pick(props: Any, prop: str, attr: str | None, device_index: int, default: int) -> int:

@@ -43,6 +43,7 @@ class WorkerPool:
         self.timeout_s = timeout_s
         extra = {"module": worker_module} if worker_module else {}  # tests: a fake worker, no GPU
         self.workers = [WorkerProcess(i, d, **extra) for i, d in enumerate(self.devices)]
+        self.concurrency = len(self.workers)  # one candidate per GPU worker at a time
         self._free: queue.Queue[WorkerProcess] = queue.Queue()
         for w in self.workers:
             self._free.put(w)
@@ -97,7 +98,7 @@ class WorkerPool:
 
     # ----- compile (parent, all CPU cores) ----------------------------------------------------
     def problem_info(self, problem: ProblemRef):
-        from kerngen.problems.problem import load_problem
+        from kerngen.problems.load import load_problem
 
         key = problem.key()
         if key not in self._problems:

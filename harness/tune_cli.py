@@ -129,7 +129,7 @@ def tune_cmd(
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
 ) -> None:
     """Autotune a kernel spec's tunables on this machine's GPUs (every config fully checked)."""
-    from kerngen.problems.problem import load_problem
+    from kerngen.problems.load import load_problem
     from kerngen.problems.ref import parse_problem_ref
 
     from .roofline import floor_ms

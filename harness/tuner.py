@@ -40,6 +40,7 @@ from .results import CompileInfo, EvalResult, GpuFacts, Verdict
 from .spec import KernelSpec
 from .strategies import STRATEGIES, Space, make_strategy
 from .tune_cache import CacheRecord, TuneCache, TuneKey, config_id
+from .tune_outcome import TuneOutcome, TunePoint
 
 ENUM_LIMIT = 100_000  # larger spaces are sampled (seeded) down to this many configs
 PER_GPU_BATCH = 8
@@ -58,10 +59,7 @@ class TunedConfig(BaseModel):
         return self.result.ms if self.result is not None else math.inf
 
 
-class CurvePoint(BaseModel):
-    evals: int
-    seconds: float
-    best_ms: float
+CurvePoint = TunePoint  # one point of the tuning curve: THE type (kerngen.harness.tune_outcome)
 
 
 class TuneResult(BaseModel):
@@ -101,6 +99,13 @@ class TuneResult(BaseModel):
                     spans.setdefault(name, []).append(sec)
         return {name: round(statistics.median(v), 5) for name, v in spans.items()}
 
+    def outcome(self) -> TuneOutcome | None:
+        """THE tuning outcome the search records (None when no configuration was correct)."""
+        if self.best_config is None or self.best is None:
+            return None
+        return TuneOutcome(config=self.best_config, result=self.best, evaluated=len(self.evaluated),
+                           curve=list(self.curve), seconds=float(self.seconds))
+
     def failures(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for t in self.evaluated:
@@ -134,7 +139,7 @@ def compile_probe(spec: KernelSpec, items: Sequence[tuple[dict[str, int], Resolv
 
 
 def nvrtc_version() -> str:
-    from .compile import nvrtc_version as version
+    from .nvrtc_info import nvrtc_version as version
 
     return version()
 
@@ -146,16 +151,9 @@ def protocol_of(options: EvalOptions | None) -> str:
     return f"seeds={o.seeds},bench={int(o.bench)},budget_ms={o.budget_ms:g},timeout_s={o.timeout_s:g}"
 
 
-def gpu_count(evaluator: object) -> int:
-    for attr in ("n_gpus", "num_gpus", "n_workers", "num_workers"):
-        value = getattr(evaluator, attr, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    for attr in ("gpus", "workers"):
-        value = getattr(evaluator, attr, None)
-        if isinstance(value, (list, tuple)) and value:
-            return len(value)
-    return 1
+def gpu_count(evaluator: Evaluator) -> int:
+    """How many candidates the evaluator runs at once (its ``concurrency``), at least 1."""
+    return max(1, int(evaluator.concurrency))
 
 
 def enumerate_configs(spec: KernelSpec, *, seed: int = 0, limit: int = ENUM_LIMIT) -> list[dict[str, int]]:
@@ -208,8 +206,10 @@ class _Run:
                             self.notes.append(f"cache write failed: {exc}")
             self.best_ms = min(self.best_ms, result.ms)
             self.n_results += 1
-            self.curve.append(CurvePoint(evals=self.n_results, seconds=0.0 if cached else round(self.elapsed(), 4),
-                                         best_ms=self.best_ms))
+            self.curve.append(TunePoint(evals=self.n_results, seconds=0.0 if cached else round(self.elapsed(), 4),
+                                        best_ms=self.best_ms, config=dict(config),
+                                        ms=result.ms if result.ok else None, verdict=result.verdict.value,
+                                        wall_s=0.0 if cached else result.wall_s, cached=cached))
         if self.on_result is not None and not cached:
             self.on_result(self.evaluated[cid])
 
@@ -489,6 +489,7 @@ def replay_strategy(table: TuneResult, spec: KernelSpec, strategy: str, *, budge
 
 
 __all__ = [
-    "KINDS", "CurvePoint", "TuneResult", "TunedConfig", "compile_probe", "enumerate_configs", "gpu_count",
+    "KINDS", "CurvePoint", "TuneOutcome", "TunePoint", "TuneResult", "TunedConfig", "compile_probe",
+    "enumerate_configs", "gpu_count",
     "nvrtc_version", "replay_strategy", "tune",
 ]

@@ -44,7 +44,8 @@ class Worker:
         self.states: dict[str, object] = {}
 
     def state(self, ref):
-        from kerngen.problems.problem import load_problem, strict_fp32
+        from kerngen.problems.load import load_problem
+        from kerngen.problems.torch_modes import strict_fp32
 
         from .check import ProblemState
 

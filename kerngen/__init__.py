@@ -6,7 +6,9 @@ Folders of the repository map onto subpackages: ``harness/`` -> ``kerngen.harnes
 ``prompts/`` -> ``kerngen.prompts`` (templates as package data).
 """
 
-__version__ = "0.1.0"
+from kerngen.version import __version__
+
+__all__ = ["__version__", "load"]
 
 
 def load(path, runs_dir="runs"):

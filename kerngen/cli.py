@@ -3,23 +3,46 @@ itself here; heavy imports (torch, cupy) happen inside the commands, so ``--help
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import os
 import sys
+from typing import Any, Callable, Optional
 
 import typer
 from rich.console import Console
 
 from kerngen.errors import KerngenError
+from kerngen.guard import error_line, one_line
 
 app = typer.Typer(
     name="kerngen",
-    help="Generate, check and benchmark fast CUDA-C kernels for PyTorch ops.",
+    help="Generate, check and benchmark fast CUDA-C kernels for PyTorch ops.\n\n"
+         "RUN, wherever a command takes one, is a run folder, a run id under --runs-dir, or 'latest' (the newest "
+         "run there). Start with: kerngen problems; kerngen generate softmax; kerngen runs; kerngen show latest. "
+         "kerngen COMMAND -h shows a command's options and examples.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},  # inherited by every command
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from kerngen import __version__
+
+        typer.echo(f"kerngen {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Optional[bool] = typer.Option(None, "--version", "-V", callback=_version, is_eager=True,
+                                           help="print kerngen's version and exit"),
+) -> None:
+    """kerngen's options (the app's help text is the one shown)."""
 
 # module -> it defines register(app)
 COMMAND_MODULES = (
@@ -35,11 +58,59 @@ COMMAND_MODULES = (
 _registered = False
 
 
+# command -> its "Examples:" (shown at the end of `kerngen COMMAND --help`)
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "problems": ("kerngen problems", "kerngen problems softmax --shape 8192x1024 --dtype bf16",
+                 "kerngen problems path/to/19_ReLU.py other.py --json"),
+    "bench": ("kerngen bench softmax --shape 8192x1024 --dtype bf16",
+              "kerngen bench conv2d --kernel my_conv.json --config TW=16,TH=8"),
+    "calibrate": ("kerngen calibrate", "kerngen calibrate --repeats 10 --json"),
+    "check": ("kerngen check my_conv.json conv2d --config TW=16", "kerngen check spec.json softmax --compile-all"),
+    "tune": ("kerngen tune conv2d --kernel conv.json --strategy model --max-evals 200",),
+    "generate": ("kerngen generate softmax", "kerngen generate rmsnorm --shape 4096x4096 --dtype bf16 --minutes 10",
+                 "OPENAI_API_KEY=... kerngen generate problems/suite/layernorm.py --model gpt-5 --rounds 4",
+                 "kerngen generate --resume latest"),
+    "show": ("kerngen show latest", "kerngen show 20261123-023704-layernorm-d003 --json"),
+    "runs": ("kerngen runs", "kerngen runs --runs-dir elsewhere/runs --json"),
+    "replay": ("kerngen replay latest", "kerngen replay RUN --problem problems/suite/layernorm.py"),
+    "suite": ("kerngen suite --runs runs", "kerngen suite softmax layernorm --json"),
+    "report": ("kerngen report latest", "kerngen report RUN -o report.html"),
+    "export": ("kerngen export latest --out exported/", "kerngen export RUN --out exported/ --name my_softmax"),
+    "playbook": ("kerngen playbook conv2d", "kerngen playbook conv2d --variant igemm -o conv.json",
+                 "kerngen playbook softmax --json"),
+}
+
+
+def _epilog(examples: tuple[str, ...]) -> str:
+    return "\n".join(("Examples:", *(f"  {e}" for e in examples)))
+
+
+def _interruptible(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Ctrl-C in any command: one line on stderr and exit 130 (typer alone exits silently).
+    A command that says more (generate names the run to resume) raises typer.Exit(130) itself."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except KeyboardInterrupt:
+            Console(stderr=True, highlight=False).print("interrupted", markup=False)
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
 def _register() -> None:
     global _registered
     if not _registered:
         for name in COMMAND_MODULES:
             importlib.import_module(name).register(app)
+        for info in app.registered_commands:
+            name = info.name or (info.callback.__name__ if info.callback else "")
+            if info.callback is not None:
+                info.callback = _interruptible(info.callback)
+            if name in EXAMPLES and not info.epilog:
+                info.epilog = _epilog(EXAMPLES[name])
         _registered = True
 
 
@@ -62,18 +133,8 @@ def main() -> None:
     try:
         app()
     except KerngenError as exc:
-        from rich.markup import escape
-
-        err.print(f"[bold red]error:[/] {escape(_one_line(str(exc)))}")
+        error_line(one_line(str(exc)))
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        err.print("[bold red]interrupted[/]")
+    except KeyboardInterrupt:  # before a command runs (a command's own Ctrl-C: _interruptible)
+        err.print("interrupted", markup=False)
         sys.exit(130)
-
-
-def _one_line(text: str) -> str:
-    """One line without terminal control sequences (an error may quote a model's text)."""
-    from kerngen.harness.redact import printable
-
-    line = " ".join(printable(str(text)).split())
-    return line if len(line) <= 400 else line[:397] + "..."

@@ -21,153 +21,22 @@ without importing the run's problem file.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import keyword
 import os
-import re
 import sys
 import threading
 import types
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable
 
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from kerngen.agent.safe_paths import UnsafePathError, check_name, inside, regular_file, shown
 from kerngen.errors import KerngenError
-from kerngen.harness.plan import ResolvedPlan
-from kerngen.harness.results import Timing
-from kerngen.harness.spec import KernelSpec
-from kerngen.problems.problem import TensorInfo
-from kerngen.problems.ref import ProblemRef
+from kerngen.manifest import ExportError, FORMAT, MAX_CUBIN_BYTES, MAX_MANIFEST_BYTES, check_arch, read_manifest
+from kerngen.problems.info import TensorInfo
 
 if TYPE_CHECKING:
     import torch
-
-FORMAT = "kerngen-export/1"
-MAX_MANIFEST_BYTES = 16 << 20
-MAX_CUBIN_BYTES = 256 << 20
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,119}")
-_ARCH = re.compile(r"sm_[0-9]{2,3}[af]?")
-
-
-class ExportError(KerngenError):
-    """An export cannot be written or loaded (no correct kernel, a bad folder, ...)."""
-
-
-def check_arch(arch: str) -> str:
-    """``sm_XY`` (``sm_90``, ``sm_90a``, ``sm_100``): anything else is refused before it becomes an
-    NVRTC option or part of a file name."""
-    if not isinstance(arch, str) or not _ARCH.fullmatch(arch):
-        raise ExportError(f"arch {shown(arch)} is not a GPU architecture like sm_90")
-    return arch
-
-
-def _identifier(value: str, what: str) -> str:
-    if not isinstance(value, str) or not _IDENT.fullmatch(value) or keyword.iskeyword(value) or value == "self":
-        raise ValueError(f"{what} {shown(value)} is not an ASCII identifier")
-    return value
-
-
-class ExportManifest(BaseModel):
-    """``<name>.json`` of an export folder."""
-
-    format: Literal["kerngen-export/1"] = FORMAT
-    name: str  # the op is torch.ops.kerngen.<name>
-    op: str  # "kerngen::<name>"
-    problem: ProblemRef
-    problem_label: str
-    inputs: list[TensorInfo]  # the op's arguments: inputs, then params (see arg_names)
-    params: list[TensorInfo]
-    outputs: list[TensorInfo]
-    arg_names: list[str]  # Python names of the op's arguments, in order (inputs then params)
-    scalars: dict[str, int | float] = Field(default_factory=dict)  # fixed non-tensor inputs of the problem
-    spec: KernelSpec
-    config: dict[str, int]
-    plan: ResolvedPlan
-    source_file: str  # "<name>.cu"
-    kernels: list[str]
-    nvrtc_options: list[str]  # as the harness compiled it (arch, -D of tunables and defines)
-    arch: str  # of the shipped cubin
-    cubin_file: str | None = None
-    nvrtc_version: str = ""
-    origin: str = ""  # "run <id> node #<n>" or "spec <name>"
-    timing: Timing | None = None  # what the harness measured, on ``gpu``
-    gpu: str = ""
-    kerngen_version: str = ""
-
-    @property
-    def arguments(self) -> list[TensorInfo]:
-        return [*self.inputs, *self.params]
-
-    # an export folder may come from anyone: every name that becomes a path, an op or an option is checked
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        return _identifier(value, "op name")
-
-    @field_validator("arg_names")
-    @classmethod
-    def _args(cls, value: list[str]) -> list[str]:
-        for a in value:
-            _identifier(a, "argument name")
-        if len(set(value)) != len(value):
-            raise ValueError("argument names repeat")
-        return value
-
-    @field_validator("source_file", "cubin_file")
-    @classmethod
-    def _file(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                check_name(value, "file name")
-            except UnsafePathError as exc:
-                raise ValueError(str(exc)) from None
-        return value
-
-    @field_validator("arch")
-    @classmethod
-    def _arch(cls, value: str) -> str:
-        if not _ARCH.fullmatch(value):
-            raise ValueError(f"arch {shown(value)} is not a GPU architecture like sm_90")
-        return value
-
-    @model_validator(mode="after")
-    def _consistent(self) -> "ExportManifest":
-        if self.op != f"kerngen::{self.name}":
-            raise ValueError(f"op {shown(self.op)} is not kerngen::{self.name}")
-        if len(self.arg_names) != len(self.arguments):
-            raise ValueError(f"{len(self.arg_names)} argument names for {len(self.arguments)} tensors")
-        if not self.outputs:
-            raise ValueError("no outputs")
-        return self
-
-    def schema(self) -> str:
-        """The op's torch.library schema: ``(Tensor x, Tensor w) -> Tensor``."""
-        outs = "Tensor" if len(self.outputs) == 1 else f"({', '.join(['Tensor'] * len(self.outputs))})"
-        return f"({', '.join(f'Tensor {a}' for a in self.arg_names)}) -> {outs}"
-
-    def identity(self) -> str:
-        """A digest of what the op does (not where or when it was exported)."""
-        keep = {"name", "spec", "config", "plan", "inputs", "params", "outputs", "arg_names", "kernels"}
-        return hashlib.sha256(self.model_dump_json(include=keep).encode()).hexdigest()
-
-
-def read_manifest(path: str | Path) -> ExportManifest:
-    p = Path(path)
-    try:
-        text = regular_file(p, "export manifest", MAX_MANIFEST_BYTES).read_text(encoding="utf-8")
-        return ExportManifest.model_validate_json(text)
-    except UnsafePathError as exc:
-        raise ExportError(str(exc)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ExportError(f"cannot read export manifest {p}: {exc}") from None
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(x) for x in err.get("loc", ()))
-        raise ExportError(f"{p} is not a kerngen export manifest ({where}: {err.get('msg')})") from None
-
 
 def _dtype_name(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.")
@@ -272,7 +141,7 @@ class ExportedKernel:
     def _arch(index: int) -> str:
         import torch
 
-        from kerngen.harness.compile import arch_for_capability
+        from kerngen.harness.nvrtc_info import arch_for_capability
 
         return arch_for_capability(*torch.cuda.get_device_capability(index))
 
@@ -358,8 +227,8 @@ def op_of_manifest(manifest_path: str | Path) -> Callable[..., Any]:
 
 
 def load_op(path: str | Path, runs_dir: str | Path = "runs") -> Callable[..., Any]:
-    """The exported op of an export folder (or its manifest), or of a run: a run folder or id
-    is exported first into ``$KERNGEN_EXPORT_DIR`` (default ``~/.cache/kerngen/exports``), from
+    """The exported op of an export folder (or its manifest), or of a run: a run folder, id or
+    ``latest`` (the newest run under ``runs_dir``) is exported first into ``$KERNGEN_EXPORT_DIR`` (default ``~/.cache/kerngen/exports``), from
     the run's recorded data."""
     p = Path(path)
     if p.suffix == ".json" and p.is_file():

@@ -30,8 +30,8 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
 
         from . import describe, registry
-        from .problem import canonical_dtype, load_problem, parse_shape
-        from .ref import ProblemRef
+        from .load import load_problem
+        from .ref import ProblemRef, canonical_dtype, parse_shape
         from kerngen.errors import ProblemError
 
         shape_t = parse_shape(shape) if shape is not None else None
@@ -44,8 +44,30 @@ def register(app: typer.Typer) -> None:
             return
         if not sources:
             sources = registry.builtin_names()
-        infos = [load_problem(ProblemRef(source=s, shape=shape_t, dtype=dtype_s)).info for s in sources]
+        infos, bad = [], 0
+        for source in sources:  # a bad file is one line on stderr; the good ones are still described
+            try:
+                infos.append(load_problem(ProblemRef(source=source, shape=shape_t, dtype=dtype_s)).info)
+            except Exception as exc:  # noqa: BLE001 - any failure of one file, as one line
+                if len(sources) == 1:
+                    raise
+                bad += 1
+                _error_line(str(exc) if isinstance(exc, ProblemError) else f"{source}: {type(exc).__name__}: {exc}")
         if as_json:
             typer.echo(json.dumps([i.model_dump(mode="json") for i in infos], indent=2))
-        else:
+        elif infos:
             describe.print_problems(Console(), infos)
+        if bad:
+            raise ProblemError(f"{bad} of {len(sources)} problems could not be described (see above)")
+
+
+def _error_line(text: str) -> None:
+    """One line on stderr: no control sequence or bidi override (a problem file's error may hold any)."""
+    import re
+
+    from rich.console import Console
+    from rich.markup import escape
+
+    line = " ".join(re.sub("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", "", text).split())
+    line = line if len(line) <= 400 else line[:397] + "..."
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(line)}")

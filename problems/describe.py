@@ -11,7 +11,7 @@ from rich.text import Text
 from . import registry
 
 if TYPE_CHECKING:
-    from .problem import ProblemInfo
+    from .info import ProblemInfo
 
 
 def _dims(shape: Iterable[int]) -> str:

@@ -1,4 +1,4 @@
-"""A problem: a KernelBench-format Python file, loaded, described and run as a reference.
+"""A loaded problem: a KernelBench-format Python file's module, described and run as a reference.
 
 The file defines ``class Model(nn.Module)``, ``get_inputs()`` and ``get_init_inputs()`` (as in
 KernelBench levels 1 and 2, which load unchanged). Optional metadata of ours::
@@ -7,432 +7,62 @@ KernelBench levels 1 and 2, which load unchanged). Optional metadata of ours::
 
 every key optional; ``flops`` and ``min_bytes`` are numbers or expressions
 (:mod:`kerngen.expr`) over the problem's sizes and tensor facts, so they follow shape
-overrides. Default tolerances follow the main dtype (:data:`DEFAULT_TOLERANCES`).
+overrides. Default tolerances follow the main dtype (:data:`kerngen.problems.info.DEFAULT_TOLERANCES`).
 
-Built-ins (``problems/suite``) take other shapes and dtypes: see :mod:`kerngen.problems.registry`
-for the module-level ``SHAPE`` / ``DTYPE`` convention the loader overrides.
-
-Everything :class:`ProblemInfo` reports is computed on the meta device (falling back to fake
-tensors, then to real CPU tensors for small problems whose ops have no meta kernels), so
+Get one with :func:`kerngen.problems.load.load_problem` (loaded once per process). Everything
+:class:`~kerngen.problems.info.ProblemInfo` reports is computed on the meta device (falling back
+to fake tensors, then to real CPU tensors for small problems whose ops have no meta kernels), so
 describing a multi-GB problem is fast and needs no GPU.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import inspect
 import itertools
 import math
-import random
-import re
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from kerngen.errors import ProblemError
 from kerngen.expr import TensorFacts
 
-from . import registry
-from .ref import ProblemRef, canonical_dtype, parse_shape
+from .info import ProblemInfo, TensorInfo, default_tolerance, dtype_name
+from .ref import ProblemRef
+from .torch_modes import force_device_mode, seeded, strict_fp32
 
 if TYPE_CHECKING:  # torch is imported inside functions so that importing this module stays cheap
     import torch
     from torch import Tensor, nn
 
-__all__ = [
-    "DEFAULT_TOLERANCES",
-    "Problem",
-    "ProblemInfo",
-    "TensorInfo",
-    "canonical_dtype",
-    "default_tolerance",
-    "load_problem",
-    "normalize_ref",
-    "parse_shape",
-    "strict_fp32",
-]
+__all__ = ["Problem", "exc_line", "named_tensors"]
 
-# ---------------------------------------------------------------------------------------------
-# dtypes, shapes, tolerances
-
-DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {  # dtype -> (atol, rtol)
-    "float32": (1e-4, 1e-4),
-    "float16": (1e-2, 1e-2),
-    "bfloat16": (1e-2, 1e-2),
-    "float64": (1e-7, 1e-7),
-}
-
-_META_KEYS = {"atol", "rtol", "flops", "min_bytes", "description"}
 _FALLBACK_CPU_BYTES = 1 << 30  # describe on real CPU tensors only below this many input bytes
 
 
-def default_tolerance(dtype: str) -> tuple[float, float]:
-    """(atol, rtol) for a dtype name; integer and bool outputs compare (near) exactly."""
-    if dtype in DEFAULT_TOLERANCES:
-        return DEFAULT_TOLERANCES[dtype]
-    return (1e-4, 1e-4) if "float" in dtype else (0.0, 0.0)
-
-
-def strict_fp32() -> None:
-    """fp32 references must be true fp32: no TF32 in cuBLAS or cuDNN. Call before building or
-    running a reference on CUDA (cheap; idempotent)."""
-    import torch
-
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.set_float32_matmul_precision("highest")
-    # torch >= 2.9 also has per-backend fp32_precision settings; make them explicit ("ieee"),
-    # since cuDNN conv's default there is "tf32" and the legacy flag only resets it to "none".
-    for backend in (getattr(torch.backends.cuda, "matmul", None), getattr(torch.backends.cudnn, "conv", None),
-                    getattr(torch.backends.cudnn, "rnn", None)):  # fmt: skip
-        if backend is not None and hasattr(backend, "fp32_precision"):
-            try:
-                backend.fp32_precision = "ieee"
-            except (RuntimeError, ValueError, AttributeError):  # pragma: no cover - older torch
-                pass
-
-
-def _dtype_name(dtype: Any) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def _shape_str(shape: Sequence[int]) -> str:
-    return "x".join(str(d) for d in shape)
-
-
-# ---------------------------------------------------------------------------------------------
-# the description others code against
-
-
-class TensorInfo(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str  # "float32", "bfloat16", "int64", ... (no "torch.")
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        return self.numel * _itemsize(self.dtype)
-
-    def label(self) -> str:
-        return f"{self.name}: {self.dtype}[{', '.join(str(d) for d in self.shape)}]"
-
-
-class ProblemInfo(BaseModel):
-    name: str
-    ref: ProblemRef
-    path: str
-    description: str
-    inputs: list[TensorInfo]  # tensor inputs, named by Model.forward's parameter names
-    params: list[TensorInfo]  # named_parameters() then named_buffers(), dotted names
-    outputs: list[TensorInfo]  # "out" if one output, else "out0", "out1", ...
-    sizes: dict[str, int | float]  # module-level int/float constants + SHAPE dims + scalar inputs
-    flops: float | None
-    min_bytes: int
-    atol: float
-    rtol: float
-    dtype: str  # main dtype: the first float input's
-    # extensions
-    builtin: bool = False
-    shape: tuple[int, ...] | None = None  # built-ins: the effective SHAPE
-    shape_doc: str = ""  # built-ins: what SHAPE means
-    args: list[str] = Field(default_factory=list)  # forward's arguments in call order (tensors and scalars)
-    scalars: dict[str, int | float] = Field(default_factory=dict)  # non-tensor inputs (also in sizes)
-    flops_source: str = "none"  # "meta" (KERNGEN_META), "counted" (FlopCounterMode) or "none"
-
-    def tensor_facts(self) -> dict[str, TensorFacts]:
-        """Every bindable tensor name (inputs, params, outputs) -> its facts, for expressions."""
-        return {t.name: TensorFacts(tuple(t.shape)) for t in [*self.inputs, *self.params, *self.outputs]}
-
-    def tensors(self) -> dict[str, TensorInfo]:
-        return {t.name: t for t in [*self.inputs, *self.params, *self.outputs]}
-
-    def summary(self) -> str:
-        """A few human-readable lines (for prompts and the CLI)."""
-        head = f"problem: {self.name}" + (f" ({self.ref.label()})" if self.ref.label() != self.name else "")
-        lines = [head]
-        if self.description:
-            lines.append(f"description: {self.description}")
-        if self.shape_doc:
-            lines.append(f"shape: {_shape_str(self.shape or ())} = {self.shape_doc}")
-        lines.append("inputs: " + (", ".join(t.label() for t in self.inputs) or "(none)"))
-        if self.scalars:
-            lines.append("scalar inputs: " + ", ".join(f"{k}={v}" for k, v in self.scalars.items()))
-        lines.append("parameters: " + (", ".join(t.label() for t in self.params) or "(none)"))
-        lines.append("outputs: " + ", ".join(t.label() for t in self.outputs))
-        lines.append("sizes: " + (", ".join(f"{k}={v}" for k, v in self.sizes.items()) or "(none)"))
-        flops = f"{_human(self.flops)}FLOP" if self.flops else "n/a (memory-bound)"
-        lines.append(f"dtype: {self.dtype}; FLOPs: {flops}; minimum bytes moved: {_human(self.min_bytes)}B")
-        lines.append(f"tolerance: atol={self.atol:g} rtol={self.rtol:g}")
-        return "\n".join(lines)
-
-
-def _human(x: float | int | None) -> str:
-    if x is None:
-        return "n/a"
-    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g} {unit}"
-    return f"{x:g} "
-
-
-_ITEMSIZE = {
-    "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
-    "int8": 1, "uint8": 1, "bool": 1, "complex64": 8, "complex128": 16,
-}  # fmt: skip
-
-
-def _itemsize(dtype: str) -> int:
-    if dtype in _ITEMSIZE:
-        return _ITEMSIZE[dtype]
-    import torch
-
-    return getattr(torch, dtype).itemsize
-
-
-# ---------------------------------------------------------------------------------------------
-# loading
-
-
-_load_counter = itertools.count()
-
-
-def normalize_ref(ref: ProblemRef | str) -> ProblemRef:
-    """Canonical dtype names (``bf16`` -> ``bfloat16``); shapes stay as given until loaded."""
-    if isinstance(ref, str):
-        ref = ProblemRef(source=ref)
-    if ref.dtype is not None:
-        ref = ref.model_copy(update={"dtype": canonical_dtype(ref.dtype)})
-    return ref
-
-
-def _resolve_source(source: str) -> tuple[Path, bool]:
-    """(path, is_builtin). A bare built-in name wins over a same-named file without ``.py``."""
-    if registry.is_builtin(source) and not source.endswith(".py") and "/" not in source:
-        return registry.builtin_path(source), True
-    path = Path(source).expanduser()
-    if not path.is_file():
-        if path.is_dir():
-            raise ProblemError(f"{source} is a folder, not a problem file")
-        raise ProblemError(
-            f"problem {source!r} not found: neither a file nor a built-in ({', '.join(registry.builtin_names())})"
-        )
-    path = path.resolve()
-    builtin = path.parent == registry.SUITE_DIR and registry.is_builtin(path.stem)
-    return path, builtin
-
-
-def _import_file(path: Path) -> ModuleType:
-    stem = re.sub(r"\W", "_", path.stem)
-    name = f"kerngen_problem_{stem}_{next(_load_counter)}"
-    try:
-        spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None or spec.loader is None:
-            raise ProblemError(f"{path}: cannot be imported as a Python file")
-        module = importlib.util.module_from_spec(spec)
-    except ProblemError:
-        raise
-    except Exception as exc:
-        raise ProblemError(f"{path}: cannot be imported: {_exc_line(exc)}") from None
-    sys.modules[name] = module  # inspect.getsource, dataclasses and pickling look modules up here
-    try:
-        spec.loader.exec_module(module)
-    except SyntaxError as exc:
-        sys.modules.pop(name, None)
-        raise ProblemError(f"{path}: syntax error at line {exc.lineno}: {exc.msg}") from None
-    except (Exception, SystemExit) as exc:
-        sys.modules.pop(name, None)
-        raise ProblemError(f"{path}: error while importing: {_exc_line(exc)}") from None
-    return module
-
-
-def _exc_line(exc: BaseException) -> str:
+def exc_line(exc: BaseException) -> str:
+    """An exception as one short line: ``TypeName: message`` (for one-line ProblemErrors)."""
     text = " ".join(str(exc).split())
     if len(text) > 240:
         text = text[:237] + "..."
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _check_module(module: ModuleType, path: Path) -> None:
-    from torch import nn
-
-    model = getattr(module, "Model", None)
-    if model is None:
-        raise ProblemError(f"{path}: no `class Model(nn.Module)` defined")
-    if not (isinstance(model, type) and issubclass(model, nn.Module)):
-        raise ProblemError(f"{path}: `Model` must be a subclass of torch.nn.Module")
-    if not callable(getattr(module, "get_inputs", None)):
-        raise ProblemError(f"{path}: no `get_inputs()` function defined")
-    init = getattr(module, "get_init_inputs", None)
-    if init is not None and not callable(init):
-        raise ProblemError(f"{path}: `get_init_inputs` must be a function")
-    meta = getattr(module, "KERNGEN_META", None)
-    if meta is not None:
-        if not isinstance(meta, dict):
-            raise ProblemError(f"{path}: KERNGEN_META must be a dict")
-        unknown = set(meta) - _META_KEYS
-        if unknown:
-            raise ProblemError(
-                f"{path}: unknown KERNGEN_META key(s) {', '.join(sorted(map(str, unknown)))} "
-                f"(known: {', '.join(sorted(_META_KEYS))})"
-            )
-        for key in ("atol", "rtol"):
-            if key in meta and (not isinstance(meta[key], (int, float)) or meta[key] < 0):
-                raise ProblemError(f"{path}: KERNGEN_META[{key!r}] must be a number >= 0")
-
-
-def _apply_overrides(module: ModuleType, ref: ProblemRef, path: Path, builtin: bool) -> ProblemRef:
-    """Set SHAPE / DTYPE of a built-in from the ref; return the ref with the canonical shape."""
-    import torch
-
-    if not builtin:
-        if ref.shape is not None or ref.dtype is not None:
-            raise ProblemError(
-                f"{path}: --shape/--dtype apply to built-in problems only; edit the file's sizes instead"
-            )
-        return ref
-    name = path.stem
-    names = tuple(getattr(module, "SHAPE_NAMES", ()))
-    doc = getattr(module, "SHAPE_DOC", "")
-    if ref.shape is not None:
-        shape = tuple(ref.shape)
-        arity = tuple(getattr(module, "SHAPE_ARITY", (len(names),)))
-        if len(shape) not in arity:
-            want = " or ".join(str(a) for a in arity)
-            raise ProblemError(
-                f"{name}: shape {_shape_str(shape)} has {len(shape)} dim(s), expected {want} ({doc})"
-            )
-        if any(int(d) <= 0 for d in shape):
-            raise ProblemError(f"{name}: shape {_shape_str(shape)} has a dimension <= 0")
-        canon = getattr(module, "canonical_shape", None)
-        if callable(canon):
-            try:
-                shape = tuple(int(d) for d in canon(shape))
-            except ValueError as exc:
-                raise ProblemError(f"{name}: shape {_shape_str(shape)} refused: {exc}") from None
-        module.SHAPE = shape
-        ref = ref.model_copy(update={"shape": shape})
-    if ref.dtype is not None:
-        module.DTYPE = getattr(torch, canonical_dtype(ref.dtype))
-    return ref
-
-
-def load_problem(ref: ProblemRef | str) -> Problem:
-    """Load a built-in (by name) or a KernelBench-format file (by path); str = name or path.
-
-    Raises :class:`ProblemError` (one line naming the file) for anything that cannot be loaded
-    or described."""
-    ref = normalize_ref(ref)
-    path, builtin = _resolve_source(ref.source)
-    module = _import_file(path)
-    _check_module(module, path)
-    ref = _apply_overrides(module, ref, path, builtin)
-    return Problem(ref, path, module, builtin)
-
-
-# ---------------------------------------------------------------------------------------------
-# devices and seeds
-
-
-def _force_device_mode(device: Any):
-    """A torch-function mode that puts every tensor a problem file creates on ``device``:
-    factory functions (``torch.randn(..., device='cuda')`` included), ``Tensor.cuda()``,
-    ``Tensor.cpu()`` and ``Tensor.to(<device>)``. So ``get_inputs`` lands directly on the GPU
-    (no host copy of GB inputs), and files that hard-code ``.cuda()`` still describe on meta
-    and run on a CPU-only machine."""
-    import torch
-    from torch.overrides import TorchFunctionMode
-    from torch.utils._device import _device_constructors
-
-    dev = torch.device(device)
-    constructors = _device_constructors()
-    tensor_cuda, tensor_cpu, tensor_to = torch.Tensor.cuda, torch.Tensor.cpu, torch.Tensor.to
-
-    class _ForceDevice(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            kwargs = dict(kwargs or {})
-            if func in constructors:
-                kwargs["device"] = dev
-            elif func is tensor_cuda or func is tensor_cpu:
-                kwargs.pop("device", None)
-                return tensor_to(args[0], dev, **{k: v for k, v in kwargs.items() if k == "non_blocking"})
-            elif func is tensor_to:
-                args = tuple(
-                    dev if i > 0 and isinstance(a, (str, torch.device)) else a for i, a in enumerate(args)
-                )
-                if "device" in kwargs:
-                    kwargs["device"] = dev
-            return func(*args, **kwargs)
-
-    return _ForceDevice()
-
-
-@contextlib.contextmanager
-def _seeded(seed: int, device: Any) -> Iterator[None]:
-    """Seed torch (CPU and the device), ``random`` and numpy; restore their states afterwards."""
-    import torch
-
-    dev = torch.device(device)
-    devices: list[int] = []
-    if dev.type == "cuda":
-        devices = [dev.index if dev.index is not None else torch.cuda.current_device()]
-    py_state = random.getstate()
-    np_state = None
-    try:
-        import numpy as np
-
-        np_state = np.random.get_state()
-    except ImportError:  # pragma: no cover
-        np = None  # type: ignore[assignment]
-    try:
-        with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(seed)
-            random.seed(seed)
-            if np is not None:
-                np.random.seed(seed % (2**32))
-            yield
-    finally:
-        random.setstate(py_state)
-        if np is not None and np_state is not None:
-            np.random.set_state(np_state)
-
-
-def _as_list(out: Any, what: str) -> list:
-    import torch
-
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, (list, tuple)) and out and all(isinstance(o, torch.Tensor) for o in out):
-        return list(out)
-    raise ProblemError(f"{what}: forward must return a tensor or a tuple/list of tensors, got {type(out).__name__}")
-
-
-def _output_names(n: int) -> list[str]:
-    return ["out"] if n == 1 else [f"out{i}" for i in range(n)]
-
-
-# ---------------------------------------------------------------------------------------------
-# the problem
-
-
 class Problem:
-    """A loaded problem. ``info`` is computed at load on the meta device."""
+    """A loaded problem. ``info`` is computed at load on the meta device. ``text`` is the file's
+    content that ``module`` ran (``sha256`` its digest); one Problem is shared by every user in a
+    process (:func:`kerngen.problems.load.load_problem`), so treat it as read-only."""
 
-    def __init__(self, ref: ProblemRef, path: Path, module: ModuleType, builtin: bool) -> None:
+    def __init__(self, ref: ProblemRef, path: Path, module: ModuleType, builtin: bool, *, text: str,
+                 sha256: str) -> None:
         self.ref = ref
         self.path = Path(path)
         self.module = module
         self.builtin = builtin
-        self.name = path.stem
+        self.name = self.path.stem
+        self.text = text
+        self.sha256 = sha256
         self._arg_names = self._forward_arg_names()
         self.info: ProblemInfo = self._describe()
 
@@ -442,8 +72,8 @@ class Problem:
     # -- public API ---------------------------------------------------------------------------
 
     def source(self) -> str:
-        """The reference's Python source text."""
-        return self.path.read_text()
+        """The reference's Python source text (as loaded: the module ran exactly this)."""
+        return self.text
 
     @property
     def dtype(self) -> "torch.dtype":
@@ -499,7 +129,7 @@ class Problem:
         for name, x in zip(self._names_for(len(inputs)), inputs):
             if isinstance(x, torch.Tensor):
                 out[name] = x
-        for name, t in _named_tensors(model, set(out)):
+        for name, t in named_tensors(model, set(out)):
             out[name] = t
         for name, t in zip(_output_names(len(outputs)), outputs):
             out[name] = t
@@ -537,7 +167,7 @@ class Problem:
         return names
 
     def _construct(self, dev: "torch.device", seed: int) -> "nn.Module":
-        with _seeded(seed, dev), _force_device_mode(dev):
+        with seeded(seed, dev), force_device_mode(dev):
             init = self._call("get_init_inputs()", getattr(self.module, "get_init_inputs", lambda: []))
             if isinstance(init, dict) or init is None:
                 raise ProblemError(f"{self.path}: get_init_inputs() must return a list")
@@ -550,7 +180,7 @@ class Problem:
     def _raw_inputs(self, dev: "torch.device", seed: int) -> list:
         import torch
 
-        with _seeded(seed, dev), _force_device_mode(dev):
+        with seeded(seed, dev), force_device_mode(dev):
             raw = self._call("get_inputs()", self.module.get_inputs)
         if isinstance(raw, torch.Tensor) or not isinstance(raw, (list, tuple)):
             raise ProblemError(f"{self.path}: get_inputs() must return a list, got {type(raw).__name__}")
@@ -575,7 +205,7 @@ class Problem:
     def _forward(self, model: "nn.Module", inputs: list, dev: "torch.device") -> list:
         import torch
 
-        with torch.no_grad(), _force_device_mode(dev):
+        with torch.no_grad(), force_device_mode(dev):
             out = self._call("forward", lambda: model(*inputs))
         return _as_list(out, str(self.path))
 
@@ -595,7 +225,7 @@ class Problem:
             counter = FlopCounterMode(display=False)
             with counter:
                 outputs = self._forward(model, inputs, dev)
-            params = list(_named_tensors(model, set(self._names_for(len(inputs)))))
+            params = list(named_tensors(model, set(self._names_for(len(inputs)))))
         return inputs, params, outputs, float(counter.get_total_flops())
 
     def _describe(self) -> ProblemInfo:
@@ -624,7 +254,7 @@ class Problem:
                     error = exc
         if traced is None:
             assert error is not None
-            raise ProblemError(f"{self.path}: {error.what} failed: {_exc_line(error.exc)}")
+            raise ProblemError(f"{self.path}: {error.what} failed: {exc_line(error.exc)}")
         inputs, params, outputs, counted = traced
         return self._info(inputs, params, outputs, counted)
 
@@ -635,12 +265,12 @@ class Problem:
         in_infos, scalars = [], {}
         for name, x in zip(names, inputs):
             if isinstance(x, torch.Tensor):
-                in_infos.append(TensorInfo(name=name, shape=tuple(x.shape), dtype=_dtype_name(x.dtype)))
+                in_infos.append(TensorInfo(name=name, shape=tuple(x.shape), dtype=dtype_name(x.dtype)))
             elif isinstance(x, (int, float)) and not isinstance(x, bool):
                 scalars[name] = x
-        param_infos = [TensorInfo(name=n, shape=tuple(t.shape), dtype=_dtype_name(t.dtype)) for n, t in params]
+        param_infos = [TensorInfo(name=n, shape=tuple(t.shape), dtype=dtype_name(t.dtype)) for n, t in params]
         out_infos = [
-            TensorInfo(name=n, shape=tuple(t.shape), dtype=_dtype_name(t.dtype))
+            TensorInfo(name=n, shape=tuple(t.shape), dtype=dtype_name(t.dtype))
             for n, t in zip(_output_names(len(outputs)), outputs)
         ]
         taken = {t.name for t in [*in_infos, *param_infos]}
@@ -731,7 +361,7 @@ class _StageError(Exception):
         self.exc = exc
 
 
-def _named_tensors(model: "nn.Module", taken: set[str]) -> Iterator[tuple[str, "Tensor"]]:
+def named_tensors(model: "nn.Module", taken: set[str]) -> Iterator[tuple[str, "Tensor"]]:
     """named_parameters() then named_buffers(); a name that clashes with an input gets ``model.``."""
     for name, t in itertools.chain(model.named_parameters(), model.named_buffers()):
         yield (f"model.{name}" if name in taken else name), t
@@ -765,3 +395,17 @@ def _doc_line(obj: Any) -> str:
         return ""
     para = doc.strip().split("\n\n")[0]
     return " ".join(para.split())
+
+
+def _as_list(out: Any, what: str) -> list:
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (list, tuple)) and out and all(isinstance(o, torch.Tensor) for o in out):
+        return list(out)
+    raise ProblemError(f"{what}: forward must return a tensor or a tuple/list of tensors, got {type(out).__name__}")
+
+
+def _output_names(n: int) -> list[str]:
+    return ["out"] if n == 1 else [f"out{i}" for i in range(n)]

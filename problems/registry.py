@@ -11,7 +11,7 @@ A built-in file also declares, at module level, what ``--shape`` and ``--dtype``
 - ``DTYPE``: the default dtype (a ``torch.dtype``).
 
 ``get_inputs()`` and ``get_init_inputs()`` read ``SHAPE`` and ``DTYPE`` when they are called, so
-the loader overrides them after import (see :func:`kerngen.problems.problem.load_problem`).
+the loader overrides them after import (see :func:`kerngen.problems.load.load_problem`).
 
 This module reads the suite's files with :mod:`ast` only, so listing is fast and needs no torch.
 """
@@ -19,6 +19,7 @@ This module reads the suite's files with :mod:`ast` only, so listing is fast and
 from __future__ import annotations
 
 import ast
+import difflib
 import functools
 from pathlib import Path
 
@@ -42,8 +43,29 @@ def is_builtin(name: str) -> bool:
 def builtin_path(name: str) -> Path:
     path = SUITE_DIR / f"{name}.py"
     if name.startswith("_") or "/" in name or not path.is_file():
-        raise ProblemError(f"unknown built-in problem {name!r} (built-ins: {', '.join(builtin_names())})")
+        raise ProblemError(f"unknown built-in problem {name!r}{did_you_mean(name)} "
+                           f"(built-ins: {', '.join(builtin_names())})")
     return path
+
+
+def close_builtins(name: str, n: int = 3) -> list[str]:
+    """Built-in names close to ``name`` (a typo: ``softmx``, ``layer_norm``, ``RMSNorm.py``)."""
+    if not isinstance(name, str) or "/" in name or "\\" in name:
+        return []
+    stem = name[:-3] if name.endswith(".py") else name
+    names = builtin_names()
+    plain = {n.replace("_", ""): n for n in names}
+    key = stem.lower().replace("-", "").replace("_", "")
+    found = difflib.get_close_matches(key, list(plain), n=n, cutoff=0.6)
+    return [plain[f] for f in found]
+
+
+def did_you_mean(name: str) -> str:
+    """``"; did you mean 'softmax'?"`` for a name close to built-ins, else ``""``."""
+    close = close_builtins(name)
+    if not close:
+        return ""
+    return "; did you mean " + " or ".join(repr(c) for c in close) + "?"
 
 
 @functools.cache

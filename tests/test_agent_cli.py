@@ -134,7 +134,8 @@ def test_live_view_renders_on_a_terminal(tmp_path):
     from kerngen.agent.live import LiveView
     from kerngen.agent.scripted import ScriptedEvaluator, ScriptedProposer
     from kerngen.agent.budget import SearchBudget
-    from kerngen.agent.search import minimal_context, run_search
+    from kerngen.agent.context import minimal_context
+    from kerngen.agent.search import run_search
     from kerngen.problems.ref import ProblemRef
 
     buf = io.StringIO()

@@ -209,7 +209,7 @@ def test_hostile_spec_text_is_one_line_without_control_sequences(tmp_path):
 # ----- the same check on the evaluation path ------------------------------------------------
 def _plan_and_cubin(data: dict):
     from kerngen.harness.compile import compile_job, job_for
-    from kerngen.problems.problem import load_problem
+    from kerngen.problems.load import load_problem
     from kerngen.problems.ref import ProblemRef
 
     spec = KernelSpec.model_validate(data)

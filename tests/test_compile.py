@@ -14,10 +14,9 @@ from kerngen.harness.compile import (
     build_options,
     compile_job,
     compile_many,
-    default_arch,
     job_for,
-    nvrtc_version,
 )
+from kerngen.harness.nvrtc_info import arch_for_capability, default_arch, nvrtc_version
 from kerngen.harness.compile_cache import CompileCache
 from kerngen.harness.cubin import ELF_MAGIC, check_cubin, library_exemption_ok, read_cubin
 from kerngen.errors import CompileError
@@ -65,8 +64,8 @@ def test_nvrtc_version_and_arch(monkeypatch):
     assert default_arch() == "sm_90"  # no GPU on the CPU tier
     monkeypatch.setenv("KERNGEN_ARCH", "sm_80")
     assert default_arch() == "sm_80"
-    assert C.arch_for_capability(9, 0) == "sm_90"
-    assert C.arch_for_capability(8, 6) == "sm_86"
+    assert arch_for_capability(9, 0) == "sm_90"
+    assert arch_for_capability(8, 6) == "sm_86"
 
 
 # ----- good kernels, resources ------------------------------------------------------------------

@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 import kerngen
 import kerngen.cli
 from kerngen.agent.export import arg_names, export_run, export_spec, identifier
-from kerngen.load import ExportManifest, load_op, read_manifest
+from kerngen.load import load_op
+from kerngen.manifest import ExportManifest, read_manifest
 from kerngen.problems.ref import ProblemRef
 from tests.cli_output import stderr_of
 from tests.kernels.specs import CASES
@@ -120,3 +121,23 @@ def test_export_cli_errors_are_one_line_exit_2(tmp_path):
     assert res.exit_code == 2
     err = stderr_of(res).strip()
     assert "no correct kernel" in err and len(err.splitlines()) == 1
+
+
+def test_export_into_an_existing_file_is_one_line_exit_2(tmp_path):
+    afile = tmp_path / "taken.txt"
+    afile.write_text("not a folder")
+    res = runner.invoke(kerngen.cli.app, ["export", str(SHIPPED), "--out", str(afile)])
+    assert res.exit_code == 2
+    err = stderr_of(res).strip()
+    assert "is a file" in err and len(err.splitlines()) == 1 and "Traceback" not in res.output
+    assert afile.read_text() == "not a folder"
+
+
+def test_a_demo_run_exports_as_a_demo(exported, tmp_path):
+    """The scripted run is a toy: its op name and its manifest's origin say so, and so does the CLI."""
+    m = read_manifest(exported.manifest)
+    assert exported.name.startswith("demo_softmax_") and m.op == f"kerngen::{exported.name}"
+    assert m.origin.startswith("DEMO (scripted, not measured on a GPU)")
+    res = runner.invoke(kerngen.cli.app, ["export", str(SHIPPED), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    assert "DEMO (scripted, not measured on a GPU)" in res.stdout and "kerngen::demo_softmax_" in res.stdout

@@ -114,7 +114,7 @@ def test_time_within_the_recorded_spread(op, recorded):
 
 def test_export_dir_is_self_describing(recorded, tmp_path):
     from kerngen.agent.export import export_run
-    from kerngen.load import read_manifest
+    from kerngen.manifest import read_manifest
 
     res = export_run(recorded[0], tmp_path / "again")
     m = read_manifest(res.manifest)

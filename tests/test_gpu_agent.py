@@ -69,7 +69,7 @@ def test_tuning_run_beats_or_ties_the_default():
     from kerngen.harness.pool import WorkerPool
     from kerngen.harness.results import Verdict
     from kerngen.harness.tuner import tune
-    from kerngen.problems.problem import load_problem
+    from kerngen.problems.load import load_problem
     from kerngen.problems.ref import ProblemRef
 
     ref = ProblemRef(source="softmax", shape=(1024, 8192))

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from kerngen.harness import ceilings, gpu_facts
+from kerngen.harness import ceilings, clocks, gpu_facts
 from kerngen.harness.ceilings import Ceilings, cache_path, gbps, measure_ceilings, tflops
 from kerngen.harness.gpu_facts import arch_from_cc
 from kerngen.harness.results import ClockReading
@@ -42,6 +42,7 @@ def fake_device(monkeypatch, tmp_path):
     monkeypatch.setenv("KERNGEN_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "Fake GPU")
     monkeypatch.setattr(gpu_facts, "driver_version", lambda: "999.1")
+    monkeypatch.setattr(clocks, "driver_version", lambda: "999.1")  # what ceilings reads
     calls = []
 
     def fake_measure(i):

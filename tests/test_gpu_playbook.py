@@ -7,7 +7,7 @@ import pytest
 
 from kerngen.agent.playbook import PlaybookProposer
 from kerngen.harness.evaluator import Candidate, EvalOptions
-from kerngen.problems.problem import load_problem
+from kerngen.problems.load import load_problem
 from kerngen.problems.ref import ProblemRef
 
 pytestmark = pytest.mark.gpu

@@ -512,7 +512,8 @@ class _Model:
 
 
 def _search(tmp_path, server, model, **kw):
-    from kerngen.agent.search import Search, minimal_context
+    from kerngen.agent.context import minimal_context
+    from kerngen.agent.search import Search
 
     usage = Usage()
     proposer = LLMProposer(client_for(server, max_retries=1, max_concurrency=4), on_call=usage.on_call)
@@ -582,7 +583,8 @@ def test_search_turns_a_proposer_answer_of_the_wrong_shape_into_data(tmp_path):
     """A proposer that answers with garbage (not only the LLM one): ideas that do not validate
     are dropped, a branch that does not validate is a node with an error."""
     from kerngen.agent.scripted import ScriptedEvaluator, ScriptedProposer
-    from kerngen.agent.search import Search, minimal_context
+    from kerngen.agent.context import minimal_context
+    from kerngen.agent.search import Search
 
     class Garbage(ScriptedProposer):
         def ideas(self, ctx, parent, k):
@@ -606,7 +608,8 @@ def test_max_llm_calls_caps_the_http_requests_of_a_whole_search(tmp_path, server
     """--max-llm-calls 3: at most 3 HTTP requests, the connectivity check, every retry and every
     parallel branch included; no more than --llm-concurrency in flight."""
     from kerngen.agent.scripted import ScriptedEvaluator
-    from kerngen.agent.search import Search, minimal_context
+    from kerngen.agent.context import minimal_context
+    from kerngen.agent.search import Search
 
     model = _Model()
     server.default = (lambda req: Reply(503, {"error": {"message": "overloaded"}}, delay_s=0.02)) if failing else model

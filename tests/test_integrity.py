@@ -11,7 +11,7 @@ from kerngen.harness.check import CandidateFailed, ProblemState, _verify_untouch
 from kerngen.harness.integrity import SAMPLE, Seal, digest
 from kerngen.harness.plan import ResolvedPlan
 from kerngen.harness.results import CheckEvidence, CheckFailure
-from kerngen.problems.problem import load_problem
+from kerngen.problems.load import load_problem
 from kerngen.problems.ref import ProblemRef
 
 PLAN = ResolvedPlan(config={}, defines={}, scratch=[], steps=[])

@@ -16,7 +16,8 @@ import pytest
 from kerngen.agent import journal as journal_mod
 from kerngen.agent.budget import SearchBudget, SearchConfig
 from kerngen.agent.scripted import ScriptedEvaluator, ScriptedProposer, ScriptedTuner
-from kerngen.agent.search import minimal_context, resume_search, run_search
+from kerngen.agent.context import minimal_context
+from kerngen.agent.search import resume_search, run_search
 from kerngen.agent.tree import load_run
 from kerngen.errors import JournalError
 from kerngen.problems.ref import ProblemRef
@@ -165,7 +166,8 @@ KILL_SCRIPT = textwrap.dedent(
     import sys
     from kerngen.agent.budget import SearchBudget, SearchConfig
     from kerngen.agent.scripted import ScriptedEvaluator, ScriptedProposer, ScriptedTuner
-    from kerngen.agent.search import minimal_context, run_search
+    from kerngen.agent.context import minimal_context
+    from kerngen.agent.search import run_search
     from kerngen.problems.ref import ProblemRef
     ev = ScriptedEvaluator(delay_s=0.02)
     run_search(ProblemRef(source="softmax", shape=(4096, 65536), dtype="float32"), ScriptedProposer(), ev,

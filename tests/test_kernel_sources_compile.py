@@ -80,7 +80,7 @@ def test_source_compiles_with_plain_nvrtc(name: str, config: dict[str, int]) -> 
 def _harness_results() -> dict[str, object]:
     from kerngen.harness.compile import compile_many, job_for
     from kerngen.harness.plan import resolve
-    from kerngen.problems.problem import load_problem
+    from kerngen.problems.load import load_problem
 
     infos = {}
     jobs = []

@@ -20,11 +20,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from kerngen.agent.playbook import PlaybookProposer, builders, explain, why_not
-from kerngen.agent.playbook.chain import ALL_OPS, INPUT, Chain, _lit, translate
-from kerngen.agent.playbook.families import ELEMENTWISE_OPS, NotCovered
+from kerngen.agent.playbook.chain import translate
+from kerngen.agent.playbook.chain_ir import ALL_OPS, INPUT, Chain, _lit
+from kerngen.agent.playbook.families import ELEMENTWISE_OPS
+from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.harness import plan
 from kerngen.expr import TensorFacts
-from kerngen.problems.problem import load_problem
+from kerngen.problems.load import load_problem
 
 SHAPE = (64, 130)  # 130 % 4 != 0 and % 8 != 0: the tail path is rendered too
 
@@ -220,7 +222,7 @@ def test_single_ops_keep_their_facts(tmp_path):
 def test_without_a_model_a_chain_is_refused_with_a_reason(tmp_path):
     p = _load(tmp_path, "gelu_times_sigmoid")
     bare = types.SimpleNamespace(info=p.info, source=p.source, name="bare")  # no build_model
-    with pytest.raises(NotCovered, match="model built on the CPU"):
+    with pytest.raises(NotCovered, match="model built on the meta device"):
         explain(bare)
 
 

@@ -4,7 +4,11 @@ that describing the full default size is fast (meta tensors)."""
 
 from __future__ import annotations
 
+import hashlib
 import math
+import os
+import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -16,16 +20,11 @@ from kerngen.errors import ProblemError
 from kerngen.expr import TensorFacts
 from kerngen.problems import registry
 from kerngen.problems.degenerate import DegeneracyReport, check_seed_dependence
-from kerngen.problems.problem import (
-    Problem,
-    ProblemInfo,
-    canonical_dtype,
-    default_tolerance,
-    load_problem,
-    parse_shape,
-    strict_fp32,
-)
-from kerngen.problems.ref import ProblemRef
+from kerngen.problems.info import ProblemInfo, default_tolerance
+from kerngen.problems.load import load_problem
+from kerngen.problems.problem import Problem
+from kerngen.problems.ref import ProblemRef, canonical_dtype, parse_shape
+from kerngen.problems.torch_modes import strict_fp32
 
 DATA = Path(__file__).parent / "data" / "kernelbench"
 
@@ -364,12 +363,82 @@ def test_missing_path_and_folder():
         load_problem(str(DATA))
 
 
-def test_each_load_is_a_fresh_module():
+def test_each_ref_gets_its_own_module():
     a = load_problem("softmax")
     b = load_problem(ProblemRef(source="softmax", shape=(4, 4)))
     assert a.module is not b.module and a.module.__name__ != b.module.__name__
     assert a.module.SHAPE == (4096, 65536) and b.module.SHAPE == (4, 4)
     assert "def get_inputs" in a.source()
+
+
+COUNTED = """
+    import torch
+    import torch.nn as nn
+
+    with open({log!r}, "a") as _log:  # one line per execution of this file
+        _log.write("imported\\n")
+
+    SCALE = {scale}
+
+    class Model(nn.Module):
+        def forward(self, x):
+            return torch.relu(x) * SCALE
+
+    def get_inputs():
+        return [torch.randn(64, 128)]
+
+    def get_init_inputs():
+        return []
+    """
+
+
+def _counted(tmp_path: Path, scale: float = 2.0) -> tuple[Path, Path]:
+    log = tmp_path / "imports.log"
+    return write(tmp_path, "counted.py", COUNTED.format(log=str(log), scale=scale)), log
+
+
+def _imports(log: Path) -> int:
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+def test_a_problem_is_loaded_once_per_ref_and_content(tmp_path):
+    from kerngen.problems.load import describe_problem
+
+    path, log = _counted(tmp_path)
+    a = load_problem(str(path))
+    assert load_problem(str(path)) is a and load_problem(ProblemRef(source=str(path))) is a
+    assert describe_problem(str(path)) is a.info
+    assert _imports(log) == 1
+    assert a.sha256 == hashlib.sha256(path.read_bytes()).hexdigest() and "SCALE = 2.0" in a.source()
+
+    path.write_text(path.read_text().replace("SCALE = 2.0", "SCALE = 3.0"))  # an edited file loads again
+    b = load_problem(str(path))
+    assert b is not a and _imports(log) == 2 and b.info.sizes["SCALE"] == 3.0 and "SCALE = 3.0" in b.source()
+    assert a.info.sizes["SCALE"] == 2.0 and "SCALE = 2.0" in a.source()  # the first stays what it ran
+    assert load_problem(str(path)) is b and _imports(log) == 2
+
+
+def test_a_failed_load_is_not_cached(tmp_path):
+    path = tmp_path / "flaky.py"
+    path.write_text("raise RuntimeError('not yet')\n")
+    with pytest.raises(ProblemError, match="not yet"):
+        load_problem(str(path))
+    path.write_text(textwrap.dedent(COUNTED.format(log=str(tmp_path / "log"), scale=1.0)))
+    assert load_problem(str(path)).info.outputs[0].shape == (64, 128)
+
+
+def test_one_generate_runs_the_problem_file_once(tmp_path):
+    """``kerngen generate FILE`` (scripted proposer and evaluator) loads, checks, records, seeds
+    and describes FILE in several places: all of them share one import of it."""
+    path, log = _counted(tmp_path)
+    env = {**os.environ, "KERNGEN_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "kerngen", "generate", str(path), "--evaluator", "scripted", "--proposer", "scripted",
+         "--rounds", "1", "--runs-dir", str(tmp_path / "runs")],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert _imports(log) == 1
 
 
 # --------------------------------------------------------------------------------------------

@@ -3,6 +3,8 @@ Chromium without console errors (skipped where chromium is not installed)."""
 
 from __future__ import annotations
 
+import json
+
 from markupsafe import escape
 import re
 import shutil
@@ -101,3 +103,71 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
     assert shot.is_file() and shot.stat().st_size > 10_000
     bad = [l for l in proc.stderr.splitlines() if "CONSOLE" in l or "Uncaught" in l]
     assert not bad, "\n".join(bad)
+
+
+# ----- every shipped run: its tuning, the same wall minutes as show, formatted numbers ---------
+from kerngen.agent.journal import NodeTuned  # noqa: E402
+from kerngen.agent.report import context, tuning_series  # noqa: E402
+from kerngen.agent.report_charts import ridge_point  # noqa: E402
+from kerngen.agent.show import spent_wall_s  # noqa: E402
+from kerngen.harness.tune_outcome import TuneOutcome  # noqa: E402
+
+RUNS = sorted(p for p in (ROOT / "runs").iterdir() if (p / "events.jsonl").is_file())
+
+
+@pytest.mark.parametrize("run_dir", RUNS, ids=[p.name for p in RUNS])
+def test_every_shipped_run_reports_its_tuning(run_dir, tmp_path):
+    run = load_run(run_dir)
+    tuned = {i: ev for i, ev in run.tuned.items() if ev.outcome() is not None}
+    assert tuned, f"{run_dir.name} ships tuned nodes"
+    text = write_report(run, tmp_path / "r.html").read_text()
+    assert "No survivor was tuned" not in text
+    assert text.count("<svg") == 3  # progress, roofline, autotuning
+    for i, ev in tuned.items():
+        assert f"node #{i}: {len(ev.curve)} configurations, kept " in text
+        assert all(p.evals == k + 1 and p.best_ms is not None for k, p in enumerate(ev.curve))
+    series = tuning_series(run)
+    assert len(series) == len(tuned) and all(any(p.ok for p in s.points) for s in series)
+    ctx = context(run)
+    assert [t["id"] for t in ctx["tuning"]] == sorted(tuned)
+    assert ctx["elapsed_min"] == pytest.approx(spent_wall_s(run) / 60)  # the same minutes as `kerngen show`
+    # numbers are formatted: no float with over 4 significant digits outside the charts and the sources
+    body = re.sub(r"<svg.*?</svg>|<pre.*?</pre>|<code>.*?</code>", "", text, flags=re.S)
+    raw = [m for m in re.findall(r"(?<![\w.])\d+\.\d+(?![\w.])", body) if len(m.replace(".", "").lstrip("0")) > 4]
+    assert not raw, raw[:10]
+
+
+def test_both_older_curve_shapes_read_as_one():
+    real = {"evals": 1, "seconds": 1.2, "best_ms": 2.5}
+    scripted = {"config": {"BLOCK": 128}, "ms": 0.99, "verdict": "ok", "wall_s": 0.25}
+    failed = {"config": {"BLOCK": 512}, "ms": None, "verdict": "incorrect", "wall_s": 0.25}
+    ev = NodeTuned(id=1, curve=[real, {"evals": 2, "seconds": 1.5, "best_ms": 2.0}])
+    assert [p.best_ms for p in ev.curve] == [2.5, 2.0] and ev.curve[0].config is None
+    ev = NodeTuned(id=1, curve=[scripted, failed])
+    assert [(p.evals, p.best_ms, p.ok) for p in ev.curve] == [(1, 0.99, True), (2, 0.99, False)]
+    again = NodeTuned.model_validate_json(ev.model_dump_json())
+    assert again.curve == ev.curve
+    # inf is no JSON: a best-so-far of inf (nothing correct yet) is written as None and read back
+    out = TuneOutcome.model_validate({"config": {}, "result": {"verdict": "ok", "spec_hash": "x", "config": {}},
+                                      "evaluated": 1, "curve": [{"evals": 1, "best_ms": float("inf")}]})
+    assert json.loads(out.model_dump_json())["curve"][0]["best_ms"] is None
+
+
+def test_roofline_ridge_point_is_peak_over_bandwidth():
+    assert ridge_point(4242.8, 51.28) == pytest.approx(12.09, abs=0.01)  # an H200 in fp32: ~12 FLOP/B
+    assert ridge_point(None, 51.0) is None and ridge_point(4000.0, None) is None
+
+
+def test_a_demo_run_says_so(tmp_path):
+    text = write_report(load_run(SHIPPED), tmp_path / "demo.html").read_text()
+    assert "DEMO (scripted, not measured on a GPU)" in text and "<title>[DEMO]" in text
+    real = write_report(load_run(RUNS[-1]), tmp_path / "real.html").read_text()
+    assert "DEMO" not in real
+
+
+def test_report_into_a_folder(tmp_path):
+    res = runner.invoke(kerngen.cli.app, ["report", str(SHIPPED), "-o", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / f"{SHIPPED.name}.html").is_file()
+    res = runner.invoke(kerngen.cli.app, ["report", str(SHIPPED), "-o", str(tmp_path / "no" / "such" / "r.html")])
+    assert res.exit_code == 2 and "Traceback" not in res.output

@@ -15,8 +15,10 @@ from kerngen.agent.budget import SearchBudget, SearchConfig
 from kerngen.agent.llm_client import LLMClient
 from kerngen.agent.llm_config import LLMConfig
 from kerngen.agent.llm_proposer import LLMProposer
-from kerngen.agent.search import minimal_context, run_search
-from kerngen.harness import landlock, redact, sandbox, source_policy
+from kerngen.agent.context import minimal_context
+from kerngen.agent.search import run_search
+from kerngen import redact
+from kerngen.harness import landlock, sandbox, source_policy
 from kerngen.harness.compile import CompileJob, compile_job, compile_many
 from kerngen.harness.compile_cache import CompileCache
 from kerngen.errors import CompileError

@@ -12,7 +12,8 @@ from kerngen.agent.budget import SearchBudget, SearchConfig, Usage
 from kerngen.agent.proposer import Branch
 from kerngen.agent.replay import ReplayProposer, replay_run
 from kerngen.agent.scripted import ScriptedEvaluator, ScriptedProposer, ScriptedTuner, scripted_spec
-from kerngen.agent.search import minimal_context, run_search
+from kerngen.agent.context import minimal_context
+from kerngen.agent.search import run_search
 from kerngen.agent.tree import load_run
 from kerngen.errors import ProblemError
 from kerngen.harness.results import Verdict

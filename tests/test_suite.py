@@ -36,6 +36,7 @@ class FakeEvaluator:
 
     def __init__(self, kernel_ms: float = 0.5, verdict: Verdict = Verdict.ok) -> None:
         self.kernel_ms, self.verdict = kernel_ms, verdict
+        self.concurrency = 1
         self.calls: list[tuple[str, ProblemRef]] = []
         self.closed = False
 

@@ -104,7 +104,7 @@ class FakeEvaluator:
         self.raise_on_batch = raise_on_batch
         self.calls: list[dict] = []  # configs, in order
         self.batches: list[int] = []
-        self.n_gpus = n_gpus
+        self.concurrency = n_gpus
         self._lock = threading.Lock()
 
     def gpu_facts(self) -> GpuFacts:

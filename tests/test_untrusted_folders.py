@@ -22,6 +22,7 @@ import kerngen
 import kerngen.cli
 from kerngen.agent.tree import load_run
 from kerngen.errors import KerngenError
+from kerngen.problems.load import clear_cache
 from tests.cli_output import stderr_of
 
 kerngen.cli._register()
@@ -169,6 +170,7 @@ def test_a_named_problem_file_runs_and_says_so(tmp_path, base):
     assert f"problem file: {(run / 'problem.py').resolve()} (named on the command line)" in res.stdout
     assert canary.exists()  # the user named it: it ran
     canary.unlink()
+    clear_cache()  # each command is a process of its own: it loads the file afresh
     res = invoke("generate", run / "problem.py", "--resume", run, "--evaluator", "scripted", "--rounds", "3")
     ok(res)
     assert "named on the command line" in res.stdout and canary.exists()
@@ -279,7 +281,7 @@ def test_a_manifest_cannot_name_anything_outside(export_dir, field, value, words
     data = json.loads(manifest.read_text())
     data[field] = value
     manifest.write_text(json.dumps(data))
-    from kerngen.load import read_manifest
+    from kerngen.manifest import read_manifest
 
     with pytest.raises(KerngenError, match=words):
         read_manifest(manifest)

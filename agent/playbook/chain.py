@@ -1,12 +1,12 @@
 """Fused elementwise chains: a reference forward that is a DAG of elementwise ops over ONE input
 tensor, translated to straight-line fp32 C for the elementwise template's ``kg_op``.
 
-``translate(model)`` traces the (CPU-built) reference module with ``torch.fx.symbolic_trace`` and
-returns a :class:`Chain`: an IR of :class:`Node` s in topological order (each defines one C
+``translate(model)`` traces the (meta-built: no weights) reference module with ``torch.fx.symbolic_trace`` and
+returns a :class:`~.chain_ir.Chain`: an IR of :class:`~.chain_ir.Node` s in topological order (each defines one C
 variable ``t<i>``; the input element is ``v``) plus the result operand. ``Chain.statements()``
 gives the C body (``float t0 = ...;``), ``Chain.expr()`` the value ``kg_op`` returns. Anything
 outside the covered set (reductions, shape ops, parameters or buffers, a second input, casts, an
-op the table below does not know) raises :class:`NotCovered` with a one-line reason.
+op :mod:`.chain_calls` does not know) raises :class:`NotCovered` with a one-line reason.
 
 Tracing runs the model's ``forward`` on proxies, as the reference run does on tensors: no other
 model code is executed. Every op is computed in fp32 (the template converts bf16/fp16 once on load
@@ -17,298 +17,13 @@ propagates as in PyTorch for relu/clamp/maximum/minimum (``kg_fmax``/``kg_fmin``
 from __future__ import annotations
 
 import math
-import operator
-import struct
-from dataclasses import dataclass
-from typing import Any, Callable, Union
+from typing import Any
 
-from .families import NotCovered
+from .chain_calls import METHOD_SIGS, REQUIRED, SIGS, Sig, function_table, why_not_covered
+from .chain_ir import COMPARE_C, INPUT, UNARY_C, Chain, Node, Operand
+from .not_covered import NotCovered
 
-Operand = Union[str, float]  # a C variable ("v" = the input element, "t3") or a constant
-INPUT = "v"
 _FP32_MAX = 3.4028234663852886e38
-
-# ----------------------------------------------------------------------------------------------
-# the ops of the IR and their C (fp32). {a} {b} {c}: operands; {p0} {p1}: constant parameters.
-UNARY_C: dict[str, str] = {
-    "relu": "({a} < 0.f ? 0.f : {a})",  # NaN stays NaN, as torch.relu
-    "gelu": "0.5f * {a} * (1.f + erff({a} * 0.70710678118654752f))",
-    "gelu_tanh": "0.5f * {a} * (1.f + tanhf(0.79788456080286536f * ({a} + 0.044715f * {a} * {a} * {a})))",
-    "sigmoid": "1.f / (1.f + expf(-{a}))",
-    "tanh": "tanhf({a})",
-    "silu": "{a} / (1.f + expf(-{a}))",
-    "mish": "{a} * tanhf(log1pf(expf({a})))",
-    "hardsigmoid": "kg_fmin(kg_fmax({a} + 3.f, 0.f), 6.f) * (1.f / 6.f)",
-    "hardswish": "{a} * kg_fmin(kg_fmax({a} + 3.f, 0.f), 6.f) * (1.f / 6.f)",
-    "selu": "1.05070098735548049f * ({a} > 0.f ? {a} : 1.67326324235437728f * expm1f({a}))",
-    "logsigmoid": "fminf({a}, 0.f) - log1pf(expf(-fabsf({a})))",
-    "softsign": "{a} / (1.f + fabsf({a}))",
-    "neg": "-{a}",
-    "abs": "fabsf({a})",
-    "exp": "expf({a})",
-    "expm1": "expm1f({a})",
-    "log": "logf({a})",
-    "log1p": "log1pf({a})",
-    "sqrt": "sqrtf({a})",
-    "rsqrt": "rsqrtf({a})",
-    "square": "{a} * {a}",
-    "reciprocal": "1.f / {a}",
-    "sin": "sinf({a})",
-    "cos": "cosf({a})",
-    "erf": "erff({a})",
-    "floor": "floorf({a})",
-    "ceil": "ceilf({a})",
-    "trunc": "truncf({a})",
-    "round": "rintf({a})",  # half to even, as torch.round
-}
-PARAM_C: dict[str, str] = {  # unary ops with constant parameters
-    "leaky_relu": "({a} > 0.f ? {a} : {a} * {p0})",
-    "elu": "({a} > 0.f ? {a} : {p0} * expm1f({a}))",
-    "softplus": "({a} * {p0} > {p1} ? {a} : log1pf(expf({a} * {p0})) / {p0})",
-    "threshold": "({a} <= {p0} ? {p1} : {a})",
-    "clamp": "",  # p0 / p1 may be absent: built by _clamp_c
-}
-BINARY_C: dict[str, str] = {
-    "add": "{a} + {b}",
-    "sub": "{a} - {b}",
-    "mul": "{a} * {b}",
-    "div": "{a} / {b}",
-    "pow": "",  # special-cased exponents: _pow_c
-    "maximum": "kg_fmax({a}, {b})",
-    "minimum": "kg_fmin({a}, {b})",
-    "fmax": "fmaxf({a}, {b})",
-    "fmin": "fminf({a}, {b})",
-}
-COMPARE_C: dict[str, str] = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "eq": "==", "ne": "!="}
-OTHER_OPS = ("where",)  # where(cond, a, b): cond is a comparison
-ALL_OPS = tuple(UNARY_C) + tuple(PARAM_C) + tuple(BINARY_C) + tuple(COMPARE_C) + OTHER_OPS
-
-_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "pow": "**", **COMPARE_C}
-
-
-@dataclass(frozen=True)
-class Node:
-    """One op of the chain: ``var = op(args; params)``."""
-
-    var: str  # the C variable it defines ("t0", ...)
-    op: str  # one of ALL_OPS
-    args: tuple[Operand, ...]  # variables or constants
-    params: tuple[float | None, ...] = ()  # constant parameters (slope, bounds, ...); None: absent
-    dtype: str = "float"  # "float", or "bool" for comparisons
-
-
-@dataclass(frozen=True)
-class Chain:
-    nodes: tuple[Node, ...]
-    result: Operand
-
-    def _dtypes(self) -> dict[str, str]:
-        return {n.var: n.dtype for n in self.nodes}
-
-    def statements(self) -> list[str]:
-        """The C body: one ``float tK = ...;`` (or ``bool``) per node, in order."""
-        dt = self._dtypes()
-        return [f"{n.dtype} {n.var} = {_node_c(n, dt)};" for n in self.nodes]
-
-    def expr(self) -> str:
-        """The C value ``kg_op`` returns."""
-        return _operand_c(self.result, self._dtypes())
-
-    def formula(self, limit: int = 120) -> str:
-        """Readable, e.g. ``gelu(x) * sigmoid(x)`` (shortened past ``limit`` characters)."""
-        text: dict[str, str] = {INPUT: "x"}
-        for n in self.nodes:
-            text[n.var] = _shorten(_node_formula(n, text, nested=True), limit)
-        if isinstance(self.result, str):
-            out = text[self.result]
-            node = next((n for n in self.nodes if n.var == self.result), None)
-            if node is not None:
-                out = _node_formula(node, text, nested=False)
-            return _shorten(out, limit)
-        return _num(self.result)
-
-    def slug(self, most: int = 4) -> str:
-        """A C-identifier fragment naming the ops, e.g. ``gelu_sigmoid_mul``."""
-        ops = [n.op for n in self.nodes]
-        if not ops:
-            return "identity" if self.result == INPUT else "const"
-        return "_".join(ops[:most]) + (f"_and{len(ops) - most}" if len(ops) > most else "")
-
-    def facts(self) -> dict[str, Any]:
-        """The elementwise family's facts for this chain (see builders.elementwise_vec)."""
-        return dict(op=self.slug(), expr=self.expr(), body=self.statements(), formula=self.formula(), chain=self)
-
-
-# ----------------------------------------------------------------------------------------------
-# C text
-def _lit(value: float) -> str:
-    """A float literal of the fp32 value PyTorch uses for a Python constant (opmath = float)."""
-    f32 = struct.unpack("f", struct.pack("f", value))[0]
-    s = "%.9g" % f32
-    if not any(ch in s for ch in ".e"):
-        s += ".0"
-    s += "f"
-    return f"({s})" if s.startswith("-") else s
-
-
-def _operand_c(a: Operand, dtypes: dict[str, str], want: str = "float") -> str:
-    if not isinstance(a, str):
-        return _lit(a)
-    if dtypes.get(a, "float") == "bool" and want == "float":
-        return f"({a} ? 1.f : 0.f)"  # torch promotes bool to the other operand's float type
-    return a
-
-
-def _pow_c(a: str, b: Operand, b_c: str) -> str:
-    # the exponents torch's pow kernel special-cases, written the same way
-    special = {2.0: f"{a} * {a}", 3.0: f"{a} * {a} * {a}", 1.0: a, 0.0: "1.f", 0.5: f"sqrtf({a})",
-               -0.5: f"rsqrtf({a})", -1.0: f"1.f / {a}", -2.0: f"1.f / ({a} * {a})"}
-    if not isinstance(b, str) and float(b) in special:
-        return special[float(b)]
-    return f"powf({a}, {b_c})"
-
-
-def _clamp_c(a: str, lo: float | None, hi: float | None) -> str:
-    out = a
-    if lo is not None:
-        out = f"kg_fmax({out}, {_lit(lo)})"
-    if hi is not None:
-        out = f"kg_fmin({out}, {_lit(hi)})"
-    return out
-
-
-def _node_c(n: Node, dtypes: dict[str, str]) -> str:
-    if n.op in COMPARE_C:
-        a, b = (_operand_c(x, dtypes) for x in n.args)
-        return f"({a} {COMPARE_C[n.op]} {b})"
-    if n.op == "where":
-        c = _operand_c(n.args[0], dtypes, want="bool")
-        a, b = (_operand_c(x, dtypes) for x in n.args[1:])
-        return f"({c} ? {a} : {b})"
-    if n.op in BINARY_C:
-        a, b = (_operand_c(x, dtypes) for x in n.args)
-        if n.op == "pow":
-            return _pow_c(a, n.args[1], b)
-        return BINARY_C[n.op].format(a=a, b=b)
-    a = _operand_c(n.args[0], dtypes)
-    if n.op == "clamp":
-        return _clamp_c(a, *n.params)
-    params = {f"p{i}": _lit(p) for i, p in enumerate(n.params) if p is not None}
-    table = PARAM_C if n.op in PARAM_C else UNARY_C
-    return table[n.op].format(a=a, **params)
-
-
-# ----------------------------------------------------------------------------------------------
-# readable text
-def _num(value: float) -> str:
-    return "%g" % value
-
-
-def _shorten(s: str, limit: int) -> str:
-    return s if len(s) <= limit else s[: limit - 3] + "..."
-
-
-def _node_formula(n: Node, text: dict[str, str], nested: bool) -> str:
-    args = [text[a] if isinstance(a, str) else _num(a) for a in n.args]
-    if n.op in _INFIX:
-        s = f"{args[0]} {_INFIX[n.op]} {args[1]}"
-        return f"({s})" if nested else s
-    params = [_num(p) if p is not None else "None" for p in n.params]
-    return f"{n.op}({', '.join(args + params)})"
-
-
-# ----------------------------------------------------------------------------------------------
-# the PyTorch callables and methods we know: name -> (kind, positional parameter names, defaults)
-_REQ = object()
-
-
-@dataclass(frozen=True)
-class _Sig:
-    kind: str
-    params: tuple[tuple[str, Any], ...]  # (name, default or _REQ), in positional order
-
-
-def _sig(kind: str, *params: str | tuple[str, Any]) -> _Sig:
-    return _Sig(kind, tuple(p if isinstance(p, tuple) else (p, _REQ) for p in params))
-
-
-_INPLACE = ("inplace", False)
-_SIGS: dict[str, _Sig] = {}
-for _name in UNARY_C:
-    _SIGS[_name] = _sig(_name, "input", _INPLACE)
-_SIGS.update({
-    "negative": _sig("neg", "input"), "pos": _sig("identity", "input"),
-    "expit": _sig("sigmoid", "input"),
-    "gelu": _sig("gelu", "input", ("approximate", "none")),
-    "leaky_relu": _sig("leaky_relu", "input", ("negative_slope", 0.01), _INPLACE),
-    "elu": _sig("elu", "input", ("alpha", 1.0), _INPLACE),
-    "softplus": _sig("softplus", "input", ("beta", 1.0), ("threshold", 20.0)),
-    "threshold": _sig("threshold", "input", "threshold", "value", _INPLACE),
-    "hardtanh": _sig("hardtanh", "input", ("min_val", -1.0), ("max_val", 1.0), _INPLACE),
-    "relu6": _sig("relu6", "input", _INPLACE),
-    "clamp": _sig("clamp", "input", ("min", None), ("max", None)),
-    "clip": _sig("clamp", "input", ("min", None), ("max", None)),
-    "clamp_min": _sig("clamp", "input", "min"),
-    "clamp_max": _sig("clamp_max", "input", "max"),
-    "add": _sig("add", "input", "other", ("alpha", 1)),
-    "sub": _sig("sub", "input", "other", ("alpha", 1)),
-    "subtract": _sig("sub", "input", "other", ("alpha", 1)),
-    "rsub": _sig("rsub", "input", "other", ("alpha", 1)),
-    "mul": _sig("mul", "input", "other"), "multiply": _sig("mul", "input", "other"),
-    "div": _sig("div", "input", "other", ("rounding_mode", None)),
-    "divide": _sig("div", "input", "other", ("rounding_mode", None)),
-    "true_divide": _sig("div", "input", "other"), "truediv": _sig("div", "input", "other"),
-    "pow": _sig("pow", "input", "exponent"),
-    "maximum": _sig("maximum", "input", "other"), "minimum": _sig("minimum", "input", "other"),
-    "fmax": _sig("fmax", "input", "other"), "fmin": _sig("fmin", "input", "other"),
-    "max": _sig("max", "input", ("other", None)), "min": _sig("min", "input", ("other", None)),
-    "where": _sig("where", "condition", "input", "other"),
-    "zeros_like": _sig("zeros_like", "input"), "ones_like": _sig("ones_like", "input"),
-    "full_like": _sig("full_like", "input", "fill_value"),
-    "clone": _sig("identity", "input", ("memory_format", None)),
-    "contiguous": _sig("identity", "input", ("memory_format", None)),
-    "detach": _sig("identity", "input"),
-    "dropout": _sig("dropout", "input", ("p", 0.5), ("training", True), _INPLACE),
-})
-for _name in COMPARE_C:
-    _SIGS[_name] = _sig(_name, "input", "other")
-_METHOD_SIGS = {"where": _sig("where", "input", "condition", "other")}  # x.where(cond, y)
-
-_REDUCTIONS = {"sum", "mean", "prod", "amax", "amin", "argmax", "argmin", "std", "var", "norm", "softmax",
-               "log_softmax", "logsumexp", "cumsum", "cumprod", "all", "any", "median", "mode", "topk", "sort"}
-_SHAPE_OPS = {"view", "reshape", "permute", "transpose", "flatten", "unflatten", "unsqueeze", "squeeze", "expand",
-              "expand_as", "repeat", "cat", "concat", "stack", "split", "chunk", "getitem", "t", "narrow", "size",
-              "dim", "numel", "getattr", "roll", "flip", "pad", "gather", "index_select", "movedim"}
-_CASTS = {"to", "float", "half", "bfloat16", "double", "type", "type_as", "int", "long", "bool", "short", "char",
-          "byte"}
-
-
-def _why(name: str) -> str:
-    if name in _REDUCTIONS or name in ("max", "min"):
-        return f"reduction {name} is not covered by the elementwise chain"
-    if name in _SHAPE_OPS:
-        return f"shape op {name} is not covered by the elementwise chain"
-    if name in _CASTS:
-        return f"dtype cast .{name}() is not covered by the elementwise chain"
-    return f"op {name} is not covered by the elementwise chain"
-
-
-def _function_table() -> dict[Callable[..., Any], tuple[str, bool]]:
-    """Callable (torch.*, F.*, torch.special.*, operator.*) -> (signature name, in place)."""
-    import torch
-    import torch.nn.functional as F
-
-    table: dict[Callable[..., Any], tuple[str, bool]] = {}
-    spaces = (operator, torch.special, torch, F)  # later spaces win a shared callable
-    for name in _SIGS:
-        for space in spaces:
-            for attr, inplace in ((name, False), (name + "_", True)):
-                fn = getattr(space, attr, None)
-                if callable(fn) and not isinstance(fn, type):
-                    table[fn] = (name, inplace)
-    table[operator.truediv] = ("truediv", False)
-    table[operator.neg] = ("neg", False)
-    return table
 
 
 # ----------------------------------------------------------------------------------------------
@@ -339,7 +54,7 @@ def _const(value: Any, what: str) -> float:
 class _Translator:
     def __init__(self, model: Any) -> None:
         self.model = model
-        self.functions = _function_table()
+        self.functions = function_table()
         self.env: dict[Any, Operand] = {}
         self.nodes: list[Node] = []
         self.dtypes: dict[str, str] = {}
@@ -375,7 +90,7 @@ class _Translator:
 
     # -- binding ----------------------------------------------------------------------------
     @staticmethod
-    def bind(sig: _Sig, name: str, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
+    def bind(sig: Sig, name: str, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
         names = [p for p, _ in sig.params]
         if len(args) > len(names):
             raise NotCovered(f"{name} with {len(args)} positional arguments is not covered by the elementwise chain")
@@ -386,13 +101,13 @@ class _Translator:
             bound[k] = v
         for p, default in sig.params:
             if p not in bound:
-                if default is _REQ:
+                if default is REQUIRED:
                     raise NotCovered(f"{name} without {p} is not covered by the elementwise chain")
                 bound[p] = default
         return bound
 
     # -- one call ---------------------------------------------------------------------------
-    def call(self, name: str, sig: _Sig, b: dict[str, Any]) -> Operand:
+    def call(self, name: str, sig: Sig, b: dict[str, Any]) -> Operand:
         kind = sig.kind
         if b.get("inplace") not in (None, False, True):
             raise NotCovered(f"{name}: inplace={b['inplace']!r} is not covered by the elementwise chain")
@@ -504,7 +219,7 @@ class _Translator:
         if isinstance(mod, nn.Identity):
             return x
         if isinstance(mod, nn.GELU):
-            return self.call(kind, _SIGS["gelu"], dict(input=args[0], approximate=mod.approximate))
+            return self.call(kind, SIGS["gelu"], dict(input=args[0], approximate=mod.approximate))
         if isinstance(mod, nn.LeakyReLU):
             return self.emit("leaky_relu", (x,), (_const(mod.negative_slope, kind),))
         if isinstance(mod, nn.ELU):
@@ -521,7 +236,7 @@ class _Translator:
             return x
         names = {"Softmax": "softmax", "LogSoftmax": "log_softmax", "Flatten": "flatten", "Unflatten": "unflatten"}
         if kind in names:
-            raise NotCovered(_why(names[kind]))
+            raise NotCovered(why_not_covered(names[kind]))
         raise NotCovered(f"module {target} ({kind}) is not covered by the elementwise chain")
 
     # -- the graph --------------------------------------------------------------------------
@@ -562,18 +277,18 @@ class _Translator:
             return
         name, _ = self._name(n)
         if name in ("max", "min") and (len(n.args) != 2 or n.kwargs or not isinstance(n.args[1], fx.Node)):
-            raise NotCovered(_why(name))  # torch.max(x), x.max(dim=1): reductions
-        sig = _METHOD_SIGS.get(name) if n.op == "call_method" else None
-        sig = sig or _SIGS.get(name)
+            raise NotCovered(why_not_covered(name))  # torch.max(x), x.max(dim=1): reductions
+        sig = METHOD_SIGS.get(name) if n.op == "call_method" else None
+        sig = sig or SIGS.get(name)
         if sig is None:
-            raise NotCovered(_why(name))
+            raise NotCovered(why_not_covered(name))
         self.env[n] = self.call(name, sig, self.bind(sig, name, tuple(n.args), dict(n.kwargs)))
 
     def _name(self, n: Any) -> tuple[str, bool]:
         """(signature name, in place) of a call_function / call_method node."""
         if n.op == "call_method":
             name = str(n.target)
-            if name.endswith("_") and not name.endswith("__") and name[:-1] in _SIGS:
+            if name.endswith("_") and not name.endswith("__") and name[:-1] in SIGS:
                 return name[:-1], True
             return name, False
         try:
@@ -612,7 +327,7 @@ class _Translator:
             return n.args[0] if isinstance(mod, (nn.Identity, nn.Dropout)) else None
         if n.op in ("call_function", "call_method"):
             name, _ = self._name(n)
-            sig = _SIGS.get(name)
+            sig = SIGS.get(name)
             if sig is not None and (sig.kind == "dropout" or (sig.kind == "identity" and name != "clone")):
                 return n.args[0]
         return None
@@ -620,7 +335,7 @@ class _Translator:
     def _reads_shape_only(self, n: Any) -> bool:
         if n.op not in ("call_function", "call_method"):
             return False
-        sig = _SIGS.get(self._name(n)[0])
+        sig = SIGS.get(self._name(n)[0])
         return sig is not None and sig.kind in ("zeros_like", "ones_like", "full_like")
 
     def check_inplace(self, nodes: list[Any]) -> None:
@@ -689,8 +404,8 @@ def _live(nodes: list[Node], result: Operand) -> Chain:
 def translate(model: Any) -> Chain:
     """The reference module's forward as a fused elementwise chain, or :class:`NotCovered`."""
     if model is None:
-        raise NotCovered("cannot trace the forward: the model did not build on the CPU")
+        raise NotCovered("cannot trace the forward: the model did not build on the meta device")
     return _Translator(model).run(_trace(model))
 
 
-__all__ = ["ALL_OPS", "Chain", "INPUT", "Node", "translate"]
+__all__ = ["translate"]

@@ -3,20 +3,24 @@
 ``recognise_family(problem)`` returns a :class:`FamilyMatch` (the family and the facts its
 templates need: input names, dtypes, eps, conv geometry, ...) or ``None``; ``explain(problem)``
 returns the same match or a one-line reason why the playbook has nothing for the problem.
-Works on a :class:`kerngen.problems.problem.Problem` and on anything shaped like one (``.info``
-with ``inputs``/``params``/``outputs`` of ``TensorInfo(name, shape, dtype)``, ``.source()``,
-optionally ``.build_model(device, seed)``).
+Works on a :class:`kerngen.problems.problem.Problem` (from the one loader,
+:func:`kerngen.problems.load.load_problem`) and on anything shaped like one: ``.info`` (its
+description: ``inputs``/``params``/``outputs`` of ``TensorInfo(name, shape, dtype)``, computed on
+meta tensors), ``.source()``, optionally ``.build_model(device, seed)``. The model is only ever
+built on the meta device (module attributes such as conv geometry and eps, and the forward for
+torch.fx, need no weights): recognising a problem allocates nothing, whatever its size.
 """
 
 from __future__ import annotations
 
-import ast
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from kerngen.errors import KerngenError
+from .chain import translate  # torch.fx is imported inside, only for chains
+from .forward_source import (UNKNOWN, Forward, call_kind, dotted, init_module_types, kwarg, module_of,
+                             read_forward)
+from .not_covered import NotCovered
 
 FAMILIES = ("elementwise", "softmax", "layernorm", "rmsnorm", "conv2d", "conv_relu_maxpool", "matmul")
 
@@ -73,10 +77,6 @@ class FamilyMatch:
         return d
 
 
-class NotCovered(Exception):
-    """The playbook has nothing for this problem; ``str()`` says why."""
-
-
 # ----------------------------------------------------------------------------------------------
 def _dtype(value: Any) -> str:
     return str(value).replace("torch.", "")
@@ -100,130 +100,22 @@ def _source(problem: Any) -> str:
 
 
 def _model(problem: Any) -> Any:
-    """The reference module on the CPU (to read conv geometry, eps, ...), or None."""
+    """The reference module on the meta device (to read conv geometry, eps, ... and trace its
+    forward), or None. No weights: nothing is allocated or initialised."""
     cached = getattr(problem, "_playbook_model", None)
     if cached is not None:
         return cached
     if not hasattr(problem, "build_model"):
         return None
     try:
-        model = problem.build_model("cpu", 0)
-    except (KerngenError, RuntimeError, MemoryError):  # a model the CPU cannot build: no geometry
+        model = problem.build_model("meta", 0)
+    except Exception:  # the file's own code failed on meta tensors (or a KerngenError): no geometry
         return None
-    problem._playbook_model = model
+    try:
+        problem._playbook_model = model
+    except AttributeError:  # a read-only stand-in: build again next time
+        pass
     return model
-
-
-@dataclass
-class _Forward:
-    calls: list[tuple[str, ast.Call]]  # dotted callee name, node
-    binops: list[str]
-    params: list[str]
-    text: str
-
-
-def _dotted(node: ast.AST) -> str:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-    elif isinstance(node, ast.Call):
-        parts.append(_dotted(node.func) + "()")
-    else:
-        parts.append("?")
-    return ".".join(reversed(parts))
-
-
-def _forward(source: str) -> _Forward | None:
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return None
-    cls = None
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef) and node.name == "Model":
-            cls = node
-    if cls is None:
-        for node in tree.body:
-            if isinstance(node, ast.ClassDef) and any(
-                isinstance(f, ast.FunctionDef) and f.name == "forward" for f in node.body
-            ):
-                cls = node
-    if cls is None:
-        return None
-    fwd = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "forward"), None)
-    if fwd is None:
-        return None
-    calls = [(_dotted(n.func), n) for n in ast.walk(fwd) if isinstance(n, ast.Call)]
-    binops = [type(n.op).__name__ for n in ast.walk(fwd) if isinstance(n, ast.BinOp)]
-    params = [a.arg for a in fwd.args.args[1:]]
-    return _Forward(calls, binops, params, ast.get_source_segment(source, fwd) or "")
-
-
-def _kw(call: ast.Call, name: str, pos: int | None = None) -> Any:
-    for k in call.keywords:
-        if k.arg == name:
-            try:
-                return ast.literal_eval(k.value)
-            except (ValueError, TypeError, SyntaxError):
-                return _Unknown
-    if pos is not None and len(call.args) > pos:
-        try:
-            return ast.literal_eval(call.args[pos])
-        except (ValueError, TypeError, SyntaxError):
-            return _Unknown
-    return None
-
-
-class _UnknownType:
-    def __repr__(self) -> str:
-        return "<unknown>"
-
-
-_Unknown = _UnknownType()
-
-
-def _leaf(name: str) -> str:
-    return name.rsplit(".", 1)[-1]
-
-
-def _module_of(model: Any, callee: str) -> Any:
-    """``self.conv`` -> the model's ``conv`` submodule (or None)."""
-    if model is None or not callee.startswith("self."):
-        return None
-    obj = model
-    for part in callee.split(".")[1:]:
-        obj = getattr(obj, part, None)
-        if obj is None:
-            return None
-    return obj
-
-
-def _kind(model: Any, callee: str, init_types: dict[str, str]) -> str:
-    """What a call in forward is: a module type name for ``self.x(...)``, else the leaf name."""
-    mod = _module_of(model, callee)
-    if mod is not None:
-        return type(mod).__name__
-    if callee.startswith("self.") and callee.count(".") == 1:
-        return init_types.get(callee.split(".", 1)[1], _leaf(callee))
-    return _leaf(callee)
-
-
-def _init_types(source: str) -> dict[str, str]:
-    """``self.conv = nn.Conv2d(...)`` in any __init__ -> {"conv": "Conv2d"}."""
-    out: dict[str, str] = {}
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return out
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-            for t in node.targets:
-                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
-                    out[t.attr] = _leaf(_dotted(node.value.func))
-    return out
 
 
 def _param_for(params: list[Tensor], prefix: str, leaf: str) -> Tensor | None:
@@ -239,7 +131,7 @@ class _Read:
     """What ``explain`` read from a problem, shared by the per-family recognisers."""
 
     match: FamilyMatch
-    fwd: _Forward
+    fwd: Forward
     model: Any
     kinds: list  # (kind, dotted callee, ast.Call) per call in forward
     dtypes: set[str]
@@ -278,12 +170,12 @@ def _read(problem: Any) -> _Read:
         raise NotCovered("the problem has no tensor inputs or outputs the playbook can read")
     if len(outputs) != 1:
         raise NotCovered("the playbook covers single-output problems only")
-    fwd = _forward(source)
+    fwd = read_forward(source)
     if fwd is None:
         raise NotCovered("no Model.forward found in the reference source")
     model = _model(problem)
-    init_types = _init_types(source)
-    kinds = [(_kind(model, callee, init_types), callee, node) for callee, node in fwd.calls]
+    init_types = init_module_types(source)
+    kinds = [(call_kind(model, callee, init_types), callee, node) for callee, node in fwd.calls]
     dtypes = {t.dtype for t in inputs} | {outputs[0].dtype}
     for d in dtypes:
         if d not in _SUPPORTED_DTYPES:
@@ -315,9 +207,9 @@ def _convolution(r: _Read) -> FamilyMatch | None:
     if len(conv_calls) != 1 or len(r.match.inputs) != 1:
         raise NotCovered("the playbook covers one nn.Conv2d module applied to one input")
     _, callee, _ = conv_calls[0]
-    mod = _module_of(r.model, callee)
+    mod = module_of(r.model, callee)
     if mod is None:
-        raise NotCovered("cannot read the nn.Conv2d module's geometry (model did not build on the CPU)")
+        raise NotCovered("cannot read the nn.Conv2d module's geometry (model did not build on the meta device)")
     prefix = callee.split(".", 1)[1]
     geo = _conv_geometry(mod)
     x = r.match.inputs[0]
@@ -372,9 +264,9 @@ def _softmax(r: _Read, x: Tensor) -> FamilyMatch | None:
     _, callee, node = sm[0]
     if len(r.kinds) != 1 or r.fwd.binops:
         raise NotCovered("softmax with other ops around it is not covered by the playbook")
-    mod = _module_of(r.model, callee)
-    dim = getattr(mod, "dim", None) if mod is not None else _kw(node, "dim", 1 if callee.startswith(("torch.", "F.", "nn.")) else 0)
-    if dim is None or dim is _Unknown:
+    mod = module_of(r.model, callee)
+    dim = getattr(mod, "dim", None) if mod is not None else kwarg(node, "dim", 1 if callee.startswith(("torch.", "F.", "nn.")) else 0)
+    if dim is None or dim is UNKNOWN:
         raise NotCovered("cannot read softmax's dim from the source")
     if dim not in (-1, len(x.shape) - 1):
         raise NotCovered(f"softmax over dim {dim} (not the last) is not covered by the playbook")
@@ -391,7 +283,7 @@ def _layernorm(r: _Read, x: Tensor) -> FamilyMatch | None:
     if len(r.kinds) != 1 or r.fwd.binops:
         raise NotCovered("layernorm with other ops around it is not covered by the playbook")
     _, callee, _ = ln[0]
-    mod = _module_of(r.model, callee)
+    mod = module_of(r.model, callee)
     if mod is None:
         raise NotCovered("the playbook reads layernorm from an nn.LayerNorm module only")
     shape = tuple(mod.normalized_shape)
@@ -406,7 +298,7 @@ def _layernorm(r: _Read, x: Tensor) -> FamilyMatch | None:
     return _check_wdtype(r.match, x)
 
 
-def _single_op(kinds: list, fwd: _Forward, model: Any) -> str | None:
+def _single_op(kinds: list, fwd: Forward, model: Any) -> str | None:
     """The one unary op (a key of ELEMENTWISE_OPS) of a forward that is just ``op(x)``, read from
     the source, or None (then the forward may still be a fused chain)."""
     if len(kinds) != 1 or fwd.binops:
@@ -414,9 +306,9 @@ def _single_op(kinds: list, fwd: _Forward, model: Any) -> str | None:
     k, callee, node = kinds[0]
     canon = _ELEMENTWISE_ALIASES.get(k)
     if canon == "gelu":
-        mod = _module_of(model, callee)
-        approx = getattr(mod, "approximate", None) if mod is not None else _kw(node, "approximate")
-        if approx is _Unknown:
+        mod = module_of(model, callee)
+        approx = getattr(mod, "approximate", None) if mod is not None else kwarg(node, "approximate")
+        if approx is UNKNOWN:
             return None  # the traced chain reads approximate= from the call itself
         canon = "gelu_tanh" if approx == "tanh" else "gelu"
     return canon
@@ -434,10 +326,8 @@ def _elementwise(r: _Read, x: Tensor) -> FamilyMatch:
         unknown = next((k for k, _, _ in kinds if k not in _ELEMENTWISE_ALIASES), None)
         if unknown is not None:
             raise NotCovered(f"op {unknown!r} is not covered by the playbook")
-        raise NotCovered("a chain of elementwise ops needs the model built on the CPU (to trace its forward)")
+        raise NotCovered("a chain of elementwise ops needs the model built on the meta device (to trace its forward)")
     else:
-        from .chain import translate  # torch.fx: imported only for chains
-
         facts = translate(model).facts()
     if out.shape != x.shape or out.dtype != x.dtype:
         raise NotCovered("elementwise output differs from its input in shape or dtype")
@@ -464,9 +354,9 @@ def _rmsnorm(r: _Read, x: Tensor) -> FamilyMatch:
     mods = [(k, c, n) for k, c, n in kinds if k == "RMSNorm"]
     if mods:
         k, callee, node = mods[0]
-        mod = _module_of(model, callee)
+        mod = module_of(model, callee)
         if mod is None:
-            raise NotCovered("cannot read the nn.RMSNorm module (model did not build on the CPU)")
+            raise NotCovered("cannot read the nn.RMSNorm module (model did not build on the meta device)")
         if tuple(mod.normalized_shape) != (x.shape[-1],):
             raise NotCovered("rmsnorm over more than the last dim is not covered by the playbook")
         eps = mod.eps
@@ -479,7 +369,7 @@ def _rmsnorm(r: _Read, x: Tensor) -> FamilyMatch:
         # a hand-written x * rsqrt(mean(x^2, dim=-1) + eps) [* weight]
         means = [n for k, c, n in kinds if k == "mean"]
         for node in means:
-            dim = _kw(node, "dim", 0 if not _dotted(node.func).startswith("torch.") else 1)
+            dim = kwarg(node, "dim", 0 if not dotted(node.func).startswith("torch.") else 1)
             if isinstance(dim, (tuple, list)) and len(dim) == 1:
                 dim = dim[0]
             if dim not in (-1, last):
@@ -526,16 +416,16 @@ def _conv_out(shape: tuple[int, ...], g: dict[str, int]) -> tuple[int, int]:
 
 def _pool_geometry(model: Any, pool: tuple) -> tuple[int, int]:
     k, callee, node = pool
-    mod = _module_of(model, callee)
+    mod = module_of(model, callee)
     if mod is not None:
         ks, st, pad = mod.kernel_size, mod.stride, mod.padding
         dil, ceil = getattr(mod, "dilation", 1), getattr(mod, "ceil_mode", False)
     else:
-        ks, st = _kw(node, "kernel_size", 1), _kw(node, "stride", 2)
-        pad, dil, ceil = _kw(node, "padding", 3) or 0, _kw(node, "dilation", 4) or 1, _kw(node, "ceil_mode", 5) or False
+        ks, st = kwarg(node, "kernel_size", 1), kwarg(node, "stride", 2)
+        pad, dil, ceil = kwarg(node, "padding", 3) or 0, kwarg(node, "dilation", 4) or 1, kwarg(node, "ceil_mode", 5) or False
         if st is None:
             st = ks
-    if any(v is _Unknown for v in (ks, st, pad, dil, ceil)) or ks is None:
+    if any(v is UNKNOWN for v in (ks, st, pad, dil, ceil)) or ks is None:
         raise NotCovered("cannot read the max-pool's geometry from the source")
     ks, st = _pair(ks), _pair(st if st is not None else ks)
     if ks[0] != ks[1] or st[0] != st[1] or _pair(pad) != (0, 0) or _pair(dil) != (1, 1) or ceil:
@@ -560,6 +450,4 @@ def why_not(problem: Any) -> str:
     return f"playbook family {m.family}"
 
 
-__all__ = ["FAMILIES", "FamilyMatch", "NotCovered", "Tensor", "explain", "recognise_family", "why_not"]
-
-_ = math  # kept for callers that compute shapes
+__all__ = ["FAMILIES", "FamilyMatch", "Tensor", "explain", "recognise_family", "why_not"]

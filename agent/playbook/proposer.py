@@ -14,7 +14,8 @@ from kerngen.harness.spec import KernelSpec
 
 from . import builders
 from .catalog import CATALOG, Entry
-from .families import FamilyMatch, NotCovered, explain
+from .families import FamilyMatch, explain
+from .not_covered import NotCovered
 
 
 _NAMES: dict[tuple[str, str], str] = {

@@ -12,7 +12,7 @@ from kerngen.errors import CompileError, KerngenError
 from kerngen.harness.evaluator import Candidate, EvalOptions
 from kerngen.harness.plan import resolve
 from kerngen.harness.results import CheckEvidence, EvalResult, Timing, Verdict
-from kerngen.problems.problem import load_problem
+from kerngen.problems.load import load_problem
 from kerngen.problems.ref import ProblemRef
 
 
