@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.tree import Tree as RichTree
 
+from kerngen.guard import strict_json
 from kerngen.agent.journal import DEMO_LABEL
 from kerngen.agent.tree import Node, Run, Tree, load_run, run_folders
 from kerngen.redact import printable
@@ -213,7 +214,7 @@ def run_row(path: Path) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - a folder from anyone: one row, never a crash
         row["status"] = f"corrupt: {exc}" if str(exc) else f"corrupt: {type(exc).__name__}"
     row["status"] = _short(row["status"], 200)
-    return _finite(row)
+    return strict_json(row)
 
 
 def _appending(path: Path) -> bool:
@@ -284,14 +285,6 @@ def run_json(run: Run) -> dict[str, Any]:
         "best_figures": tree.figures(best) if best is not None else None,
         "usage": tree.finished.usage if tree.finished else None,
     }
-    return _finite(data)
+    return strict_json(data)
 
 
-def _finite(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value

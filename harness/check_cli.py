@@ -19,13 +19,13 @@ cannot run (the problem does not load, a bad option); ``--json`` prints one JSON
 from __future__ import annotations
 
 import json
-import math
 import re
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
 
+from kerngen.guard import one_line, strict_json
 from kerngen.errors import KerngenError
 
 ARCH_RE = re.compile(r"^sm_\d{2,3}[af]?$")
@@ -62,13 +62,6 @@ def limits_for(arch: str):
     if cc in SMEM_OPTIN:
         facts.max_shared_per_block_optin = SMEM_OPTIN[cc]
     return facts
-
-
-def _one_line(text: str, limit: int = 400) -> str:
-    from kerngen.redact import printable
-
-    line = " ".join(printable(str(text)).split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _stage_of_compile_error(message: str) -> str:
@@ -146,7 +139,7 @@ def count_configs(spec, info, gpu, arch: str, compile_all: bool) -> dict[str, An
         out["admissible"] = len(survivors)
         out["first_admissible"] = survivors[0][0] if survivors else None
     out["pruned"] = summarize(pruned)
-    out["examples"] = {k: _one_line(v, 300) for k, v in examples(pruned).items()}
+    out["examples"] = {k: one_line(v, 300) for k, v in examples(pruned).items()}
     return out
 
 
@@ -181,7 +174,7 @@ def run_check(spec_path: str, problem: str, *, config: str | None = None, arch: 
     }
 
     def fail(stage: str, message: str) -> dict[str, Any]:
-        report["stage"], report["error"] = stage, _one_line(message)
+        report["stage"], report["error"] = stage, one_line(message)
         return report
 
     def guarded(stage: str, fn):
@@ -198,7 +191,7 @@ def run_check(spec_path: str, problem: str, *, config: str | None = None, arch: 
     ok, spec = guarded("spec", lambda: KernelSpec.load(spec_path))
     if not ok:
         return report
-    report["name"] = _one_line(spec.name, 120)
+    report["name"] = one_line(spec.name, 120)
     report["passed"].append("spec")
     ok, counted = guarded("configs", lambda: count_configs(spec, info, gpu, arch, compile_all))
     if ok:
@@ -258,10 +251,10 @@ def _print_report(report: dict[str, Any]) -> None:
 
     def say(text: str) -> None:  # plain text: no markup, no control sequences (names come from files)
         indent = len(text) - len(text.lstrip(" "))
-        out.print(" " * indent + _one_line(text, 1000), markup=False)
+        out.print(" " * indent + one_line(text, 1000), markup=False)
 
     name = f" ({report['name']})" if report.get("name") else ""
-    say(f"check {_one_line(report['spec'], 200)}{name} on {report['problem']} for {report['arch']}")
+    say(f"check {one_line(report['spec'], 200)}{name} on {report['problem']} for {report['arch']}")
     if report.get("config") is not None:
         say(f"  config: {_cfg_text(report['config'])}")
     plan = report.get("plan")
@@ -303,17 +296,6 @@ def _print_report(report: dict[str, Any]) -> None:
         say(f"ok: {', '.join(report['passed'])}")
 
 
-def _finite(obj: Any) -> Any:
-    """inf/nan -> None, so that --json prints strict JSON."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {str(k): _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
-
-
 def check_cmd(
     spec: Path = typer.Argument(..., help="kernel spec (JSON or YAML)"),
     problem: str = typer.Argument(..., help="built-in problem name or KernelBench-format .py file"),
@@ -334,17 +316,17 @@ def check_cmd(
                            compile_all=compile_all)
     except KerngenError as exc:
         if as_json:
-            typer.echo(json.dumps({"ok": False, "stage": "setup", "error": _one_line(str(exc))}))
+            typer.echo(json.dumps({"ok": False, "stage": "setup", "error": one_line(str(exc))}))
             raise typer.Exit(exc.exit_code) from None
         raise
     except Exception as exc:  # noqa: BLE001 - a check never ends in a traceback
-        message = _one_line(f"internal error: {type(exc).__name__}: {exc}")
+        message = one_line(f"internal error: {type(exc).__name__}: {exc}")
         if as_json:
             typer.echo(json.dumps({"ok": False, "stage": "internal", "error": message}))
             raise typer.Exit(2) from None
         raise KerngenError(message) from None
     if as_json:
-        typer.echo(json.dumps(_finite(report), indent=2, default=str))
+        typer.echo(json.dumps(strict_json(report), indent=2, default=str))
     else:
         _print_report(report)
     if not report["ok"]:

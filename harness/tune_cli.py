@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 import typer
 
+from kerngen.guard import strict_json
 from kerngen.errors import KerngenError
 
 COMPARE_FRACTION = 0.2
@@ -180,7 +181,7 @@ def tune_cmd(
                 "curve": [c.model_dump() for c in result.curve],
             }
             if as_json:
-                typer.echo(json.dumps(_finite(payload), indent=2))
+                typer.echo(json.dumps(strict_json(payload), indent=2))
             else:
                 _print_result(console, f"tune {spec.name} on {ref.label()} ({gpu.name})", result, eager_ms,
                               floor, bound, top)
@@ -196,7 +197,7 @@ def tune_cmd(
     if as_json:
         payload["exhaustive_curve"] = [c.model_dump() for c in exh.curve]
         payload["model_curve"] = [c.model_dump() for c in model.curve]
-        typer.echo(json.dumps(_finite(payload), indent=2))
+        typer.echo(json.dumps(strict_json(payload), indent=2))
     else:
         _print_result(console, f"exhaustive: {spec.name} on {ref.label()} ({gpu.name})", exh, eager_ms, floor,
                       bound, top)
@@ -254,17 +255,6 @@ def _progress(console):
             console.print(f"  .. {state['n']} measured, best {_fmt(state['best'], '.4f')} ms", markup=False)
 
     return cb
-
-
-def _finite(obj: Any) -> Any:
-    """inf/nan -> None, so that --json prints strict JSON."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
 
 
 def register(app: typer.Typer) -> None:

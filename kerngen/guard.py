@@ -1,10 +1,12 @@
 """The one error guard of the CLI: a :class:`~kerngen.errors.KerngenError` becomes one line on
 stderr and its exit code; for commands that read folders someone handed over (runs, exports), any
-other error too. Every command module wraps its commands with :func:`guard`."""
+other error too. Every command module wraps its commands with :func:`guard`. Beside it, what every
+command's output needs: one clean line (:func:`one_line`), strict JSON (:func:`strict_json`)."""
 
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, Callable
 
 import typer
@@ -19,6 +21,18 @@ def one_line(text: str, limit: int = 400) -> str:
     """``text`` on one line, without control sequences (messages quote journal and model text)."""
     line = " ".join(printable(str(text)).split())
     return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def strict_json(value: Any) -> Any:
+    """A copy of a JSON-like value with inf/NaN as None (keys as strings), so that ``--json``
+    prints strict JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    return value
 
 
 def error_line(text: str) -> None:
