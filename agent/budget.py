@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 if TYPE_CHECKING:
-    from kerngen.agent.llm_client import LLMCall
+    from kerngen.agent.llm.client import LLMCall
 
 
 class SearchConfig(BaseModel):

@@ -36,8 +36,8 @@ from kerngen.errors import JournalError
 from kerngen.version import __version__
 from kerngen.redact import redact
 from kerngen.harness.results import Baseline, EvalResult, GpuFacts
-from kerngen.harness.spec import KernelSpec
-from kerngen.harness.tune_outcome import TuneCurve, TuneOutcome, tune_seconds
+from kerngen.harness.spec.spec import KernelSpec
+from kerngen.harness.tune.outcome import TuneCurve, TuneOutcome, tune_seconds
 from kerngen.harness.atomic import write_atomic  # noqa: F401 - re-exported for the run folder writers
 from kerngen.problems.ref import ProblemRef
 

@@ -1,6 +1,6 @@
 """What a proposer is: the source of ideas and kernels for the tree search.
 
-Three stand behind this Protocol: the LLM proposer (:mod:`kerngen.agent.llm_proposer`), the
+Three stand behind this Protocol: the LLM proposer (:mod:`kerngen.agent.llm.proposer`), the
 offline playbook (:mod:`kerngen.agent.playbook`) and replay of a journal
 (:mod:`kerngen.agent.replay`). Tests use a deterministic one. The search journals every
 proposer answer, so the tree, replay and reports are the same whichever proposer ran.
@@ -14,7 +14,7 @@ from typing import Protocol
 from pydantic import BaseModel, Field
 
 from kerngen.harness.results import Baseline, CompileInfo, EvalResult, GpuFacts
-from kerngen.harness.spec import KernelSpec
+from kerngen.harness.spec.spec import KernelSpec
 
 
 class Category(str, Enum):

@@ -20,7 +20,7 @@ from kerngen.agent.search import ContextFactory, ReplayMissError, Search, Search
 from kerngen.agent.tree import AnswerBook, Key, Run, ideas_key, implement_key, load_run, repair_key
 from kerngen.harness.evaluator import EvalOptions, Evaluator
 from kerngen.harness.results import EvalResult
-from kerngen.harness.spec import KernelSpec
+from kerngen.harness.spec.spec import KernelSpec
 from kerngen.agent.journal import new_run_id
 
 

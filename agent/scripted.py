@@ -21,8 +21,8 @@ from kerngen.harness.evaluator import Candidate, EvalOptions, OnResult
 from kerngen.harness.results import (
     Baseline, CheckEvidence, CheckFailure, CompileInfo, EvalResult, GpuFacts, KernelResources, Timing, Verdict,
 )
-from kerngen.harness.spec import KernelSpec
-from kerngen.harness.tune_outcome import TuneOutcome, TunePoint
+from kerngen.harness.spec.spec import KernelSpec
+from kerngen.harness.tune.outcome import TuneOutcome, TunePoint
 from kerngen.problems.ref import ProblemRef
 
 SCRIPTED_GPU = "scripted evaluator (deterministic, no GPU, times are made up)"
@@ -228,7 +228,7 @@ class ScriptedEvaluator:
         return None
 
 
-ScriptedTuneOutcome = TuneOutcome  # the one tuning outcome type (kerngen.harness.tune_outcome)
+ScriptedTuneOutcome = TuneOutcome  # the one tuning outcome type (kerngen.harness.tune.outcome)
 
 
 class ScriptedTuner:

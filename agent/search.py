@@ -51,12 +51,12 @@ from kerngen.agent.tree import (
 from kerngen.errors import JournalError, KerngenError, ProblemError
 from kerngen.harness.evaluator import Candidate, EvalOptions, Evaluator
 from kerngen.harness.results import Baseline, EvalResult, GpuFacts
-from kerngen.harness.spec import KernelSpec
-from kerngen.harness.tune_outcome import TuneOutcome, TunePoint
+from kerngen.harness.spec.spec import KernelSpec
+from kerngen.harness.tune.outcome import TuneOutcome, TunePoint
 from kerngen.problems.ref import ProblemRef
 
 
-# ----- the tuner's interface: THE tuning outcome type (kerngen.harness.tune_outcome) ----------
+# ----- the tuner's interface: THE tuning outcome type (kerngen.harness.tune.outcome) ----------
 
 # a tuner that takes a ``minutes=`` keyword gets what is left of the wall-clock budget
 Tuner = Callable[[ProblemRef, KernelSpec, EvalResult], "TuneOutcome | None"]

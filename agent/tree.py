@@ -25,7 +25,7 @@ from kerngen.agent.journal import (
 from kerngen.agent.proposer import Branch, Idea, NodeSummary, TriedIdea
 from kerngen.errors import JournalError
 from kerngen.harness.results import Baseline, EvalResult, GpuFacts, Verdict
-from kerngen.harness.spec import KernelSpec
+from kerngen.harness.spec.spec import KernelSpec
 from kerngen.problems.ref import ProblemRef
 
 FAILED = (Verdict.invalid_spec, Verdict.compile_error, Verdict.incorrect, Verdict.runtime_error, Verdict.timeout)

@@ -1,6 +1,6 @@
 """The one boundary between the search (agent, autotuner) and the GPU: an Evaluator.
 
-The real one (:class:`kerngen.harness.pool.WorkerPool`) compiles on all CPU cores and runs
+The real one (:class:`kerngen.harness.pool.local.WorkerPool`) compiles on all CPU cores and runs
 check and bench in worker processes, one per GPU. Tests use deterministic evaluators with the
 same Protocol. Failures come back as data (a verdict), never as exceptions.
 """
@@ -13,8 +13,8 @@ from pydantic import BaseModel, Field
 
 from kerngen.problems.ref import ProblemRef
 
-from .results import Baseline, EvalResult, GpuFacts
-from .spec import KernelSpec
+from kerngen.harness.results import Baseline, EvalResult, GpuFacts
+from kerngen.harness.spec.spec import KernelSpec
 
 
 class Candidate(BaseModel):

@@ -12,7 +12,7 @@ __all__ = ["__version__", "load"]
 
 
 def load(path, runs_dir="runs"):
-    """The PyTorch op of an export folder or of a run's best kernel (see :mod:`kerngen.load`)."""
-    from kerngen.load import load_op
+    """The PyTorch op of an export folder or of a run's best kernel (see :mod:`kerngen.results.exported_op`)."""
+    from kerngen.results.exported_op import load_op
 
     return load_op(path, runs_dir)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Mapping
 
-from .errors import ExprError
+from kerngen.errors import ExprError
 
 Number = int | float
 

@@ -8,10 +8,10 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from . import registry
+from kerngen.problems import registry
 
 if TYPE_CHECKING:
-    from .info import ProblemInfo
+    from kerngen.problems.info import ProblemInfo
 
 
 def _dims(shape: Iterable[int]) -> str:

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kerngen.expr import TensorFacts
 
-from .ref import ProblemRef
+from kerngen.problems.ref import ProblemRef
 
 __all__ = ["DEFAULT_TOLERANCES", "ProblemInfo", "TensorInfo", "default_tolerance", "dtype_name", "shape_str"]
 

@@ -21,10 +21,10 @@ from types import ModuleType
 
 from kerngen.errors import ProblemError
 
-from . import registry
-from .info import ProblemInfo, shape_str
-from .problem import Problem, exc_line
-from .ref import ProblemRef, canonical_dtype
+from kerngen.problems import registry
+from kerngen.problems.info import ProblemInfo, shape_str
+from kerngen.problems.problem import Problem, exc_line
+from kerngen.problems.ref import ProblemRef, canonical_dtype
 
 __all__ = ["clear_cache", "describe_problem", "load_problem", "normalize_ref"]
 

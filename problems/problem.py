@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 from kerngen.errors import ProblemError
 from kerngen.expr import TensorFacts
 
-from .info import ProblemInfo, TensorInfo, default_tolerance, dtype_name
-from .ref import ProblemRef
-from .torch_modes import force_device_mode, seeded, strict_fp32
+from kerngen.problems.info import ProblemInfo, TensorInfo, default_tolerance, dtype_name
+from kerngen.problems.ref import ProblemRef
+from kerngen.problems.torch_modes import force_device_mode, seeded, strict_fp32
 
 if TYPE_CHECKING:  # torch is imported inside functions so that importing this module stays cheap
     import torch

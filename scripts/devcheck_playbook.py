@@ -1,7 +1,7 @@
 """A developer's quick GPU bench of the playbook's kernels, outside the harness: each problem file
 is loaded by kerngen's loader and recognised by the playbook; every variant (at its defaults and
 at the configurations of ``--configs=FILE.json``) is compiled by the harness's compiler
-(:func:`kerngen.harness.compile.compile_many`: sandboxed NVRTC, the same options and prelude as a
+(:func:`kerngen.harness.compile.compiler.compile_many`: sandboxed NVRTC, the same options and prelude as a
 search), launched with cupy on torch tensors, compared with the reference and timed with CUDA
 events (L2 flushed before each rep). Not part of the package; needs a GPU and cupy.
 
@@ -82,8 +82,8 @@ def check_problem(path: str, configs: dict, arch: str, flush, rows: list) -> Non
 
     from kerngen.agent.playbook import builders, families
     from kerngen.expr import TensorFacts
-    from kerngen.harness import plan
-    from kerngen.harness.compile import compile_many, job_for
+    from kerngen.harness.spec import plan
+    from kerngen.harness.compile.compiler import compile_many, job_for
     from kerngen.problems.load import load_problem
 
     p = load_problem(path)

@@ -5,8 +5,8 @@ no LLM; ``recognise_family(problem)`` says which family a problem belongs to (``
 why none); ``seed_specs(problem)`` gives the round-0 kernels (seeds for an LLM's first round).
 """
 
-from .families import FAMILIES, FamilyMatch, explain, recognise_family, why_not
-from .not_covered import NotCovered
-from .proposer import PlaybookProposer, seed_specs
+from kerngen.agent.playbook.families import FAMILIES, FamilyMatch, explain, recognise_family, why_not
+from kerngen.agent.playbook.not_covered import NotCovered
+from kerngen.agent.playbook.proposer import PlaybookProposer, seed_specs
 
 __all__ = ["FAMILIES", "FamilyMatch", "NotCovered", "PlaybookProposer", "explain", "recognise_family", "seed_specs", "why_not"]

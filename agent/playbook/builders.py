@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from typing import Callable
 
-from kerngen.harness.spec import KernelSpec
+from kerngen.harness.spec.spec import KernelSpec
 
-from .builders_gemm import conv2d_direct, conv2d_igemm, conv_relu_pool, sgemm_simple, sgemm_tiled
-from .builders_rows import elementwise_vec, layernorm_coop, layernorm_split, rmsnorm_two_pass, rows_reg, softmax_long
-from .families import FamilyMatch
-from .render import COOP_NB, render
+from kerngen.agent.playbook.builders_gemm import conv2d_direct, conv2d_igemm, conv_relu_pool, sgemm_simple, sgemm_tiled
+from kerngen.agent.playbook.builders_rows import elementwise_vec, layernorm_coop, layernorm_split, rmsnorm_two_pass, rows_reg, softmax_long
+from kerngen.agent.playbook.families import FamilyMatch
+from kerngen.agent.playbook.render import COOP_NB, render
 
 __all__ = ["COOP_NB", "VARIANTS", "build", "render"]
 

@@ -4,10 +4,10 @@ and fp32 matmul (each ``(match, defaults) -> KernelSpec``; see :mod:`.builders`)
 from __future__ import annotations
 
 
-from kerngen.harness.spec import KernelSpec
+from kerngen.harness.spec.spec import KernelSpec
 
-from .families import FamilyMatch
-from .render import MAX_SMEM, make_spec, pick, render
+from kerngen.agent.playbook.families import FamilyMatch
+from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import math
 
-from kerngen.harness.spec import KernelSpec
+from kerngen.harness.spec.spec import KernelSpec
 
-from .families import FamilyMatch
-from .render import COOP_NB, MAX_SMEM, make_spec, pick, render, shape_prod, vec_width
+from kerngen.agent.playbook.families import FamilyMatch
+from kerngen.agent.playbook.render import COOP_NB, MAX_SMEM, make_spec, pick, render, shape_prod, vec_width
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,9 +19,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .chain_calls import METHOD_SIGS, REQUIRED, SIGS, Sig, function_table, why_not_covered
-from .chain_ir import COMPARE_C, INPUT, UNARY_C, Chain, Node, Operand
-from .not_covered import NotCovered
+from kerngen.agent.playbook.chain_calls import METHOD_SIGS, REQUIRED, SIGS, Sig, function_table, why_not_covered
+from kerngen.agent.playbook.chain_ir import COMPARE_C, INPUT, UNARY_C, Chain, Node, Operand
+from kerngen.agent.playbook.not_covered import NotCovered
 
 _FP32_MAX = 3.4028234663852886e38
 

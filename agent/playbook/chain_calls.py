@@ -9,7 +9,7 @@ import operator
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .chain_ir import COMPARE_C, UNARY_C
+from kerngen.agent.playbook.chain_ir import COMPARE_C, UNARY_C
 
 # ----------------------------------------------------------------------------------------------
 # the PyTorch callables and methods we know: name -> (kind, positional parameter names, defaults)

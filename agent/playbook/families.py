@@ -17,10 +17,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .chain import translate  # torch.fx is imported inside, only for chains
-from .forward_source import (UNKNOWN, Forward, call_kind, dotted, init_module_types, kwarg, module_of,
+from kerngen.agent.playbook.chain import translate  # torch.fx is imported inside, only for chains
+from kerngen.agent.playbook.forward_source import (UNKNOWN, Forward, call_kind, dotted, init_module_types, kwarg, module_of,
                              read_forward)
-from .not_covered import NotCovered
+from kerngen.agent.playbook.not_covered import NotCovered
 
 FAMILIES = ("elementwise", "softmax", "layernorm", "rmsnorm", "conv2d", "conv_relu_maxpool", "matmul")
 

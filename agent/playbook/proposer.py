@@ -7,15 +7,15 @@ from typing import Any
 from jinja2 import TemplateError
 
 from kerngen.agent.proposer import Branch, Idea, NodeSummary, SearchContext
-from kerngen.harness import plan
+from kerngen.harness.spec import plan
 from kerngen.expr import TensorFacts
 from kerngen.errors import SpecError
-from kerngen.harness.spec import KernelSpec
+from kerngen.harness.spec.spec import KernelSpec
 
-from . import builders
-from .catalog import CATALOG, Entry
-from .families import FamilyMatch, explain
-from .not_covered import NotCovered
+from kerngen.agent.playbook import builders
+from kerngen.agent.playbook.catalog import CATALOG, Entry
+from kerngen.agent.playbook.families import FamilyMatch, explain
+from kerngen.agent.playbook.not_covered import NotCovered
 
 
 _NAMES: dict[tuple[str, str], str] = {

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import jinja2
 
-from kerngen.harness.spec import KernelSpec
+from kerngen.harness.spec.spec import KernelSpec
 
 
 TEMPLATES = Path(__file__).parent / "templates"

@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Sequence
 
 from kerngen.agent.scripted import ScriptedEvaluator
-from kerngen.harness.compile import compile_many, job_for
+from kerngen.harness.compile.compiler import compile_many, job_for
 from kerngen.errors import CompileError, KerngenError
 from kerngen.harness.evaluator import Candidate, EvalOptions
-from kerngen.harness.plan import resolve
+from kerngen.harness.spec.plan import resolve
 from kerngen.harness.results import CheckEvidence, EvalResult, Timing, Verdict
 from kerngen.problems.load import load_problem
 from kerngen.problems.ref import ProblemRef

@@ -5,7 +5,7 @@ import os
 import sys
 import time
 
-from kerngen.harness.protocol import Envelope, EvaluateRequest, PrepareRequest, Reply
+from kerngen.harness.pool.protocol import Envelope, EvaluateRequest, PrepareRequest, Reply
 from kerngen.harness.results import EvalResult, GpuFacts, Verdict
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kerngen.harness.spec import KernelSpec
+from kerngen.harness.spec.spec import KernelSpec
 from kerngen.problems.ref import ProblemRef
 
 SOFTMAX = ProblemRef(source="softmax", shape=(256, 1000))

@@ -1,0 +1,261 @@
+"""The compile boundary: CUDA-C source -> cubin with NVRTC, checked, cached, in parallel.
+
+:func:`compile_job` is the one function that turns source into a module. It raises
+:class:`~kerngen.errors.CompileError` (one-line message, the FULL NVRTC log in ``.log``)
+for a source the policy refuses (message ``source refused: ...``, see :mod:`.source_policy`), a
+compile error, a compile that timed out or died in its sandbox, a forbidden module (message
+``forbidden: ...``, see :mod:`.cubin`) or a kernel of the launch plan that the module lacks.
+Everything else here prepares jobs (:func:`build_options`, :func:`job_for`) or runs many of them
+(:func:`compile_many`).
+
+NVRTC never runs in this process: every compile goes to a confined worker (:mod:`.sandbox`), and
+its log is redacted (:mod:`.redact`) before it is cached, raised or returned.
+
+NVRTC (``cuda.bindings.nvrtc``, 13.0) needs no GPU: cubin for ``sm_90`` compiles anywhere.
+Options of every job: ``--gpu-architecture=sm_XX --std=c++17 -lineinfo --ptxas-options=-v``,
+``-DNAME=value`` for each tunable of the configuration and each resolved define (sorted by name),
+and ``-use_fast_math`` iff the spec asks for it. The include directories of the CUDA headers
+(``cuda_bf16.h`` ...) and the prelude (``INFINITY``, ``NAN`` ...) are added at compile time, not
+stored in the job's options (see :mod:`.headers`): the options stay the same on every machine.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from pydantic import BaseModel
+
+from kerngen.errors import CompileError
+
+from kerngen.harness.compile import headers, sandbox, source_policy
+from kerngen.harness.compile.cache import CompileCache
+from kerngen.harness.compile.cubin import check_cubin
+from kerngen.harness.compile.nvrtc_info import nvrtc_version
+from kerngen.harness.spec.plan import ResolvedPlan
+from kerngen.harness.compile.ptxas import parse_ptxas
+from kerngen.redact import redact
+from kerngen.harness.results import CompileInfo
+from kerngen.harness.spec.spec import KernelSpec
+
+BASE_OPTIONS = ("--std=c++17", "-lineinfo", "--ptxas-options=-v")
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_RESERVED = re.compile(r"^(__|_[A-Z])")
+_ARCH = re.compile(r"^sm_(\d+)([af]?)$")
+
+
+class CompiledKernel(BaseModel):
+    cubin: bytes
+    info: CompileInfo
+
+
+class CompileJob(BaseModel):
+    source: str
+    options: list[str]
+    arch: str
+    kernels: list[str] = []  # entry functions that must exist in the module
+
+
+class _UseDefaultCache:
+    """Sentinel: ``compile_job(job)`` uses ``CompileCache()``; ``cache=None`` disables caching."""
+
+    def __repr__(self) -> str:
+        return "DEFAULT_CACHE"
+
+
+DEFAULT_CACHE: Any = _UseDefaultCache()
+
+
+def _resolve_cache(cache: Any) -> CompileCache | None:
+    return CompileCache() if isinstance(cache, _UseDefaultCache) else cache
+
+
+# ----- jobs -----------------------------------------------------------------------------------
+def _literal(value: int | float | bool) -> str:
+    """A C literal for a define's value: ints as they are, floats as double literals."""
+    if isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, int):
+        if not -(2**63) <= value < 2**64:
+            raise CompileError(f"define value {value:.3g} does not fit 64 bits" if abs(value) < 10**300
+                               else "define value does not fit 64 bits")
+        return str(value)
+    v = float(value)
+    if math.isnan(v):
+        return "(NAN)"
+    if math.isinf(v):
+        return "(INFINITY)" if v > 0 else "(-INFINITY)"
+    text = repr(v)
+    return f"({text})" if text.startswith("-") else text
+
+
+def build_options(spec: KernelSpec, plan: ResolvedPlan, arch: str) -> list[str]:
+    opts = [f"--gpu-architecture={arch}", *BASE_OPTIONS]
+    if spec.fast_math:
+        opts.append("-use_fast_math")
+    for name, value in sorted({**plan.config, **plan.defines}.items()):
+        if not _IDENT.match(name):
+            raise CompileError(f"define name {name[:60]!r} is not a C identifier")
+        if _RESERVED.match(name):
+            raise CompileError(f"define name {name!r} is reserved (names beginning with __ or _X belong to the "
+                               "CUDA headers)")
+        opts.append(f"-D{name}={_literal(value)}")
+    return opts
+
+
+def job_for(spec: KernelSpec, plan: ResolvedPlan, arch: str) -> CompileJob:
+    kernels = list(dict.fromkeys(launch.kernel for launch in plan.launches))
+    return CompileJob(source=spec.source, options=build_options(spec, plan, arch), arch=arch, kernels=kernels)
+
+
+def _options_for(job: CompileJob) -> list[str]:
+    """The job's options with its arch made the one target, plus includes and the prelude."""
+    opts = [o for o in job.options if not o.startswith(("--gpu-architecture", "-arch"))]
+    return [
+        f"--gpu-architecture={job.arch}",
+        *opts,
+        *headers.include_options(),
+        f"--pre-include={headers.PRELUDE_NAME}",
+    ]
+
+
+# ----- the boundary ---------------------------------------------------------------------------
+def first_error(log: str) -> str:
+    """The one line of an NVRTC log a human reads first (plus how many more errors there are)."""
+    lines = [l.strip() for l in log.splitlines() if l.strip()]
+    errors = [l for l in lines if re.search(r"\b(error|catastrophic error)\b\s*:", l)]
+    line = errors[0] if errors else (lines[0] if lines else "NVRTC failed without a log")
+    m = re.search(r"^(\d+) (?:catastrophic )?errors? detected", log, re.M)
+    total = int(m.group(1)) if m else len(errors)
+    if total > 1:
+        line += f" (+{total - 1} more error{'s' if total > 2 else ''})"
+    return line
+
+
+# NVRTC statuses that are a property of the source and options: such a failure may be cached
+_DETERMINISTIC = {"NVRTC_ERROR_COMPILATION", "NVRTC_ERROR_INVALID_OPTION"}
+
+
+def _run_nvrtc(job: CompileJob, timeout_s: float | None = None) -> tuple[bytes, str]:
+    """Compile in the sandbox (:mod:`.sandbox`); ``CompileError`` on failure. A failure that
+    NVRTC itself reports for the source (compilation error, bad option) carries
+    ``deterministic = True``: it may be cached. The log is redacted and clipped before it
+    leaves this function, whatever it holds."""
+    source_policy.check_source(job.source)  # raises a deterministic refusal, see below
+    try:
+        reply = sandbox.sandbox().compile(job.source, _options_for(job), job.arch, timeout=timeout_s)
+    except sandbox.SandboxFailure as exc:
+        raise sandbox.SandboxFailure(redact(str(exc)), redact(exc.log)) from None
+    log = sandbox.clip_log(redact(reply.log))
+    if not reply.ok:
+        if reply.status == "NVRTC_ERROR_COMPILATION" and not log.strip():
+            exc = CompileError(f"NVRTC failed without a log (past the compile memory limit of {sandbox.memory_mb()} MB?)",
+                               "")
+        elif reply.status == "NVRTC_ERROR_COMPILATION":
+            exc = CompileError(redact(first_error(log)), log)
+        elif reply.status == "NVRTC_ERROR_INVALID_OPTION":
+            exc = CompileError(f"NVRTC: {reply.status} in: {' '.join(job.options)}", log or reply.status)
+        elif reply.status == "NO_CUBIN":
+            exc = CompileError(f"NVRTC produced no cubin; is '{job.arch}' a real sm_ arch?", log)
+        else:
+            exc = CompileError(f"NVRTC: {reply.status[:80]}", log or reply.status[:80])
+        exc.deterministic = reply.status in _DETERMINISTIC  # type: ignore[attr-defined]
+        raise exc
+    return sandbox.cubin_of(reply), log
+
+
+def _put(cache: CompileCache | None, fn: str, *args: Any) -> None:
+    if cache is None:
+        return
+    try:
+        getattr(cache, fn)(*args)
+    except OSError:  # a read-only or full disk must not fail the compile
+        pass
+
+
+def compile_job(
+    job: CompileJob, cache: CompileCache | None = DEFAULT_CACHE, *, timeout_s: float | None = None
+) -> CompiledKernel:
+    """Source -> checked cubin, served from ``cache`` when it holds the key. Raises
+    :class:`CompileError` (cached failures re-raise with their stored log)."""
+    cache = _resolve_cache(cache)
+    key = CompileCache.key_for(job)
+    if cache is not None:
+        entry = cache.get(key)
+        if entry is not None:
+            if not entry.ok:
+                raise CompileError(entry.message, entry.log)
+            assert entry.info is not None
+            check_cubin(entry.cubin, job.kernels, entry.info.log, job.source)
+            info = entry.info.model_copy(update={"cached": True, "seconds": 0.0})
+            return CompiledKernel(cubin=entry.cubin, info=info)
+    start = time.perf_counter()
+    try:
+        cubin, log = _run_nvrtc(job, timeout_s)
+    except CompileError as exc:
+        if getattr(exc, "deterministic", False) or str(exc).startswith("source refused:"):
+            _put(cache, "put_failure", key, str(exc), exc.log)
+        raise
+    seconds = time.perf_counter() - start
+    try:
+        check_cubin(cubin, [], log, job.source)  # forbidden globals / calls: a property of the key
+    except CompileError as exc:
+        _put(cache, "put_failure", key, str(exc), exc.log)
+        raise
+    info = CompileInfo(
+        key=key,
+        arch=job.arch,
+        nvrtc_version=nvrtc_version(),
+        options=list(job.options),
+        seconds=seconds,
+        cached=False,
+        log=log,
+        kernels=parse_ptxas(log),
+    )
+    _put(cache, "put", key, cubin, info)
+    check_cubin(cubin, job.kernels, log, job.source)  # a missing kernel depends on the job, not the key
+    return CompiledKernel(cubin=cubin, info=info)
+
+
+# ----- many at once ---------------------------------------------------------------------------
+def _compile_safely(job: CompileJob, cache: Any, timeout_s: float | None) -> CompiledKernel | CompileError:
+    try:
+        return compile_job(job, cache, timeout_s=timeout_s)
+    except CompileError as exc:
+        return exc
+
+
+def compile_many(
+    jobs: list[CompileJob],
+    workers: int | None = None,
+    cache: CompileCache | None = DEFAULT_CACHE,
+    timeout_s: float | None = None,
+) -> list[CompiledKernel | CompileError]:
+    """Compile ``jobs`` on all CPU cores (each in a sandboxed worker process, :mod:`.sandbox`);
+    results in order, a failed job as its :class:`CompileError`. Cache hits are served without
+    a worker, and a job identical to an earlier one in the batch is compiled once. A job still
+    running after ``timeout_s`` (default ``KERNGEN_COMPILE_TIMEOUT_S``, 120 s) becomes a
+    ``CompileError`` and its worker is killed."""
+    cache = _resolve_cache(cache)
+    results: list[CompiledKernel | CompileError | None] = [None] * len(jobs)
+    pending: dict[tuple[str, tuple[str, ...]], list[int]] = {}
+    for i, job in enumerate(jobs):
+        pending.setdefault((CompileCache.key_for(job), tuple(job.kernels)), []).append(i)
+    groups = list(pending.values())
+
+    def one(group: list[int]) -> None:
+        out = _compile_safely(jobs[group[0]], cache, timeout_s)
+        for i in group:
+            results[i] = out
+
+    n = max(1, min(workers or sandbox.sandbox().max_workers, len(groups)))
+    if n == 1:
+        for g in groups:
+            one(g)
+    else:
+        with ThreadPoolExecutor(n, thread_name_prefix="kerngen-compile") as pool:
+            list(pool.map(one, groups))
+    return results  # type: ignore[return-value]

@@ -1,0 +1,86 @@
+"""PyTorch's own times for a problem, measured exactly like a candidate (same stream, same
+rotation over input sets, L2 flushed before each repetition), plus the roofline floor and the
+flags that warn about problems not worth optimizing (degenerate, launch-bound)."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from kerngen.harness.gpu.check import ProblemState
+from kerngen.harness.gpu.clocks import ClockMonitor
+from kerngen.harness.gpu.evaluate import ROTATE_SETS, fresh_seeds
+from kerngen.harness.results import Baseline, GpuFacts, Timing
+from kerngen.harness.gpu.roofline import floor_ms
+from kerngen.harness.gpu.timing import L2Flusher, bench
+
+log = logging.getLogger(__name__)
+
+# Under these the op is dominated by launch overhead, and a speedup says little about kernels.
+LAUNCH_BOUND_FLOOR_MS = 0.01
+LAUNCH_BOUND_EAGER_MS = 0.03
+
+
+def measure_baseline(
+    state: ProblemState,
+    stream: torch.cuda.Stream,
+    flusher: L2Flusher,
+    facts: GpuFacts,
+    device_index: int,
+    budget_ms: float = 300.0,
+    with_compile: bool = True,
+) -> Baseline:
+    from kerngen.problems.degenerate import check_seed_dependence
+
+    info = state.info
+    with torch.cuda.stream(stream):
+        sets = [state.problem.make_inputs(state.device, s) for s in fresh_seeds(ROTATE_SETS)]
+        eager = _time_module(state.model, sets, stream, flusher, device_index, budget_ms)
+        compiled, compile_error = None, ""
+        if with_compile:
+            compiled, compile_error = _time_compiled(state.model, sets, stream, flusher, device_index, budget_ms)
+        report = check_seed_dependence(state.problem, device=state.device)
+    floor, bound = floor_ms(info.flops, info.min_bytes, info.dtype, facts)
+    return Baseline(
+        problem=info.name,
+        gpu=facts.name,
+        eager=eager,
+        compiled=compiled,
+        compile_error=compile_error,
+        floor_ms=floor,
+        floor_bound=bound,
+        flops=info.flops,
+        min_bytes=info.min_bytes,
+        degenerate=report.degenerate,
+        degenerate_reason=report.reason,
+        launch_bound=(floor is not None and floor < LAUNCH_BOUND_FLOOR_MS) or eager.median_ms < LAUNCH_BOUND_EAGER_MS,
+    )
+
+
+def _time_module(module, sets, stream, flusher, device_index, budget_ms) -> Timing:
+    state = {"k": 0}
+
+    def call() -> None:
+        module(*sets[state["k"] % len(sets)])
+        state["k"] += 1
+
+    with torch.no_grad():
+        return bench(call, stream=stream, flusher=flusher, budget_ms=budget_ms, clocks=ClockMonitor(device_index))
+
+
+def _time_compiled(model, sets, stream, flusher, device_index, budget_ms) -> tuple[Timing | None, str]:
+    # torch.compile failing (no compiler, unsupported op) is data for the report, not a crash
+    import torch._dynamo
+
+    try:
+        compiled = torch.compile(model)
+        with torch.no_grad():
+            for inputs in sets:
+                compiled(*inputs)
+        stream.synchronize()
+    except (RuntimeError, torch._dynamo.exc.TorchDynamoException, AssertionError, NotImplementedError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        log.warning("torch.compile failed: %s", first)
+        return None, f"{type(exc).__name__}: {first}"
+    return _time_module(compiled, sets, stream, flusher, device_index, budget_ms), ""

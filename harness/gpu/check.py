@@ -1,0 +1,246 @@
+"""The correctness protocol (runs inside a GPU worker).
+
+For each of several fresh random input sets (seeds drawn anew for every evaluation, never
+zeros): the candidate runs into poisoned, guarded outputs BEFORE the reference, the reference
+runs on a pristine copy, the candidate runs again AFTER it into a differently poisoned output;
+both runs must match the reference (allclose at the problem's tolerance, NaN/Inf agreeing),
+agree with each other, leave every guard and every input and parameter untouched, and leave no
+poison behind. The first failure ends the check and is the evidence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from kerngen.harness.gpu.buffers import POISON_PATTERNS, GuardedBuffer, alloc_guarded, guarded_copy, poison, torch_dtype
+from kerngen.harness.gpu.compare import Comparison, compare, rel_err_limit
+from kerngen.harness.gpu.integrity import Seal
+from kerngen.harness.gpu.launcher import LoadedModule, PlanRunner
+from kerngen.harness.spec.plan import ResolvedPlan
+from kerngen.harness.results import CheckEvidence, CheckFailure
+
+
+@dataclass
+class BoundSet:
+    """One input set with everything a call of the candidate touches, all guarded."""
+
+    inputs: dict[str, GuardedBuffer]
+    outputs: dict[str, GuardedBuffer]
+    scratch: dict[str, GuardedBuffer]
+    pristine: list  # untouched copies of forward's arguments (tensors and scalars): the reference's
+    refs: list[torch.Tensor] = field(default_factory=list)
+    seal: Seal = field(default_factory=Seal)  # digests of the pristine copies and the references
+
+    def pristine_tensors(self) -> dict[str, torch.Tensor]:
+        return dict(zip(self.inputs, (x for x in self.pristine if isinstance(x, torch.Tensor))))
+
+    def tensors(self, params: dict[str, GuardedBuffer]) -> dict[str, torch.Tensor]:
+        named = {**params, **self.inputs, **self.outputs, **self.scratch}
+        return {name: buf.view for name, buf in named.items()}
+
+    def buffers(self) -> list[GuardedBuffer]:
+        return [*self.inputs.values(), *self.outputs.values(), *self.scratch.values()]
+
+
+class ProblemState:
+    """What a worker keeps per problem: the problem, its model and guarded parameter copies."""
+
+    def __init__(self, problem, device: torch.device, seed: int = 1234) -> None:
+        self.problem = problem
+        self.info = problem.info
+        self.device = device
+        self._seed = seed
+        self.gen = torch.Generator(device=device)
+        self.gen.manual_seed(seed)
+        self._build_model()
+        self.params = self._guard_params()
+
+    def _build_model(self) -> None:
+        """The reference model, its parameters by name, and their seal: a far write that changed
+        a guarded copy AND its source the same way would otherwise change the reference too."""
+        from kerngen.problems.problem import named_tensors as _named_tensors
+
+        self.model = self.problem.build_model(self.device, self._seed)
+        # named exactly as the problem's info names them (prefixed where a name clashes with an input)
+        self._param_sources = dict(_named_tensors(self.model, {t.name for t in self.info.inputs}))
+        self.seal = Seal()
+        for name, t in self._param_sources.items():
+            self.seal.add(name, t)
+
+    def _guard_params(self) -> dict[str, GuardedBuffer]:
+        with torch.no_grad():
+            return {name: guarded_copy(name, t.detach(), self.gen) for name, t in self._param_sources.items()}
+
+    def params_intact(self) -> str:
+        """Name of a parameter copy that changed or whose guards were hit, or of a reference
+        parameter that changed, else ''."""
+        with torch.no_grad():
+            for name, buf in self.params.items():
+                if not buf.guards_intact() or not torch.equal(buf.view, self._param_sources[name].detach()):
+                    return name
+        return self.seal.broken()
+
+    def reset_params(self) -> None:
+        if self.seal.broken():  # the reference model itself was written to: build it anew
+            self._build_model()
+        self.params = self._guard_params()
+
+    def new_set(self, seed: int, plan: ResolvedPlan) -> BoundSet:
+        raw = self.problem.make_inputs(self.device, seed)
+        tensors = {t.name for t in self.info.inputs}
+        # forward's arguments in order; scalars (a Python float input) are not bound as tensors
+        inputs = {
+            n: guarded_copy(n, x.contiguous(), self.gen)
+            for n, x in zip(self.info.args, raw)
+            if n in tensors and isinstance(x, torch.Tensor)
+        }
+        outputs = {
+            o.name: alloc_guarded(o.name, tuple(o.shape), torch_dtype(o.dtype), self.device, self.gen)
+            for o in self.info.outputs
+        }
+        scratch = {
+            s.name: alloc_guarded(s.name, (s.size,), torch_dtype(s.dtype), self.device, self.gen)
+            for s in plan.scratch
+        }
+        pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in raw]
+        bound = BoundSet(inputs=inputs, outputs=outputs, scratch=scratch, pristine=pristine)
+        for i, x in enumerate(pristine):
+            if isinstance(x, torch.Tensor):
+                bound.seal.add(f"pristine copy of argument {i}", x)
+        return bound
+
+    def seal_refs(self, bound: BoundSet, refs: list[torch.Tensor]) -> None:
+        bound.refs = refs
+        for i, r in enumerate(refs):
+            bound.seal.add(f"reference output {i}", r)
+
+    def reference(self, bound: BoundSet) -> list[torch.Tensor]:
+        # a KernelBench reference may work in place (ReLU(inplace=True)): give it a copy
+        args = [x.clone() if isinstance(x, torch.Tensor) else x for x in bound.pristine]
+        outs = self.problem.run_reference(self.model, args)
+        return [o.contiguous() for o in outs]
+
+
+class CandidateFailed(Exception):
+    """Internal: the check found evidence; carries it out of the nested loops."""
+
+    def __init__(self, evidence: CheckEvidence) -> None:
+        super().__init__(evidence.message)
+        self.evidence = evidence
+
+
+def run_check(
+    state: ProblemState,
+    module: LoadedModule,
+    plan: ResolvedPlan,
+    stream: torch.cuda.Stream,
+    seeds: list[int],
+    sync: Callable[[], None],
+    keep: list[BoundSet] | None = None,
+    keep_max: int = 0,
+) -> CheckEvidence:
+    """Return the evidence; ``failed`` is None when the candidate is correct. Up to ``keep_max``
+    checked input sets, with their references, are appended to ``keep`` for the timed runs (they
+    are as fresh and as unknown to the kernel as new ones, and cost nothing more to make)."""
+    atol, rtol = state.info.atol, state.info.rtol
+    limits = [rel_err_limit(torch_dtype(o.dtype)) for o in state.info.outputs]
+    evidence = CheckEvidence(seeds=seeds, atol=atol, rtol=rtol, max_rel_err=max(limits, default=0.0))
+    try:
+        for i, seed in enumerate(seeds):
+            bound = _check_one_set(state, module, plan, stream, seed, i, sync, evidence)
+            if keep is not None and len(keep) < keep_max:
+                keep.append(bound)
+    except CandidateFailed as failure:
+        if failure.evidence.failed is CheckFailure.input_mutated:
+            state.reset_params()
+        return failure.evidence
+    evidence.message = (
+        f"correct on {len(seeds)} random input sets; max abs err {evidence.max_abs_err:.3g}, "
+        f"rel err {evidence.rel_err:.3g}" + ("" if evidence.deterministic else " (not bitwise deterministic)")
+    )
+    return evidence
+
+
+def _check_one_set(state, module, plan, stream, seed, i, sync, evidence: CheckEvidence) -> BoundSet:
+    bound = state.new_set(seed, plan)
+    runner = PlanRunner(module, plan, bound.tensors(state.params), stream)
+    first = _run_poisoned(state, bound, runner, POISON_PATTERNS[i % 3], sync)
+    _verify_untouched(state, bound, evidence, "before the reference")
+    refs = state.reference(bound)
+    state.seal_refs(bound, refs)
+    second = _run_poisoned(state, bound, runner, POISON_PATTERNS[(i + 1) % 3], sync)
+    _verify_untouched(state, bound, evidence, "after the reference")
+    names = [o.name for o in state.info.outputs]
+    for name, (out1, p1), (out2, p2), ref in zip(names, first, second, refs):
+        for out, pois, when in ((out1, p1, "before"), (out2, p2, "after")):
+            c = compare(out, ref, atol=evidence.atol, rtol=evidence.rtol, poison=pois, name=name)
+            _record(evidence, c, name)
+            if not c.ok:
+                _fail(evidence, c.failed, f"seed {seed}, run {when} the reference: {c.message}")
+        if not torch.equal(out1, out2):
+            evidence.deterministic = False
+            c = compare(out2, out1, atol=evidence.atol, rtol=evidence.rtol, name=name)
+            if not c.ok:
+                _fail(evidence, CheckFailure.nondeterministic, f"seed {seed}: two runs disagree: {c.message}")
+    return bound
+
+
+def _run_poisoned(state, bound: BoundSet, runner: PlanRunner, pattern: str, sync):
+    poisons = [poison(buf, pattern, state.gen) for buf in bound.outputs.values()]
+    for buf in bound.scratch.values():
+        poison(buf, "random", state.gen)
+    sync()
+    runner()
+    sync()  # a crash or trap surfaces here, as a CUDA error the worker turns into runtime_error
+    return [(buf.view.clone(), p) for buf, p in zip(bound.outputs.values(), poisons)]
+
+
+def _verify_untouched(state: ProblemState, bound: BoundSet, evidence: CheckEvidence, when: str) -> None:
+    for buf in bound.buffers():
+        if not buf.guards_intact():
+            _fail(evidence, CheckFailure.guard_overwritten, f"a write landed outside {buf.name!r} ({when})")
+    hit = bound.seal.broken()
+    if hit:
+        _fail(evidence, CheckFailure.guard_overwritten, f"a write landed in the harness's {hit} ({when})")
+    for name, pristine in bound.pristine_tensors().items():
+        if not torch.equal(bound.inputs[name].view, pristine):
+            _fail(evidence, CheckFailure.input_mutated, f"input {name!r} was modified ({when})")
+    changed = state.params_intact()
+    if changed:
+        _fail(evidence, CheckFailure.input_mutated, f"parameter {changed!r} was modified ({when})")
+
+
+def _record(evidence: CheckEvidence, c: Comparison, name: str) -> None:
+    if c.max_abs_err >= evidence.max_abs_err:
+        evidence.max_abs_err = c.max_abs_err
+        evidence.max_err_index = c.index
+        evidence.max_err_output = name
+        evidence.got, evidence.expected = c.got, c.expected
+    evidence.rel_err = max(evidence.rel_err, c.rel_err)
+    evidence.mismatches = max(evidence.mismatches, c.mismatches)
+
+
+def _fail(evidence: CheckEvidence, failed: CheckFailure | None, message: str) -> None:
+    evidence.failed = failed or CheckFailure.mismatch
+    evidence.message = message
+    raise CandidateFailed(evidence)
+
+
+def verify_timed_outputs(state: ProblemState, sets: list[BoundSet]) -> CheckEvidence | None:
+    """After the timed runs: each set's last output must still match its reference, and no guard,
+    input or parameter may have changed. Returns failing evidence or None."""
+    evidence = CheckEvidence(atol=state.info.atol, rtol=state.info.rtol)
+    names = [o.name for o in state.info.outputs]
+    try:
+        for k, bound in enumerate(sets):
+            _verify_untouched(state, bound, evidence, "during the timed runs")
+            for name, buf, ref in zip(names, bound.outputs.values(), bound.refs):
+                c = compare(buf.view, ref, atol=evidence.atol, rtol=evidence.rtol, name=name)
+                if not c.ok:
+                    _fail(evidence, CheckFailure.timed_output_mismatch, f"timed input set {k}: {c.message}")
+    except CandidateFailed as failure:
+        return failure.evidence
+    return None

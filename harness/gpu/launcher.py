@@ -1,0 +1,111 @@
+"""Run a resolved launch plan: load the cubin with cupy, bind arguments by name, launch on the
+harness's own stream. This is the only place candidate code reaches the GPU, and it is data:
+a cubin plus numbers. No host code of the candidate exists to run."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+
+from kerngen.errors import SpecError
+from kerngen.harness.spec.plan import ResolvedLaunch, ResolvedMemset, ResolvedPlan
+
+DEFAULT_SMEM_LIMIT = 48 * 1024  # above this a kernel must opt in to more dynamic shared memory
+CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+
+_SCALARS = {"int32": np.int32, "int64": np.int64, "float32": np.float32}
+
+
+class LaunchRefused(RuntimeError):
+    """A launch the harness will not make as declared (reported as a runtime error of the candidate)."""
+
+
+def check_cooperative_fits(fn: Any, step: ResolvedLaunch) -> None:
+    """A cooperative grid must be resident all at once. cupy would quietly shrink a grid that is
+    not (with a warning); the harness runs the plan exactly as declared or refuses it."""
+    import cupy
+
+    threads = step.block[0] * step.block[1] * step.block[2]
+    blocks = step.grid[0] * step.grid[1] * step.grid[2]
+    per_sm = cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.ptr, threads, step.shared_mem)
+    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    if blocks > per_sm * sms:
+        raise LaunchRefused(
+            f"cooperative launch of {step.kernel}: {blocks} blocks of {threads} threads, but at most "
+            f"{per_sm * sms} can be resident at once ({sms} SMs x {per_sm})"
+        )
+
+
+class LoadedModule:
+    """A cubin loaded into the current CUDA context, with its kernels looked up by name."""
+
+    def __init__(self, cubin: bytes, kernels: list[str]) -> None:
+        import cupy
+
+        self.module = cupy.cuda.function.Module()
+        self.module.load(cubin)
+        self.functions = {name: self.module.get_function(name) for name in kernels}
+
+    def function(self, name: str, shared_mem: int) -> Any:
+        import cupy
+
+        fn = self.functions[name]
+        if shared_mem > DEFAULT_SMEM_LIMIT:
+            # cupy 14's Function has no setter for this: go through the driver API
+            cupy.cuda.driver.funcSetAttribute(fn.ptr, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_mem)
+        return fn
+
+
+class PlanRunner:
+    """One call of the candidate: every step of the plan, in order, on ``stream``.
+
+    Arguments are bound once (pointers are stable for the runner's lifetime), so a call costs
+    only the launches themselves."""
+
+    def __init__(
+        self,
+        module: LoadedModule,
+        plan: ResolvedPlan,
+        tensors: Mapping[str, torch.Tensor],
+        stream: torch.cuda.Stream,
+    ) -> None:
+        import cupy
+
+        self.stream = stream
+        self._cupy_stream = cupy.cuda.ExternalStream(stream.cuda_stream)
+        self._calls: list[tuple] = []
+        for step in plan.steps:
+            if isinstance(step, ResolvedMemset):
+                t = tensors[step.tensor]
+                self._calls.append(("memset", t.data_ptr(), step.value, t.numel() * t.element_size()))
+            else:
+                self._calls.append(self._bind_launch(module, step, tensors))
+
+    @staticmethod
+    def _bind_launch(module: LoadedModule, step: ResolvedLaunch, tensors: Mapping[str, torch.Tensor]) -> tuple:
+        args: list[Any] = []
+        for arg in step.args:
+            if arg.kind == "tensor":
+                if arg.name not in tensors:
+                    raise SpecError(f"kernel {step.kernel}: no tensor bound to {arg.name!r}")
+                args.append(np.uint64(tensors[arg.name].data_ptr()))
+            else:
+                args.append(_SCALARS[arg.kind](arg.value))
+        fn = module.function(step.kernel, step.shared_mem)
+        if step.cooperative:
+            check_cooperative_fits(fn, step)
+        return ("launch", fn, step.grid, step.block, tuple(args), step.shared_mem, step.cooperative)
+
+    def __call__(self) -> None:
+        import cupy
+
+        for call in self._calls:
+            if call[0] == "memset":
+                _, ptr, value, nbytes = call
+                cupy.cuda.runtime.memsetAsync(ptr, value, nbytes, self._cupy_stream.ptr)
+            else:
+                _, fn, grid, block, args, smem, coop = call
+                # the grid was checked to be resident at once (check_cooperative_fits)
+                fn(grid, block, args, shared_mem=smem, stream=self._cupy_stream, enable_cooperative_groups=coop)

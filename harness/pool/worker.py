@@ -1,0 +1,137 @@
+"""A GPU worker process: owns one device, reads requests (JSON lines on stdin), answers on the
+protocol pipe. Started by :mod:`kerngen.harness.pool.local` with CUDA_VISIBLE_DEVICES set to one GPU.
+
+A CUDA error from a candidate (illegal address, trap, misaligned access...) leaves the context
+unusable, so the worker answers ``runtime_error`` and exits; the pool starts a fresh one. A hang
+is handled by the pool, which kills the process after the candidate's timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+from pydantic import ValidationError
+
+from kerngen.errors import KerngenError
+from kerngen.harness.pool.protocol import BaselineRequest, Envelope, EvaluateRequest, HelloRequest, PrepareRequest, Reply
+from kerngen.harness.results import EvalResult, Verdict
+
+
+def _is_cuda_error(exc: BaseException) -> bool:
+    text = f"{type(exc).__name__} {exc}"
+    markers = ("CUDA", "cuda", "CUDARuntimeError", "CUDADriverError", "AcceleratorError")
+    return any(m in text for m in markers)
+
+
+class Worker:
+    def __init__(self) -> None:
+        import torch
+
+        from kerngen.harness.gpu.facts import gpu_facts
+        from kerngen.harness.gpu.timing import L2Flusher
+
+        self.torch = torch
+        self.device_index = 0
+        self.device = torch.device("cuda", 0)
+        torch.cuda.set_device(self.device)
+        torch.cuda.init()
+        self.stream = torch.cuda.Stream(self.device)
+        self._gpu_facts = gpu_facts
+        self.facts = None
+        self.flusher = L2Flusher(self.device)
+        self.states: dict[str, object] = {}
+
+    def state(self, ref):
+        from kerngen.problems.load import load_problem
+        from kerngen.problems.torch_modes import strict_fp32
+
+        from kerngen.harness.gpu.check import ProblemState
+
+        key = ref.key()
+        if key not in self.states:
+            strict_fp32()
+            if len(self.states) >= 2:  # keep at most two problems' models and params resident
+                self.states.pop(next(iter(self.states)))
+            self.states[key] = ProblemState(load_problem(ref), self.device)
+        return self.states[key]
+
+    def hello(self, req: HelloRequest):
+        if self.facts is None or (req.ceilings and self.facts.copy_gbps is None):
+            self.facts = self._gpu_facts(self.device_index, with_ceilings=req.ceilings)
+        return self.facts
+
+    def baseline(self, req: BaselineRequest):
+        from kerngen.harness.gpu.baseline import measure_baseline
+
+        facts = self.hello(HelloRequest(ceilings=True))
+        return measure_baseline(
+            self.state(req.problem), self.stream, self.flusher, facts, self.device_index,
+            budget_ms=req.budget_ms, with_compile=req.with_compile,
+        )
+
+    def evaluate(self, req: EvaluateRequest) -> EvalResult:
+        from kerngen.harness.gpu.evaluate import Evaluation
+
+        facts = self.hello(HelloRequest(ceilings=False))
+        run = Evaluation(self.state(req.problem), self.stream, self.flusher, self.device_index)
+        result = run.run(req.cubin(), req.plan, req.compile, req.options)
+        result.spec_hash, result.gpu = req.spec_hash, facts.name
+        return result
+
+    def handle(self, env: Envelope) -> Reply:
+        req = env.request
+        if isinstance(req, HelloRequest):
+            return Reply(id=env.id, facts=self.hello(req))
+        if isinstance(req, BaselineRequest):
+            return Reply(id=env.id, baseline=self.baseline(req))
+        if isinstance(req, PrepareRequest):
+            self.state(req.problem)
+            return Reply(id=env.id)
+        return Reply(id=env.id, result=self.evaluate(req))
+
+
+def _failure_reply(env: Envelope, exc: BaseException) -> Reply:
+    cuda = _is_cuda_error(exc)
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    if isinstance(env.request, EvaluateRequest) and not isinstance(exc, KerngenError):
+        first = text.splitlines()[-1] if text else type(exc).__name__
+        result = EvalResult(
+            verdict=Verdict.runtime_error,
+            message=f"runtime error: {first[:300]}",
+            spec_hash=env.request.spec_hash,
+            config=env.request.plan.config,
+            compile=env.request.compile,
+            log=traceback.format_exc()[-4000:],
+        )
+        return Reply(id=env.id, result=result, fatal=cuda)
+    return Reply(id=env.id, error=" ".join(text.split())[:500], fatal=cuda)
+
+
+def main() -> None:
+    # Keep the protocol pipe clean: anything a library prints goes to stderr (the worker log).
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    worker = Worker()
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            env = Envelope.model_validate_json(line)
+        except ValidationError as exc:
+            proto.write(Reply(id=-1, error=f"bad request: {exc.errors()[0]['msg']}").model_dump_json() + "\n")
+            continue
+        try:
+            reply = worker.handle(env)
+        except Exception as exc:  # noqa: BLE001 - the boundary: every failure becomes a reply
+            reply = _failure_reply(env, exc)
+        proto.write(reply.model_dump_json() + "\n")
+        proto.flush()
+        if reply.fatal:
+            os._exit(3)
+
+
+if __name__ == "__main__":
+    main()

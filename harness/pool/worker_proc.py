@@ -1,0 +1,163 @@
+"""The parent's handle on one GPU worker process: start, ask with a timeout, kill, restart.
+
+A hang (no reply within the timeout) kills the process group; a crash (EOF on the pipe) is
+noticed at once. Either way the next request starts a fresh worker: one bad candidate never
+takes the caller down."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+from kerngen.harness.pool.protocol import Envelope, Reply
+
+
+class WorkerTimeout(Exception):
+    pass
+
+
+class WorkerDied(Exception):
+    def __init__(self, message: str, log_tail: str) -> None:
+        super().__init__(message)
+        self.log_tail = log_tail
+
+
+class WorkerProcess:
+    def __init__(
+        self, index: int, device: str, start_timeout_s: float = 300.0, module: str = "kerngen.harness.pool.worker"
+    ) -> None:
+        self.index = index
+        self.module = module  # tests substitute a fake worker that hangs or crashes
+        self.device = device  # what CUDA_VISIBLE_DEVICES names: one physical GPU
+        self.start_timeout_s = start_timeout_s
+        self.proc: subprocess.Popen | None = None
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._next_id = 0
+        self.restarts = -1
+        self.log_path = Path(tempfile.gettempdir()) / f"kerngen-worker-{os.getpid()}-{index}.log"
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self) -> None:
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES=self.device, PYTHONUNBUFFERED="1")
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", self.module],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            env=env,
+            start_new_session=True,  # its own process group: a kill takes any children too
+        )
+        log.close()
+        self._lines = queue.Queue()
+        threading.Thread(target=self._read, args=(self.proc, self._lines), daemon=True).start()
+        self.restarts += 1
+
+    @staticmethod
+    def _read(proc: subprocess.Popen, lines: queue.Queue) -> None:
+        assert proc.stdout is not None
+        for raw in proc.stdout:
+            lines.put(raw.decode(errors="replace"))
+        lines.put(None)  # EOF: the process is gone
+
+    def request(self, request, timeout_s: float) -> Reply:
+        """Send one request and wait for its reply. Raises WorkerTimeout or WorkerDied.
+        An evaluation is preceded by a prepare request under the start-up allowance, so that
+        ``timeout_s`` covers the candidate alone, also on a freshly (re)started worker."""
+        from kerngen.harness.pool.protocol import EvaluateRequest, PrepareRequest
+
+        if not self.alive:
+            self._start_and_greet()
+        if isinstance(request, EvaluateRequest):
+            prep = self._exchange(PrepareRequest(problem=request.problem), self.start_timeout_s)
+            if prep.error:  # the problem cannot be built: say so as this request's answer
+                return prep
+        return self._exchange(request, timeout_s)
+
+    def _start_and_greet(self) -> None:
+        """Start a worker and wait (with the start-up allowance: importing torch, creating the
+        context) until it answers; the caller's timeout then covers only its own request."""
+        from kerngen.harness.pool.protocol import HelloRequest
+
+        self.start()
+        reply = self._exchange(HelloRequest(ceilings=False), self.start_timeout_s)
+        if reply.error:
+            raise WorkerDied(f"the worker could not start: {reply.error}", self.log_tail())
+
+    def _exchange(self, request, timeout_s: float) -> Reply:
+        self._next_id += 1
+        env = Envelope(id=self._next_id, request=request)
+        assert self.proc is not None and self.proc.stdin is not None
+        try:
+            self.proc.stdin.write((env.model_dump_json() + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise self._died("the worker exited before the request was sent") from None
+        while True:
+            try:
+                line = self._lines.get(timeout=timeout_s)
+            except queue.Empty:
+                self.kill()
+                raise WorkerTimeout(f"no answer within {timeout_s:.0f} s") from None
+            if line is None:
+                raise self._died("the worker process died")
+            reply = Reply.model_validate_json(line)
+            if reply.id == env.id:
+                if reply.fatal:
+                    self._reap()
+                return reply
+
+    def _died(self, what: str) -> WorkerDied:
+        code = self._reap()
+        tail = self.log_tail()
+        return WorkerDied(f"{what} (exit code {code})", tail)
+
+    def _reap(self) -> int | None:
+        if self.proc is None:
+            return None
+        try:
+            return self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return self.proc.returncode
+
+    def log_tail(self, chars: int = 3000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def kill(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self.proc.kill()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None and self.proc.stdin is not None:
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                self.kill()
+        self.kill()
+        try:
+            self.log_path.unlink()
+        except OSError:
+            pass

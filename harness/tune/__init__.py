@@ -1,0 +1,1 @@
+"""kerngen.harness.tune."""

@@ -1,0 +1,147 @@
+"""Prune configurations before any GPU time is spent, each with its reason.
+
+Two stages:
+
+1. :func:`static_prune` (pure CPU, no compiler): the spec's constraints over tunables and sizes,
+   :func:`kerngen.harness.spec.plan.resolve` failures (bad grid, block, scratch ...), threads per
+   block over ``GpuFacts.max_threads_per_block``, dynamic shared memory alone over
+   ``GpuFacts.max_shared_per_block_optin``.
+2. :func:`resource_reason` (after NVRTC compiled the config, from its ptxas report): static +
+   dynamic shared memory over the opt-in limit; registers that cannot fit one block:
+   registers per thread x threads per block > ``GpuFacts.regs_per_block`` (with the hardware's
+   allocation granularity: per warp, rounded up to 256 registers).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Iterable, Mapping
+
+from pydantic import BaseModel
+
+from kerngen.errors import KerngenError
+from kerngen.expr import TensorFacts
+from kerngen.harness.spec.plan import ResolvedLaunch, ResolvedPlan, constraints_hold, build_env, resolve
+from kerngen.harness.results import CompileInfo, GpuFacts
+from kerngen.harness.spec.spec import KernelSpec
+
+# reason kinds, in the order checks run
+KINDS = ("constraint", "plan", "threads", "shared_mem", "registers")
+
+REG_ALLOC_UNIT = 256  # registers are allocated per warp in units of 256 (sm_50 .. sm_90)
+WARP = 32
+
+
+class PrunedConfig(BaseModel):
+    config: dict[str, int]
+    kind: str  # one of KINDS
+    reason: str
+
+
+def _threads(launch: ResolvedLaunch) -> int:
+    return launch.block[0] * launch.block[1] * launch.block[2]
+
+
+def static_reason(
+    spec: KernelSpec,
+    config: Mapping[str, int],
+    *,
+    sizes: Mapping[str, int | float],
+    tensors: Mapping[str, TensorFacts],
+    gpu: GpuFacts,
+) -> tuple[ResolvedPlan | None, str, str]:
+    """(plan, "", "") when the config survives, else (None, kind, reason). Never raises for
+    anything the spec (a model's answer) holds: that is a reason."""
+    try:
+        cfg = spec.full_config(dict(config))
+    except KerngenError as exc:
+        return None, "plan", f"configuration does not fit the spec: {exc}"
+    try:
+        ok, why = constraints_hold(spec, build_env(sizes, tensors, cfg))
+    except KerngenError as exc:
+        return None, "constraint", f"constraint cannot be evaluated: {exc}"
+    if not ok:
+        return None, "constraint", why
+    try:
+        plan = resolve(spec, sizes=sizes, tensors=tensors, config=cfg)
+    except KerngenError as exc:
+        return None, "plan", f"launch plan does not resolve: {exc}"
+    except (ArithmeticError, ValueError, TypeError) as exc:
+        return None, "plan", f"launch plan does not resolve: {type(exc).__name__}: {exc}"
+    for launch in plan.launches:
+        threads = _threads(launch)
+        if threads > gpu.max_threads_per_block:
+            return None, "threads", (
+                f"{launch.kernel}: {threads} threads per block > {gpu.max_threads_per_block}"
+            )
+        if launch.shared_mem > gpu.max_shared_per_block_optin:
+            return None, "shared_mem", (
+                f"{launch.kernel}: {launch.shared_mem} B dynamic shared memory > "
+                f"{gpu.max_shared_per_block_optin} B per block"
+            )
+    return plan, "", ""
+
+
+def static_prune(
+    spec: KernelSpec,
+    configs: Iterable[Mapping[str, int]],
+    *,
+    sizes: Mapping[str, int | float],
+    tensors: Mapping[str, TensorFacts],
+    gpu: GpuFacts,
+) -> tuple[list[tuple[dict[str, int], ResolvedPlan]], list[PrunedConfig]]:
+    """Split configs into survivors (with their resolved plans) and pruned ones."""
+    survivors: list[tuple[dict[str, int], ResolvedPlan]] = []
+    pruned: list[PrunedConfig] = []
+    for config in configs:
+        cfg = dict(config)
+        plan, kind, reason = static_reason(spec, cfg, sizes=sizes, tensors=tensors, gpu=gpu)
+        if plan is None:
+            pruned.append(PrunedConfig(config=cfg, kind=kind, reason=reason))
+        else:
+            survivors.append((cfg, plan))
+    return survivors, pruned
+
+
+def regs_per_block(registers: int, threads: int) -> int:
+    """Registers one block claims: per warp, rounded up to the allocation unit."""
+    warps = -(-threads // WARP)
+    per_warp = -(-(registers * WARP) // REG_ALLOC_UNIT) * REG_ALLOC_UNIT
+    return warps * per_warp
+
+
+def resource_reason(plan: ResolvedPlan, info: CompileInfo, gpu: GpuFacts) -> tuple[str, str]:
+    """("", "") when every launch fits the GPU with its compiled resources, else (kind, reason).
+    Kernels missing from the report are not judged."""
+    for launch in plan.launches:
+        res = info.kernels.get(launch.kernel)
+        if res is None:
+            continue
+        shared = res.shared_bytes + launch.shared_mem
+        if shared > gpu.max_shared_per_block_optin:
+            return "shared_mem", (
+                f"{launch.kernel}: {res.shared_bytes} B static + {launch.shared_mem} B dynamic "
+                f"shared memory > {gpu.max_shared_per_block_optin} B per block"
+            )
+        threads = _threads(launch)
+        need = regs_per_block(res.registers, threads)
+        if need > gpu.regs_per_block:
+            return "registers", (
+                f"{launch.kernel}: {res.registers} registers x {threads} threads = {need} "
+                f"(allocated) > {gpu.regs_per_block} registers per block"
+            )
+    return "", ""
+
+
+def summarize(pruned: Iterable[PrunedConfig]) -> dict[str, int]:
+    """Count per reason kind, in the order of :data:`KINDS`."""
+    counts = Counter(p.kind for p in pruned)
+    return {k: counts[k] for k in KINDS if counts[k]} | {k: v for k, v in counts.items() if k not in KINDS}
+
+
+def examples(pruned: Iterable[PrunedConfig]) -> dict[str, str]:
+    """The first reason seen of each kind (what a table shows next to the count)."""
+    out: dict[str, str] = {}
+    for p in pruned:
+        out.setdefault(p.kind, p.reason)
+    return out

@@ -1,0 +1,119 @@
+"""``kerngen bench``: PyTorch eager, torch.compile and (optionally) a kernel spec, side by side
+in one run on one GPU, with verdict, median ms, speedups and % of the roofline floor."""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+from kerngen.errors import SpecError
+
+
+def parse_config(text: str | None) -> dict[str, int]:
+    """``BLOCK=256,VEC=4`` -> {"BLOCK": 256, "VEC": 4}."""
+    if not text:
+        return {}
+    out: dict[str, int] = {}
+    for part in text.split(","):
+        name, sep, value = part.partition("=")
+        try:
+            if not sep:
+                raise ValueError
+            out[name.strip()] = int(value)
+        except ValueError:
+            raise SpecError(f"bad --config entry {part!r}: expected NAME=INTEGER") from None
+    return out
+
+
+def bench(
+    problem: str = typer.Argument(..., help="built-in problem name or KernelBench-format .py file"),
+    kernel: Optional[str] = typer.Option(None, "--kernel", "-k", help="kernel spec (JSON or YAML)"),
+    config: Optional[str] = typer.Option(None, "--config", help="tunables, e.g. BLOCK=256,VEC=4"),
+    shape: Optional[str] = typer.Option(None, "--shape", help="built-ins: shape, e.g. 8192x1024"),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="built-ins: fp32 | fp16 | bf16"),
+    seeds: int = typer.Option(3, "--seeds", min=1, help="random input sets for the correctness check"),
+    budget_ms: float = typer.Option(300.0, "--budget-ms", min=1.0, help="time budget of each timed series"),
+    no_compile: bool = typer.Option(False, "--no-compile", help="skip torch.compile"),
+    timeout_s: float = typer.Option(120.0, "--timeout", help="per-candidate timeout in seconds"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
+) -> None:
+    """Time PyTorch eager, torch.compile and a kernel spec on this GPU."""
+    from kerngen.harness.evaluator import Candidate, EvalOptions
+    from kerngen.harness.spec.plan import resolve
+    from kerngen.harness.pool.local import WorkerPool
+    from kerngen.harness.spec.spec import KernelSpec
+    from kerngen.problems.load import load_problem
+    from kerngen.problems.ref import parse_problem_ref
+
+    ref = parse_problem_ref(problem, shape=shape, dtype=dtype)
+    info = load_problem(ref).info  # a malformed problem fails here, before any GPU work
+    spec = KernelSpec.load(kernel) if kernel else None
+    cfg = parse_config(config)
+    if spec is not None:
+        resolve(spec, sizes=info.sizes, tensors=info.tensor_facts(), config=cfg)  # fail fast on a bad plan
+    with WorkerPool(timeout_s=timeout_s) as pool:
+        facts = pool.gpu_facts()
+        base = pool.baseline(ref, budget_ms=budget_ms, with_compile=not no_compile)
+        result = None
+        if spec is not None:
+            opts = EvalOptions(seeds=seeds, budget_ms=budget_ms, timeout_s=timeout_s)
+            result = pool.evaluate(ref, [Candidate(spec=spec, config=cfg)], opts)[0]
+    from kerngen.results.bench_table import bench_rows, print_bench
+
+    if as_json:
+        payload = {
+            "problem": info.model_dump(mode="json"),
+            "gpu": facts.model_dump(mode="json"),
+            "baseline": base.model_dump(mode="json"),
+            "kernel": result.model_dump(mode="json") if result else None,
+            "rows": bench_rows(base, result),
+        }
+        typer.echo(json.dumps(payload, indent=2))
+    else:
+        print_bench(ref.label(), facts, base, result)
+    if result is not None and not result.ok:
+        raise typer.Exit(1)
+
+
+def calibrate(
+    repeats: int = typer.Option(5, "--repeats", min=2, help="evaluations of the same kernel for the spread"),
+    budget_ms: float = typer.Option(200.0, "--budget-ms", min=1.0),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Measure the harness on this GPU: overhead per candidate, spread of a median, agreement
+    with triton.testing.do_bench, host time kept out of the samples."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from kerngen.harness.gpu.calibrate import run_calibration
+
+    report = run_calibration(repeats=repeats, budget_ms=budget_ms)
+    if as_json:
+        typer.echo(report.model_dump_json(indent=2))
+        return
+    table = Table(title=f"harness overhead per candidate on {report.gpu} (naive softmax 4096x65536)")
+    for col in ("", "end to end s", "compile s", "load s", "check s", "bench s", "median ms"):
+        table.add_column(col, justify="left" if not col else "right")
+    for row in report.overhead:
+        p = row.phases_s
+        table.add_row(
+            row.label, f"{row.end_to_end_s:.3f}", f"{row.compile_s:.3f}", f"{p.get('load', 0):.3f}",
+            f"{p.get('check', 0):.3f}", f"{p.get('bench', 0) + p.get('prepare_timed_sets', 0):.3f}",
+            f"{row.median_ms:.4f}" if row.median_ms else row.verdict,
+        )
+    console = Console()
+    console.print(table)
+    console.print(f"run-to-run spread of the median over {len(report.medians_ms)} runs: {report.spread_pct:.2f}% "
+                  f"({', '.join(f'{m:.4f}' for m in report.medians_ms)} ms)")
+    if report.do_bench_ms is not None:
+        console.print(f"torch.softmax: ours {report.ours_ms:.4f} ms, triton do_bench {report.do_bench_ms:.4f} ms, "
+                      f"difference {report.agreement_pct:.2f}%")
+    lag = report.host_lag
+    if lag is not None:
+        console.print(
+            f"host lag ({lag.host_busy_ms:.1f} ms of host work before a small add): without the lead "
+            f"{lag.without_lead_ms:.4f} ms ({lag.without_lead_late} of {lag.without_lead_reps} reps late), with it "
+            f"{lag.with_lead_ms:.4f} ms ({lag.with_lead_late} of {lag.with_lead_reps} late, lead {lag.lead_cycles} "
+            f"cycles)")

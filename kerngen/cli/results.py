@@ -1,0 +1,153 @@
+"""``kerngen suite``, ``kerngen report`` and ``kerngen export``: using the results of searches.
+
+Every user-facing failure (missing run, run without a correct kernel, unknown problem) is a
+:class:`~kerngen.errors.KerngenError`: one line on stderr and exit code 2. These commands
+read run folders, which may come from anyone: any other error on their data is one line and exit
+code 2 too, and none of them imports a problem file that a run names (they read the run's record,
+:mod:`kerngen.agent.problem_data`); text from a run is printed without control sequences.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+from rich.console import Console
+
+from kerngen.cli.search import make_evaluator
+
+
+
+def _say(text: object) -> str:
+    """Text from a run or an evaluation as rich markup that prints it as is."""
+    from rich.markup import escape
+
+    from kerngen.redact import printable
+
+    return escape(printable(str(text)))
+
+
+# ----- suite --------------------------------------------------------------------------------
+def suite(
+    problems: Optional[List[str]] = typer.Argument(None, help="built-in names, KernelBench .py files or a folder "
+                                                              "of them [every built-in]"),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs", "--runs-dir", help="where the runs are"),
+    kernel: Optional[Path] = typer.Option(None, "--kernel", help="measure this spec instead of the runs' best"),
+    config: Optional[str] = typer.Option(None, "--config", help="tunables of --kernel, e.g. BLOCK=256"),
+    budget_ms: float = typer.Option(300.0, "--budget-ms", min=1.0, help="time budget of each timed series"),
+    as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
+    evaluator_kind: str = typer.Option("pool", "--evaluator", hidden=True),
+) -> None:
+    """The best kernel of each problem vs PyTorch eager and torch.compile on this GPU, and fast_p."""
+    from kerngen.results.suite import expand_problems, run_suite
+    from kerngen.cli.bench import parse_config
+    from kerngen.harness.evaluator import EvalOptions
+    from kerngen.harness.spec.spec import KernelSpec
+
+    names = expand_problems(problems or [])  # ProblemError before any GPU work
+    spec = KernelSpec.load(kernel) if kernel else None
+    evaluator = make_evaluator(evaluator_kind)
+    try:
+        with _progress(len(names), enabled=not as_json) as on_progress:
+            rep = run_suite(names, evaluator, runs_dir, kernel=spec, config=parse_config(config),
+                            options=EvalOptions(budget_ms=budget_ms), on_progress=on_progress)
+    finally:
+        evaluator.close()
+    if as_json:
+        typer.echo(rep.model_dump_json(indent=2))
+    else:
+        print_suite(rep)
+
+
+class _progress:
+    """A rich progress bar on stderr (a no-op callback when disabled)."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.total = total
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            console=Console(stderr=True), disable=not enabled, transient=False)
+        self.task = self.bar.add_task("suite", total=total)
+
+    def __enter__(self) -> Any:
+        self.bar.start()
+
+        def on_progress(i: int, label: str) -> None:
+            self.bar.update(self.task, completed=i, description=f"suite: {label}" if label else "suite: done")
+
+        return on_progress
+
+    def __exit__(self, *exc: Any) -> None:
+        self.bar.stop()
+
+
+def _f(value: float | None, spec: str, suffix: str = "") -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{value:{spec}}{suffix}"
+
+
+def print_suite(rep: Any) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"suite on {_say(rep.gpu)}")
+    cols = ("problem", "kernel", "verdict", "kernel ms (IQR)", "eager ms", "compile ms", "vs eager", "vs compile",
+            "% roofline")
+    for col in cols:
+        table.add_column(col, justify="left" if col in cols[:3] else "right")
+    for e in rep.entries:
+        k = e.kernel
+        table.add_row(
+            _say(e.ref.label()), _say(e.kernel_from or "-"), _say(e.verdict),
+            f"{k.median_ms:.4f} ({k.iqr_ms:.4f})" if k else "-", _f(e.eager.median_ms if e.eager else None, ".4f"),
+            _f(e.compiled.median_ms if e.compiled else None, ".4f"), _f(e.speedup_eager, ".2f", "x"),
+            _f(e.speedup_compile, ".2f", "x"), _f(e.pct_roofline, ".1f", "%"),
+        )
+    out = Console(highlight=False)
+    out.print(table)
+    for e in rep.entries:
+        if not e.correct and e.message:
+            out.print(f"[yellow]{_say(e.ref.label())}[/]: {_say(' '.join(e.message.split()))}")
+    m = rep.metrics
+    fast = ", ".join(f"fast_{p} = {v:.2f}" for p, v in m.fast_p.items())
+    out.print(f"{m.correct}/{m.problems} correct; {fast}; geometric-mean speedup vs eager over correct problems: "
+              f"{_f(m.geomean_speedup, '.3f', 'x')}")
+
+
+# ----- report -------------------------------------------------------------------------------
+def report(
+    run: str = typer.Argument(..., help="a run folder, or a run id under --runs-dir"),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="HTML file to write, or a folder to write "
+                                                                 "RUN_ID.html into [RUN/report.html]"),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir"),
+) -> None:
+    """Write one self-contained HTML report of a run (tree of ideas, charts, configuration)."""
+    from kerngen.results.report import write_report
+    from kerngen.agent.tree import load_run
+
+    path = write_report(load_run(run, runs_dir), out)
+    Console(highlight=False).print(f"report written to {_say(path)}")
+
+
+# ----- export -------------------------------------------------------------------------------
+def export(
+    run: str = typer.Argument(..., help="a run folder, or a run id under --runs-dir"),
+    out: Path = typer.Option(..., "--out", "-o", help="folder to write the export into"),
+    name: Optional[str] = typer.Option(None, "--name", help="op name (torch.ops.kerngen.NAME) [problem_hash]"),
+    arch: Optional[str] = typer.Option(None, "--arch", help="cubin arch [the run's GPU]"),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir"),
+) -> None:
+    """Export the best kernel of a run: .cu, launch plan + config (JSON), cubin and a PyTorch op module."""
+    from kerngen.results.export import export_run
+
+    res = export_run(run, out, runs_dir=runs_dir, name=name, arch=arch)
+    console = Console(highlight=False)
+    if res.name.startswith("demo_") and name is None:
+        console.print("[bold red]DEMO (scripted, not measured on a GPU)[/]: this run's kernel is a toy and its "
+                      "times are made up")
+    console.print(f"exported {res.op} to {_say(res.dir)}:")
+    for p in res.files():
+        console.print(f"  {_say(p.name)}")
+    console.print(_say(f"use it: op = kerngen.load({str(res.dir)!r}) (or import {res.module.stem} with that folder "
+                       "on sys.path)"))

@@ -1,0 +1,283 @@
+"""``kerngen generate``, ``kerngen show`` and ``kerngen replay``.
+
+Every user-facing failure is a :class:`~kerngen.errors.KerngenError`: one line on
+stderr and exit code 2 (also under typer's CliRunner). Nothing journaled is lost: a failed or
+interrupted ``generate`` can be continued with ``--resume``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+
+from kerngen.errors import KerngenError
+from kerngen.text import one_line
+
+EVALUATORS = ("pool", "scripted")
+
+
+def make_evaluator(kind: str) -> Any:
+    if kind == "scripted":
+        from kerngen.agent.scripted import ScriptedEvaluator
+
+        return ScriptedEvaluator()
+    if kind != "pool":
+        raise KerngenError(f"unknown evaluator {kind!r} (choose from {', '.join(EVALUATORS)})")
+    from kerngen.harness.pool.local import WorkerPool  # raises NoGPUError where no GPU is visible
+
+    return WorkerPool()
+
+
+def _context_factory(evaluator_kind: str) -> Any:
+    from kerngen.agent.context import default_context, minimal_context
+
+    if evaluator_kind != "scripted":
+        return default_context
+
+    def ctx(problem, gpu, baseline):  # the scripted demo needs no problem module, but uses it if it loads
+        try:
+            return default_context(problem, gpu, baseline)
+        except KerngenError:
+            return minimal_context(problem, gpu, baseline)
+
+    return ctx
+
+
+def _tuner(evaluator_kind: str, evaluator: Any, problem: Any, no_tune: bool) -> Any:
+    if no_tune:
+        return None
+    if evaluator_kind == "scripted":
+        from kerngen.agent.scripted import ScriptedTuner
+
+        return ScriptedTuner(evaluator)
+    from kerngen.cli.compose import make_tuner
+
+    return make_tuner(evaluator, problem, evaluator.gpu_facts())
+
+
+# ----- generate -----------------------------------------------------------------------------
+def generate(
+    problem: Optional[str] = typer.Argument(None, help="built-in problem name or a KernelBench .py file"),
+    shape: Optional[str] = typer.Option(None, "--shape", help="sizes of a built-in problem, e.g. 8192x1024"),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="fp32 | fp16 | bf16 (built-in problems)"),
+    kernel: Optional[Path] = typer.Option(None, "--kernel", help="seed kernel spec (JSON/YAML) to start from"),
+    proposer: str = typer.Option("auto", "--proposer", help="auto | llm | playbook | scripted"),
+    model: Optional[str] = typer.Option(None, "--model", help="LLM model name (implies --proposer llm under auto)"),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint"),
+    llm_concurrency: Optional[int] = typer.Option(None, "--llm-concurrency", min=1,
+                                                  help="LLM requests in flight at most [4]"),
+    price_in: Optional[float] = typer.Option(None, "--price-in", min=0.0,
+                                             help="USD per million prompt tokens (to report cost)"),
+    price_out: Optional[float] = typer.Option(None, "--price-out", min=0.0,
+                                              help="USD per million completion tokens"),
+    rounds: Optional[int] = typer.Option(None, "--rounds", min=0, help="rounds of the search [5]"),
+    beam: Optional[int] = typer.Option(None, "--beam", min=1, help="best nodes expanded per round (B) [2]"),
+    ideas: Optional[int] = typer.Option(None, "--ideas", min=1, help="ideas per beam node (K) [3]"),
+    branches: Optional[int] = typer.Option(None, "--branches", min=1, help="implementations per idea (M) [2]"),
+    repairs: Optional[int] = typer.Option(None, "--repairs", min=0, help="repair attempts per failed node (R) [2]"),
+    minutes: Optional[float] = typer.Option(None, "--minutes", help="wall-clock budget in minutes [30] "
+                                            "(with --resume: for this session)"),
+    gpu_minutes: Optional[float] = typer.Option(None, "--gpu-minutes", help="GPU-time budget in minutes [20] "
+                                                "(with --resume: for this session)"),
+    max_llm_calls: Optional[int] = typer.Option(None, "--max-llm-calls", min=0, help="LLM request budget [200]"),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", min=0, help="LLM token budget [2M]"),
+    patience: Optional[int] = typer.Option(None, "--patience", min=1, help="stop after P rounds without a gain [2]"),
+    no_tune: bool = typer.Option(False, "--no-tune", help="do not autotune the survivors"),
+    no_playbook_seed: bool = typer.Option(False, "--no-playbook-seed",
+                                          help="with an LLM: start from nothing, not from the playbook's kernel"),
+    force: bool = typer.Option(False, "--force", help="search a degenerate problem anyway"),
+    resume: Optional[str] = typer.Option(None, "--resume", help="continue a run (its folder, id or 'latest')"),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="where run folders live"),
+    evaluator_kind: str = typer.Option("pool", "--evaluator", hidden=True,
+                                       help="pool (the GPUs) | scripted (deterministic, no GPU, made-up times)"),
+) -> None:
+    """Search for a fast CUDA-C kernel of PROBLEM; journal the search under runs/<id>/."""
+    from kerngen.agent.budget import SearchConfig, Usage, make_budget
+    from kerngen.results.live import LiveView
+    from kerngen.cli.compose import make_proposer
+    from kerngen.agent.search import Search
+    from kerngen.results.show import render_header
+    from kerngen.agent.tree import load_run
+    from kerngen.harness.spec.spec import KernelSpec
+    from kerngen.problems.ref import parse_problem_ref
+
+    out = Console(highlight=False)
+    given = {k: v for k, v in dict(rounds=rounds, max_llm_calls=max_llm_calls, max_tokens=max_tokens,
+                                   wall_minutes=minutes, gpu_minutes=gpu_minutes, patience=patience).items()
+             if v is not None}
+    make_budget(None, given)  # --minutes 0, --gpu-minutes -1 ...: one line and exit 2, before anything else
+    usage = Usage()
+    knobs = {"max_concurrency": llm_concurrency, "price_in_per_mtok": price_in, "price_out_per_mtok": price_out}
+    if resume:
+        from kerngen.agent.journal import ensure_unlocked
+        from kerngen.agent.problem_data import rerun_ref
+        from kerngen.agent.safe_paths import refuse_symlinks
+        from kerngen.agent.search_records import budget_for_resume
+
+        rec = load_run(resume, runs_dir)  # JournalError for a missing or corrupt run, before anything else
+        ensure_unlocked(rec.path)  # another process appending to it: refused now, before GPUs or an LLM
+        st = rec.started
+        refuse_symlinks(rec.path)  # a resume writes into the folder: never through a link out of it
+        # the run's problem file runs again only when built in, named here, or unchanged since the run started
+        ref, which = rerun_ref(st, problem, hint=f"kerngen generate FILE --resume {resume}")
+        out.print(which, markup=False, soft_wrap=True)
+        config = st.config
+        budget = budget_for_resume(rec, given)  # the latest recorded budget, the command line's in its place
+        kind = st.proposer if proposer == "auto" and st.proposer in ("llm", "playbook", "scripted") else proposer
+        prop, model_name = make_proposer(kind, ref, usage=usage, model=model or st.model, base_url=base_url,
+                                         llm_knobs=knobs)
+        seed = st.seed_spec
+        run_dir, mode = rec.path, "resume"
+    else:
+        if not problem:
+            raise KerngenError("generate needs a PROBLEM (or --resume RUN)")
+        rec = None
+        ref = parse_problem_ref(problem, shape, dtype)
+        _check_problem(ref, evaluator_kind)
+        seed = KernelSpec.load(kernel) if kernel else None
+        defaults = SearchConfig()
+        config = SearchConfig(beam=beam or defaults.beam, ideas=ideas or defaults.ideas,
+                              branches=branches or defaults.branches,
+                              repairs=repairs if repairs is not None else defaults.repairs, tune=not no_tune)
+        budget = make_budget(None, given)  # a bad value: one line, not a traceback
+        prop, model_name = make_proposer(proposer, ref, usage=usage, model=model, base_url=base_url,
+                                         llm_knobs=knobs)
+        if seed is None and model_name is not None and not no_playbook_seed:
+            from kerngen.cli.compose import playbook_seed
+
+            seed = playbook_seed(ref)  # the LLM starts from the playbook's kernel where it has one
+        from kerngen.agent.journal import new_run_id
+
+        run_dir, mode = runs_dir / new_run_id(ref), "new"
+    try:
+        evaluator = make_evaluator(evaluator_kind)
+        try:
+            tuner = _tuner(evaluator_kind, evaluator, ref, no_tune or not config.tune)
+            view = LiveView(total_rounds=budget.rounds)
+            search = Search(ref, prop, evaluator, run_dir=run_dir, mode=mode, config=config, budget=budget,
+                            tuner=tuner, seed_spec=seed, context_factory=_context_factory(evaluator_kind),
+                            usage=usage, record=rec, force=force, model=model_name, listeners=[view])
+            out.print(f"[bold]run[/] {run_dir}" + (" (resumed)" if mode == "resume" else ""))
+            with view:
+                result = search.run()
+        finally:
+            evaluator.close()
+    except KeyboardInterrupt:
+        _say_interrupted(run_dir, runs_dir)
+        raise typer.Exit(130) from None
+    run = load_run(result.run_dir)
+    out.print(render_header(run))
+    out.print(one_line(f"stopped: {result.reason}"), markup=False)  # a reason may quote a model's text
+    if run.best is not None:
+        out.print(f"best kernel: {result.run_dir / 'best' / 'spec.json'}")
+
+
+def _say_interrupted(run_dir: Path, runs_dir: Path) -> None:
+    """Ctrl-C in generate: which run stopped and the command that continues it (on stderr)."""
+    import shlex
+
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    if not (run_dir / "events.jsonl").is_file():
+        err.print(one_line(f"interrupted before run {run_dir.name} started: nothing to resume"), markup=False)
+        return
+    if run_dir.parent == runs_dir:
+        name = run_dir.name
+        where = "" if runs_dir == Path("runs") else f" --runs-dir {shlex.quote(str(runs_dir))}"
+    else:
+        name, where = str(run_dir), ""
+    err.print(one_line(f"interrupted: run {run_dir.name} is saved in {run_dir}; continue it with: "
+                        f"kerngen generate --resume {shlex.quote(name)}{where}"), markup=False)
+
+
+def _check_problem(ref: Any, evaluator_kind: str) -> None:
+    """Fail fast (before a run folder exists) on a problem that does not load."""
+    from kerngen.problems.load import load_problem
+
+    try:
+        load_problem(ref)
+    except KerngenError:
+        if evaluator_kind == "scripted" and not ref.source.endswith(".py"):
+            return  # the scripted demo runs on any name
+        raise
+
+
+# ----- show ---------------------------------------------------------------------------------
+def show(
+    run: str = typer.Argument(..., help="a run folder, a run id under --runs-dir, or 'latest'"),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir"),
+    width: Optional[int] = typer.Option(None, "--width", help="console width (default: the terminal's)"),
+    as_json: bool = typer.Option(False, "--json", help="print the run as one JSON object"),
+) -> None:
+    """Print the search tree of a run: ideas, categories, verdicts, times, speedups, registers."""
+    from kerngen.results.show import render, run_json
+    from kerngen.agent.tree import load_run
+
+    loaded = load_run(run, runs_dir)
+    if as_json:
+        import json
+
+        typer.echo(json.dumps(run_json(loaded), indent=2, allow_nan=False))
+        return
+    Console(highlight=False, width=width).print(render(loaded))
+
+
+# ----- runs ---------------------------------------------------------------------------------
+def runs(
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="where run folders live"),
+    width: Optional[int] = typer.Option(None, "--width", help="console width (default: the terminal's)"),
+    as_json: bool = typer.Option(False, "--json", help="print a JSON list instead of a table"),
+) -> None:
+    """List the runs under --runs-dir: problem, GPU, best ms, speedup vs eager and torch.compile,
+    status. Reads their journals only (no problem file is imported); a corrupt run is a row."""
+    from kerngen.results.show import list_runs, render_runs
+
+    rows = list_runs(runs_dir)
+    if as_json:
+        import json
+
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    out = Console(highlight=False, width=width)
+    if not rows:
+        out.print(f"no runs under {runs_dir}/ (kerngen generate PROBLEM starts one)", markup=False)
+        return
+    out.print(render_runs(rows, runs_dir))
+
+
+# ----- replay -------------------------------------------------------------------------------
+def replay(
+    run: str = typer.Argument(..., help="a run folder, a run id under --runs-dir, or 'latest'"),
+    runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="where the replay's run folder goes too"),
+    problem: Optional[str] = typer.Option(None, "--problem",
+                                          help="the problem file to run (a run's own file runs only when built in "
+                                               "or unchanged since the run started)"),
+    evaluator_kind: str = typer.Option("pool", "--evaluator", hidden=True),
+) -> None:
+    """Re-run a recorded search with no LLM call, re-evaluating every node on this GPU."""
+    from kerngen.results.live import LiveView
+    from kerngen.agent.problem_data import rerun_ref
+    from kerngen.agent.replay import replay_run, replay_table
+    from kerngen.agent.tree import load_run
+
+    orig = load_run(run, runs_dir)
+    _, which = rerun_ref(orig.started, problem)  # before any GPU work: which file runs, or why none
+    Console(highlight=False).print(which, markup=False, soft_wrap=True)
+    evaluator = make_evaluator(evaluator_kind)
+    try:
+        view = LiveView(total_rounds=len(orig.tree.beams))
+        with view:
+            rep = replay_run(orig, evaluator, runs_dir=runs_dir, context_factory=_context_factory(evaluator_kind),
+                             listeners=[view], problem=problem)
+    finally:
+        evaluator.close()
+    out = Console(highlight=False)
+    out.print(replay_table(rep))
+    ob, nb = orig.best, rep.outcome.best
+    if ob is not None:
+        out.print(f"recorded best: #{ob.id} {ob.ms:.4f} ms")
+    if nb is not None:
+        out.print(f"replayed best: #{nb.id} {nb.ms:.4f} ms")
+    out.print(f"replay written to {rep.run_dir} ({rep.proposer_calls} proposer calls)", markup=False)

@@ -1,0 +1,142 @@
+"""prompts/*.j2 rendered by agent/llm/prompting.py with a realistic SearchContext."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+import jinja2
+import pytest
+
+from kerngen.agent.llm.answers import IdeaList
+from kerngen.agent.llm.proposer import BRANCH_APPROACHES, CATEGORY_HELP, LLMProposer
+from kerngen.agent.llm.prompting import TEMPLATES, render, trim_log
+from kerngen.agent.proposer import Category, Idea
+from kerngen.harness.spec.spec import KernelSpec
+from tests.fakes.llm_server import make_context
+
+IDEA = Idea(text="Cache the row in registers; one read pass", category=Category.memory_access,
+            expected_effect="DRAM traffic from 3 reads to 1: ~2x")
+
+
+@pytest.fixture
+def ctx():
+    return make_context()
+
+
+def schema_text(model) -> str:
+    return json.dumps(model.model_json_schema())
+
+
+def render_all(ctx):
+    context, parent, failing = ctx
+    system = render("system", ctx=context, spec_schema=schema_text(KernelSpec))
+    return {
+        "system": system,
+        "ideas": render("ideas", ctx=context, parent=parent, k=5, answer_schema=schema_text(IdeaList),
+                        categories=[(c.value, CATEGORY_HELP[c]) for c in Category]),
+        "implement": render("implement", ctx=context, parent=parent, idea=IDEA, branch=1, m_branches=4,
+                            approach=BRANCH_APPROACHES[1]),
+        "repair": render("repair", ctx=context, spec=parent.spec, result=failing, attempt=2),
+    }
+
+
+def test_templates_are_package_data():
+    files = resources.files("kerngen.prompts")
+    for name in TEMPLATES:
+        assert files.joinpath(f"{name}.j2").is_file()
+
+
+def test_strict_undefined_raises_on_a_missing_variable(ctx):
+    context, parent, _ = ctx
+    with pytest.raises(jinja2.UndefinedError):
+        render("ideas", ctx=context, parent=parent)  # no k, categories, answer_schema
+    with pytest.raises(jinja2.UndefinedError):
+        render("system", ctx=context)
+
+
+def test_unknown_template():
+    with pytest.raises(jinja2.TemplateNotFound):
+        render("nope")
+
+
+def test_system_prompt(ctx):
+    text = render_all(ctx)["system"]
+    assert schema_text(KernelSpec) in text  # the kernel spec schema
+    assert "NVIDIA H200" in text and "132 SMs" in text and "4280 GB/s" in text and "51.0 TFLOP/s" in text
+    assert "torch.softmax(x, dim=1)" in text and "`x`: [4096, 65536], float32" in text
+    assert "eager 1.067 ms" in text and "torch.compile 0.781 ms" in text and "floor 0.5 ms" in text
+    for rule in ('extern "C" __global__', "No host code", "no libraries", "No mutable `__device__`",
+                 "-DNAME=value", "`out0`", "scratch", "cdiv", "x.shape[i]", "x.numel"):
+        assert rule in text, rule
+
+
+def test_ideas_prompt(ctx):
+    text = render_all(ctx)["ideas"]
+    assert "propose 5" in text
+    for c in Category:
+        assert f"`{c.value}`" in text
+    assert "median 1.573 ms" in text and "0.68x" in text and "32% of the floor" in text
+    assert "40 registers/thread" in text and "8 B spill stores" in text
+    assert "Use float4 vector loads for every pass -> ok 1.18x over parent" in text
+    assert "incorrect after 2 repairs" in text
+    assert schema_text(IdeaList) in text and "expected" in text
+
+
+def test_ideas_prompt_without_parent(ctx):
+    context, _, _ = ctx
+    text = render("ideas", ctx=context, parent=None, k=3, answer_schema="{}",
+                  categories=[(c.value, CATEGORY_HELP[c]) for c in Category])
+    assert "no kernel yet" in text
+
+
+def test_implement_prompt(ctx):
+    text = render_all(ctx)["implement"]
+    assert "branch 2 of 4" in text and BRANCH_APPROACHES[1] in text
+    assert IDEA.text in text and IDEA.expected_effect in text
+    assert "median 1.573 ms" in text and "softmax_rows" in text and '"tunables": {"BLOCK": [128, 256, 512, 1024]}' in text
+    assert "Online softmax: fuse max and sum into one pass" in text
+
+
+def test_repair_prompt(ctx):
+    text = render_all(ctx)["repair"]
+    assert "attempt 2" in text and "verdict: incorrect" in text and "failed check: mismatch" in text
+    assert "max abs error 0.0123 at index [17, 4095] of `out`: got 0.0311, expected 0.0188" in text
+    assert "configuration: {\"BLOCK\": 512}" in text and "characters cut" in text
+
+
+def test_repair_prompt_compile_error(ctx):
+    from kerngen.harness.results import EvalResult, Verdict
+
+    context, parent, _ = ctx
+    result = EvalResult(verdict=Verdict.compile_error, message="NVRTC failed",
+                        log='kernel.cu(3): error: identifier "INFINITY" is undefined\n1 error detected')
+    text = render("repair", ctx=context, spec=parent.spec, result=result, attempt=1)
+    assert "## Log (NVRTC)" in text and 'identifier "INFINITY" is undefined' in text
+    assert "max abs error" not in text
+
+
+def test_every_message_carries_schema_gpu_parent_and_tried(ctx):
+    """What the model sees per request (system + user) has all the facts the issue lists."""
+    r = render_all(ctx)
+    for purpose in ("ideas", "implement"):
+        seen = r["system"] + r[purpose]
+        for needle in (schema_text(KernelSpec), "NVIDIA H200", "1.573 ms", "Use float4 vector loads"):
+            assert needle in seen, (purpose, needle[:40])
+    assert schema_text(KernelSpec) in r["system"] + r["repair"] and "NVIDIA H200" in r["system"]
+
+
+def test_proposer_system_prompt_is_stable(ctx):
+    """The system prompt does not depend on the round or the tried ideas (prefix caching)."""
+    context, _, _ = ctx
+    p = LLMProposer(client=None)  # type: ignore[arg-type]
+    first = p.system_prompt(context)
+    later = context.model_copy(update={"round": 9, "tried": []})
+    assert p.system_prompt(later) == first
+
+
+def test_trim_log():
+    log = "\n".join(f"line {i}" for i in range(3000)) + "\nkernel.cu(9): error: bad thing\n" + "tail\n" * 10
+    out = trim_log(log, limit=1000)
+    assert len(out) < 1200 and "error: bad thing" in out and "characters cut" in out and out.endswith("tail")
+    assert trim_log("short") == "short" and trim_log(None) == ""

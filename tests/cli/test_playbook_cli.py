@@ -1,0 +1,54 @@
+"""``kerngen playbook``: the family, variants and ideas of a problem, and a variant's spec written
+out for ``kerngen tune`` (no GPU)."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+import kerngen.cli.app
+from kerngen.harness.spec.spec import KernelSpec
+from tests.cli_output import stderr_of
+
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(kerngen.cli.app.app, list(args))
+
+
+def test_lists_family_variants_and_ideas():
+    res = invoke("playbook", "conv2d")
+    assert res.exit_code == 0, res.output
+    assert "family conv2d; variants: direct, igemm" in res.output
+    assert "conv-igemm" in res.output and "Implicit GEMM" in res.output
+
+
+def test_writes_a_variant_spec_that_loads_and_tunes(tmp_path):
+    out = tmp_path / "igemm.json"
+    res = invoke("playbook", "conv2d", "--variant", "igemm", "--out", str(out))
+    assert res.exit_code == 0, res.output
+    spec = KernelSpec.load(out)
+    assert spec.name == "playbook-conv2d-igemm" and spec.space_size() == 2160
+    assert {s.kernel for s in spec.steps} == {"conv2d_pack", "conv2d_igemm"}
+    assert "2160 configurations" in res.output
+
+
+def test_first_variant_by_default_and_shape_flags(tmp_path):
+    out = tmp_path / "rows.json"
+    res = invoke("playbook", "rmsnorm", "--shape", "1024x4096", "--out", str(out))
+    assert res.exit_code == 0, res.output
+    assert KernelSpec.load(out).name == "playbook-rmsnorm-rows-reg"
+
+
+def test_bad_variant_and_uncovered_problem_are_one_line_errors(tmp_path):
+    res = invoke("playbook", "conv2d", "--variant", "winograd", "--out", str(tmp_path / "x.json"))
+    assert res.exit_code == 2
+    err = stderr_of(res).strip().splitlines()
+    assert len(err) == 1 and "winograd" in err[0] and "direct, igemm" in err[0]
+    # without --out too: an unknown variant is an error, not silently ignored
+    res = invoke("playbook", "layernorm", "--variant", "cop")
+    assert res.exit_code == 2 and "unknown --variant 'cop'" in stderr_of(res) and "coop" in stderr_of(res)
+    res = invoke("playbook", "attention")
+    assert res.exit_code == 2 and "nothing for attention" in stderr_of(res)
+    res = invoke("playbook", "conv2d", "--out", str(tmp_path / "missing" / "x.json"))
+    assert res.exit_code == 2 and "cannot write" in stderr_of(res)
