@@ -4,15 +4,21 @@
 :class:`SearchBudget` the limits (rounds, LLM calls and tokens, wall and GPU minutes, patience).
 The defaults fit one GPU in about 30 minutes. :class:`Usage` counts what was spent; an LLM
 proposer drives it through ``on_call`` (one call per LLM request, with its token usage).
+:class:`StopReason` is why a search stopped: a :class:`StopKind` for code to test, and the text
+the user reads (and the journal records).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
+from enum import Enum
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kerngen.errors import KerngenError
 
 if TYPE_CHECKING:
     from kerngen.agent.llm.client import LLMCall
@@ -45,6 +51,35 @@ class SearchBudget(BaseModel):
     def unlimited(cls, rounds: int = 10**6) -> "SearchBudget":
         return cls(rounds=rounds, max_llm_calls=None, max_tokens=None, wall_minutes=None, gpu_minutes=None,
                    patience=None)
+
+
+class StopKind(Enum):
+    """Why a search stopped, for code to test (the text of a :class:`StopReason` is for people)."""
+
+    rounds = "rounds"  # the rounds budget is done
+    patience = "patience"  # rounds without a better best
+    llm_calls = "llm_calls"  # the LLM request budget is spent
+    tokens = "tokens"  # the LLM token budget is spent
+    wall_minutes = "wall_minutes"  # the wall-clock budget is spent
+    gpu_minutes = "gpu_minutes"  # the GPU-time budget is spent
+    no_candidates = "no_candidates"  # the proposer gave no new candidate in a round
+    end_of_record = "end_of_record"  # a replay followed its record to the end
+    interrupted = "interrupted"  # Ctrl-C
+    error = "error"  # an exception ended the search
+    degenerate = "degenerate"  # the problem's output barely depends on its input (and no --force)
+    harness = "harness"  # the harness itself could not evaluate, e.g. out of GPU memory
+
+
+@dataclass(frozen=True)
+class StopReason:
+    """Why a search stopped: ``kind`` to test, ``text`` to show; ``str()`` is the text (what the
+    CLI prints and the journal's ``run_finished`` records as ``reason``)."""
+
+    kind: StopKind
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
 
 
 class Usage:
@@ -94,22 +129,24 @@ class Usage:
         }
 
 
-def exhausted(budget: SearchBudget, usage: Usage) -> str | None:
+def exhausted(budget: SearchBudget, usage: Usage) -> StopReason | None:
     """The first budget (other than rounds and patience) that is spent, as a stop reason."""
     if budget.max_llm_calls is not None and usage.calls >= budget.max_llm_calls:
-        return f"budget: {usage.calls} LLM calls (max {budget.max_llm_calls})"
+        return StopReason(StopKind.llm_calls, f"budget: {usage.calls} LLM calls (max {budget.max_llm_calls})")
     if budget.max_tokens is not None and usage.tokens >= budget.max_tokens:
-        return f"budget: {usage.tokens} tokens (max {budget.max_tokens})"
+        return StopReason(StopKind.tokens, f"budget: {usage.tokens} tokens (max {budget.max_tokens})")
     return time_exhausted(budget, usage)
 
 
-def time_exhausted(budget: SearchBudget, usage: Usage) -> str | None:
+def time_exhausted(budget: SearchBudget, usage: Usage) -> StopReason | None:
     """The wall-clock or GPU-time budget that is spent, as a stop reason (what stops evaluation
     and tuning; the LLM budgets only stop asking the proposer)."""
     if budget.wall_minutes is not None and usage.wall_s >= budget.wall_minutes * 60:
-        return f"budget: {usage.wall_s / 60:.2f} wall minutes (max {budget.wall_minutes:g})"
+        return StopReason(StopKind.wall_minutes,
+                          f"budget: {usage.wall_s / 60:.2f} wall minutes (max {budget.wall_minutes:g})")
     if budget.gpu_minutes is not None and usage.gpu_s >= budget.gpu_minutes * 60:
-        return f"budget: {usage.gpu_s / 60:.1f} GPU minutes (max {budget.gpu_minutes:g})"
+        return StopReason(StopKind.gpu_minutes,
+                          f"budget: {usage.gpu_s / 60:.1f} GPU minutes (max {budget.gpu_minutes:g})")
     return None
 
 
@@ -123,8 +160,6 @@ def remaining_wall_s(budget: SearchBudget, usage: Usage) -> float | None:
 def make_budget(base: SearchBudget | None = None, given: Mapping[str, Any] | None = None) -> SearchBudget:
     """``base`` (else the defaults) with the fields ``given`` (None values ignored), validated:
     an out-of-range value is a one-line :class:`~kerngen.errors.KerngenError`."""
-    from kerngen.errors import KerngenError
-
     data = (base or SearchBudget()).model_dump()
     data.update({k: v for k, v in (given or {}).items() if v is not None})
     try:

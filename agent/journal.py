@@ -7,12 +7,17 @@ or a missing ``events.jsonl``, is a :class:`JournalError`.
 
 Derived files (``tree.json``, ``best/``) are rewritten atomically (tmp file + ``os.replace``);
 they can always be rebuilt from the events.
+
+Only this module knows the journal's file name and format: other modules read a run through
+:func:`read_events` (or :func:`kerngen.agent.tree.load_run`) and peek at one through
+:func:`has_journal`, :func:`started_at` and :func:`is_appending`.
 """
 
 from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import platform
 import secrets
@@ -28,7 +33,7 @@ except ImportError:  # not POSIX: no flock
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
-from kerngen.agent.budget import SearchBudget, SearchConfig
+from kerngen.agent.budget import SearchBudget, SearchConfig, StopKind
 from kerngen.agent.problem_data import ProblemRecord
 from kerngen.agent.safe_paths import name_problem
 from kerngen.agent.proposer import Branch, Idea, TriedIdea
@@ -189,10 +194,18 @@ class RoundFinished(_Event):
 
 class RunFinished(_Event):
     type: Literal["run_finished"] = "run_finished"
-    reason: str
+    reason: str  # what the user reads (the text of the StopReason)
+    stop: StopKind | None = None  # its kind; None in older journals (and for a kind this version does not know)
     best: int | None = None
     best_ms: float | None = None
     usage: dict[str, float] = Field(default_factory=dict)
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _known_kind(cls, value: Any) -> Any:  # a journal of a newer kerngen still reads
+        if isinstance(value, str) and value not in StopKind._value2member_map_:
+            return None
+        return value
 
 
 Event = Annotated[
@@ -255,6 +268,47 @@ def _parse_line(name: str, n: int, line: bytes) -> Any:
         where = ".".join(str(p) for p in err.get("loc", ()))
         raise JournalError(f"run {name}: {EVENTS} line {n} is not a valid {data.get('type')} event "
                            f"({where}: {err.get('msg')})") from None
+
+
+# ----- peeking at a run folder (nothing parsed beyond what is asked) ------------------------
+def has_journal(run_dir: str | Path) -> bool:
+    """Whether ``run_dir`` holds a journal (a run, perhaps unfinished or corrupt)."""
+    return (Path(run_dir) / EVENTS).is_file()
+
+
+def started_at(run_dir: str | Path) -> float:
+    """When the run started: the time of its first event (``run_started``), read from the first
+    line only; else the journal's mtime (0.0 when there is none). Never raises."""
+    path = Path(run_dir) / EVENTS
+    try:
+        with path.open("rb") as fh:
+            first = json.loads(fh.readline(1 << 20))
+        t = first.get("t") if isinstance(first, dict) and first.get("type") == "run_started" else None
+        if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t):
+            return float(t)
+        return path.stat().st_mtime
+    except (OSError, ValueError, RecursionError):
+        try:
+            return path.stat().st_mtime
+        except OSError:
+            return 0.0
+
+
+def is_appending(run_dir: str | Path) -> bool:
+    """Whether another process holds the journal's lock (a search running now). A shared lock,
+    tried and let go at once, so nothing is written."""
+    if fcntl is None:
+        return False
+    try:
+        with (Path(run_dir) / EVENTS).open("rb") as fh:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError:
+                return True
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    except OSError:
+        return False
+    return False
 
 
 # ----- writing ------------------------------------------------------------------------------

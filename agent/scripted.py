@@ -238,7 +238,9 @@ class ScriptedTuner:
         self.evaluator = evaluator
         self.calls = 0
 
-    def __call__(self, problem: ProblemRef, spec: KernelSpec, result: EvalResult) -> ScriptedTuneOutcome | None:
+    def __call__(self, problem: ProblemRef, spec: KernelSpec, result: EvalResult, *,
+                 minutes: float | None) -> ScriptedTuneOutcome | None:
+        """A :class:`~kerngen.agent.search_settings.Tuner`; ``minutes`` is not needed (it is quick)."""
         self.calls += 1
         configs = spec.configs()
         if len(configs) <= 1:

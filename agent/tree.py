@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any, Iterable
@@ -19,8 +18,8 @@ from typing import Any, Iterable
 from pydantic import BaseModel, Field
 
 from kerngen.agent.journal import (
-    EVENTS, BaselineEvent, IdeasEvent, ImplementedEvent, NodeCreated, NodeEvaluated, NodeTuned, RoundFinished,
-    RoundStarted, RunFinished, RunResumed, RunStarted, read_events,
+    BaselineEvent, IdeasEvent, ImplementedEvent, NodeCreated, NodeEvaluated, NodeTuned, RoundFinished,
+    RoundStarted, RunFinished, RunResumed, RunStarted, has_journal, read_events, started_at,
 )
 from kerngen.agent.proposer import Branch, Idea, NodeSummary, TriedIdea
 from kerngen.errors import JournalError
@@ -363,25 +362,10 @@ def run_folders(runs_dir: str | Path = "runs") -> list[Path]:
     journal records, else the journal's mtime; then by name). Nothing is parsed beyond that."""
     root = Path(runs_dir)
     try:
-        found = [d for d in root.iterdir() if d.is_dir() and (d / EVENTS).is_file()]
+        found = [d for d in root.iterdir() if d.is_dir() and has_journal(d)]
     except OSError:
         return []
-    return sorted(found, key=lambda d: (_started_at(d / EVENTS), d.name))
-
-
-def _started_at(events: Path) -> float:
-    try:
-        with events.open("rb") as fh:
-            first = json.loads(fh.readline(1 << 20))
-        t = first.get("t") if isinstance(first, dict) and first.get("type") == "run_started" else None
-        if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t):
-            return float(t)
-        return events.stat().st_mtime
-    except (OSError, ValueError, RecursionError):
-        try:
-            return events.stat().st_mtime
-        except OSError:
-            return 0.0
+    return sorted(found, key=lambda d: (started_at(d), d.name))
 
 
 def latest_run(runs_dir: str | Path = "runs") -> Path:

@@ -23,6 +23,9 @@ class Verdict(str, Enum):
     timeout = "timeout"
     incorrect = "incorrect"
     ok = "ok"
+    # not the candidate's doing: the harness itself could not evaluate it (its own buffers did not
+    # fit in GPU memory); the search stops on it instead of blaming the kernel
+    harness_error = "harness_error"
 
 
 class CheckFailure(str, Enum):
@@ -128,6 +131,28 @@ class CheckEvidence(_Record):
     message: str = ""
 
 
+class MemoryPlan(_Record):
+    """What one evaluation holds in GPU memory at once (:mod:`kerngen.harness.gpu.memory_plan`):
+    decided from the problem's bytes and the memory free on the GPU, said in the evidence."""
+
+    free_bytes: int  # free for the harness when the evaluation started (driver-free + torch's cache)
+    input_bytes: int  # one input set
+    output_bytes: int  # one set of outputs
+    scratch_bytes: int = 0
+    flush_bytes: int = 0  # the L2 flush buffer (allocated before, so already out of free_bytes)
+    pristine_on_gpu: bool = True  # False: the pristine inputs are made again from their seed when needed
+    refs_on_gpu: bool = True  # False: references and the first run's outputs wait in host memory
+    check_peak_bytes: int = 0  # the most the check of one input set holds
+    timed_sets: int = 1  # input sets the timed runs rotate over
+
+    def summary(self) -> str:
+        gb = 1e9
+        where = ("on the GPU" if self.refs_on_gpu else "in host memory")
+        return (f"memory: {self.timed_sets} timed input set(s); references {where}; pristine inputs "
+                f"{'kept' if self.pristine_on_gpu else 'regenerated from their seeds'}; check peak "
+                f"{self.check_peak_bytes / gb:.1f} of {self.free_bytes / gb:.1f} GB free")
+
+
 class EvalResult(_Record):
     """The outcome of evaluating one (spec, config) on one problem."""
 
@@ -143,6 +168,7 @@ class EvalResult(_Record):
     worker: int | None = None
     wall_s: float = 0.0  # seconds in the worker (load, check, bench, verify)
     phases_s: dict[str, float] = Field(default_factory=dict)  # seconds per phase, for overhead figures
+    memory: MemoryPlan | None = None  # what the evaluation held in GPU memory (None: older records)
 
     @property
     def ok(self) -> bool:

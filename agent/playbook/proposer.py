@@ -7,13 +7,15 @@ from typing import Any
 from jinja2 import TemplateError
 
 from kerngen.agent.proposer import Branch, Idea, NodeSummary, SearchContext
-from kerngen.harness.spec import plan
 from kerngen.expr import TensorFacts
 from kerngen.errors import SpecError
+from kerngen.harness.results import GpuFacts
 from kerngen.harness.spec.spec import KernelSpec
+from kerngen.harness.tune.prune import static_reason
 
 from kerngen.agent.playbook import builders
 from kerngen.agent.playbook.catalog import CATALOG, Entry
+from kerngen.agent.playbook.coverage import Offer, default_limits, offer
 from kerngen.agent.playbook.families import FamilyMatch, explain
 from kerngen.agent.playbook.not_covered import NotCovered
 
@@ -43,50 +45,93 @@ def _variant_from_name(name: str) -> str | None:
 
 
 class PlaybookProposer:
-    """Proposes the catalogue's ideas for the problem's family, round by round, never repeating one."""
+    """Proposes the catalogue's ideas for the problem's family, round by round, never repeating one.
+
+    Honest coverage (:mod:`.coverage`): a variant is offered only when it admits at least one
+    configuration at the problem's shape for the GPU's limits (the search context's GPU, else
+    ``gpu``, else sm_90's); ideas of a dropped variant are never proposed. When no variant of the
+    family admits anything, ``match`` is None and ``reason`` says which variants were tried and why
+    each admits nothing (``kerngen generate`` stops there, before any GPU work)."""
 
     name = "playbook"
 
-    def __init__(self, problem: Any) -> None:
+    def __init__(self, problem: Any, gpu: GpuFacts | None = None) -> None:
         self.problem = problem
-        try:
-            self.match: FamilyMatch | None = explain(problem)
-            self.reason = ""
-        except NotCovered as exc:
-            self.match = None
-            self.reason = str(exc)
+        self._gpu = gpu or default_limits()
+        self._offers: dict[tuple, Offer] = {}
         self._proposed: set[str] = set()
         self._by_text: dict[str, Entry] = {}
+        self.match: FamilyMatch | None = None
+        self.recognised: FamilyMatch | None = None  # the family read from the problem, offered or not
+        self.offer: Offer | None = None  # what is offered for the GPU's limits known so far
+        try:
+            self.recognised = explain(problem)
+        except NotCovered as exc:
+            self.reason = str(exc)
+            return
+        self.offer = self._offer(None)
+        self.reason = self.offer.reason
+        if self.offer.offered:
+            self.match = self.recognised
 
     # ----- helpers ---------------------------------------------------------------------------
     def _entries(self) -> list[Entry]:
         return CATALOG.get(self.match.family, []) if self.match else []
 
     def _facts(self, ctx: SearchContext | None) -> dict[str, TensorFacts]:
-        tensors = dict(self.match.tensors()) if self.match else {}
+        m = self.match or self.recognised
+        tensors = dict(m.tensors()) if m else {}
         if ctx is not None and ctx.tensors:
             tensors.update({k: tuple(v) for k, v in ctx.tensors.items()})
         return {k: TensorFacts(tuple(v)) for k, v in tensors.items()}
 
+    def _sizes(self, ctx: SearchContext | None) -> dict[str, int | float]:
+        info = getattr(self.problem, "info", None)
+        sizes = dict(getattr(info, "sizes", None) or {})
+        if ctx is not None:
+            sizes.update(ctx.sizes)
+        return sizes
+
+    def _gpu_of(self, ctx: SearchContext | None) -> GpuFacts:
+        return ctx.gpu if ctx is not None else self._gpu
+
+    def _offer(self, ctx: SearchContext | None) -> Offer:
+        """The variants offered at the context's shape for its GPU's limits (cached)."""
+        gpu, tensors, sizes = self._gpu_of(ctx), self._facts(ctx), self._sizes(ctx)
+        pinned = {v: d for v in builders.VARIANTS[self.recognised.family] if (d := self._device_defaults(v, gpu))}
+        key = (gpu.max_threads_per_block, gpu.max_shared_per_block_optin,
+               tuple(sorted((k, f.shape) for k, f in tensors.items())), tuple(sorted(sizes.items())),
+               tuple(sorted((v, tuple(sorted(d.items()))) for v, d in pinned.items())))
+        if key not in self._offers:
+            self._offers[key] = offer(self.recognised, sizes=sizes, tensors=tensors, gpu=gpu, pinned=pinned)
+        off = self._offers[key]
+        if ctx is not None and not off.offered and off.reason:
+            self.reason = off.reason  # why this search gets nothing on its GPU
+        return off
+
     def _fits(self, spec: KernelSpec, ctx: SearchContext | None) -> bool:
-        try:
-            plan.resolve(spec, sizes=dict(ctx.sizes) if ctx else {}, tensors=self._facts(ctx))
-            return True
-        except SpecError:
-            return False
+        """The spec's default configuration is admissible (static pruning for the GPU's limits)."""
+        resolved, _, _ = static_reason(spec, spec.default_config(), sizes=self._sizes(ctx), tensors=self._facts(ctx),
+                                       gpu=self._gpu_of(ctx))
+        return resolved is not None
 
     @staticmethod
-    def _device_defaults(variant: str, ctx: SearchContext | None) -> dict[str, int]:
+    def _device_defaults(variant: str, gpu: GpuFacts) -> dict[str, int]:
         """Defaults that depend on the GPU: a cooperative grid must be resident at once, so the
         cooperative layernorm's grid is at most one block per SM of the device the search runs on."""
-        if variant == "coop" and ctx is not None and ctx.gpu.sm_count > 0:
-            return {"NB": min(builders.COOP_NB, ctx.gpu.sm_count)}
+        if variant == "coop" and gpu.sm_count > 0:
+            return {"NB": min(builders.COOP_NB, gpu.sm_count)}
         return {}
 
     def _render(self, entry: Entry, ctx: SearchContext | None, m: int, parent: NodeSummary | None = None) -> list[Branch]:
         out: list[Branch] = []
-        device = self._device_defaults(entry.variant, ctx)
-        base: dict[str, int] = device
+        if self.match is None:
+            return out
+        offered = self._offer(ctx).get(entry.variant)
+        if offered is None:
+            return out  # the variant admits no configuration at this shape for this GPU
+        start = offered.defaults
+        base: dict[str, int] = start
         if parent is not None and variant_of_spec(parent.spec) == entry.variant:
             base = dict(parent.spec.default_config())
         seen: set[str] = set()
@@ -99,7 +144,7 @@ class PlaybookProposer:
                 out.append(Branch(error=f"playbook could not render {entry.variant}: {exc}"))
                 continue
             if not self._fits(spec, ctx):
-                spec = builders.build(self.match, entry.variant, {**device, **overrides})
+                spec = builders.build(self.match, entry.variant, {**start, **overrides})
                 if not self._fits(spec, ctx):
                     continue
             key = spec.content_hash()
@@ -148,13 +193,18 @@ class PlaybookProposer:
         if entry is None:
             return [Branch(error="playbook does not know this idea (it implements its own catalogue only)")]
         branches = self._render(entry, ctx, max(1, m), parent)
-        return branches or [Branch(error=f"playbook: no configuration of {entry.variant} admits this problem's shapes")]
+        if branches:
+            return branches
+        why = self._offer(ctx).why_not(entry.variant)
+        return [Branch(error=f"playbook: {why}" if why else
+                       f"playbook: no configuration of {entry.variant} admits this problem's shapes")]
 
     def repair(self, ctx: SearchContext, spec: KernelSpec, result: Any, attempt: int) -> Branch:
         """A safer variant when one exists (the bounds-checked GEMM), else no repair."""
         if self.match is not None and attempt == 0 and self.match.family == "matmul" and variant_of_spec(spec) == "tiled":
-            safe = builders.build(self.match, "simple", {})
-            if self._fits(safe, ctx):
+            offered = self._offer(ctx).get("simple")
+            safe = builders.build(self.match, "simple", offered.defaults) if offered is not None else None
+            if safe is not None and self._fits(safe, ctx):
                 return Branch(spec=safe, notes="playbook repair: the bounds-checked tiled GEMM")
         return Branch(error="playbook cannot repair")
 
@@ -166,7 +216,8 @@ def variant_of_spec(spec: KernelSpec | None) -> str | None:
 
 
 def seed_specs(problem: Any) -> list[KernelSpec]:
-    """The playbook's round-0 kernels for ``problem`` (empty when it has nothing): seeds for an LLM."""
+    """The playbook's round-0 kernels for ``problem`` (empty when it has nothing): seeds for an LLM.
+    Only offered variants give seeds, each at an admissible default configuration (sm_90 limits)."""
     prop = PlaybookProposer(problem)
     if prop.match is None:
         return []

@@ -25,7 +25,7 @@ import re
 from kerngen.errors import CompileError
 
 # Headers a candidate may include, by name. Each one compiles under NVRTC 13.0 with the headers
-# kerngen ships (tests/test_sandbox.py compiles every one of them).
+# kerngen ships (tests/harness/test_sandbox.py compiles every one of them).
 ALLOWED_HEADERS: tuple[str, ...] = (
     # kerngen's stand-ins for the C library (see headers.BUILTIN_HEADERS)
     "stdint.h", "cstdint", "math.h", "cmath", "float.h", "cfloat", "limits.h", "climits", "assert.h", "cassert",

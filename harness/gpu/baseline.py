@@ -30,12 +30,15 @@ def measure_baseline(
     device_index: int,
     budget_ms: float = 300.0,
     with_compile: bool = True,
+    input_sets: int = ROTATE_SETS,
 ) -> Baseline:
+    """PyTorch eager and torch.compile timed over ``input_sets`` rotating input sets (fewer than
+    three for a problem whose memory plan holds fewer), the floor, the degeneracy check."""
     from kerngen.problems.degenerate import check_seed_dependence
 
     info = state.info
     with torch.cuda.stream(stream):
-        sets = [state.problem.make_inputs(state.device, s) for s in fresh_seeds(ROTATE_SETS)]
+        sets = [state.problem.make_inputs(state.device, s) for s in fresh_seeds(max(1, input_sets))]
         eager = _time_module(state.model, sets, stream, flusher, device_index, budget_ms)
         compiled, compile_error = None, ""
         if with_compile:

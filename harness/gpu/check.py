@@ -17,10 +17,11 @@ import torch
 
 from kerngen.harness.gpu.buffers import POISON_PATTERNS, GuardedBuffer, alloc_guarded, guarded_copy, poison, torch_dtype
 from kerngen.harness.gpu.compare import Comparison, compare, rel_err_limit
-from kerngen.harness.gpu.integrity import Seal
+from kerngen.harness.gpu.integrity import Seal, digest, new_key
+from kerngen.harness.gpu.memory_plan import HarnessMemoryError
 from kerngen.harness.gpu.launcher import LoadedModule, PlanRunner
 from kerngen.harness.spec.plan import ResolvedPlan
-from kerngen.harness.results import CheckEvidence, CheckFailure
+from kerngen.harness.results import CheckEvidence, CheckFailure, MemoryPlan
 
 
 @dataclass
@@ -30,12 +31,12 @@ class BoundSet:
     inputs: dict[str, GuardedBuffer]
     outputs: dict[str, GuardedBuffer]
     scratch: dict[str, GuardedBuffer]
-    pristine: list  # untouched copies of forward's arguments (tensors and scalars): the reference's
-    refs: list[torch.Tensor] = field(default_factory=list)
-    seal: Seal = field(default_factory=Seal)  # digests of the pristine copies and the references
-
-    def pristine_tensors(self) -> dict[str, torch.Tensor]:
-        return dict(zip(self.inputs, (x for x in self.pristine if isinstance(x, torch.Tensor))))
+    # untouched copies of forward's arguments (tensors and scalars): the reference's. None when the
+    # memory plan has them made again from ``seed`` when needed (:meth:`ProblemState.pristine`)
+    pristine: list | None
+    seed: int = 0
+    refs: list[torch.Tensor] = field(default_factory=list)  # on the GPU, or in host memory (memory plan)
+    seal: Seal = field(default_factory=Seal)  # digests of the pristine copies and the references on the GPU
 
     def tensors(self, params: dict[str, GuardedBuffer]) -> dict[str, torch.Tensor]:
         named = {**params, **self.inputs, **self.outputs, **self.scratch}
@@ -57,6 +58,8 @@ class ProblemState:
         self.gen.manual_seed(seed)
         self._build_model()
         self.params = self._guard_params()
+        self._digest_key = new_key()  # digests of inputs that are made again rather than kept
+        self._input_digests: dict[tuple[int, int], int] = {}
 
     def _build_model(self) -> None:
         """The reference model, its parameters by name, and their seal: a far write that changed
@@ -88,7 +91,7 @@ class ProblemState:
             self._build_model()
         self.params = self._guard_params()
 
-    def new_set(self, seed: int, plan: ResolvedPlan) -> BoundSet:
+    def new_set(self, seed: int, plan: ResolvedPlan, memory: MemoryPlan | None = None) -> BoundSet:
         raw = self.problem.make_inputs(self.device, seed)
         tensors = {t.name for t in self.info.inputs}
         # forward's arguments in order; scalars (a Python float input) are not bound as tensors
@@ -105,23 +108,51 @@ class ProblemState:
             s.name: alloc_guarded(s.name, (s.size,), torch_dtype(s.dtype), self.device, self.gen)
             for s in plan.scratch
         }
-        pristine = [x.clone() if isinstance(x, torch.Tensor) else x for x in raw]
-        bound = BoundSet(inputs=inputs, outputs=outputs, scratch=scratch, pristine=pristine)
-        for i, x in enumerate(pristine):
+        keep = memory is None or memory.pristine_on_gpu
+        # ``raw`` is the harness's own (nobody else holds it): it is the pristine copy, or, when the
+        # plan has pristine inputs made again from the seed, only its digest is kept to prove they are
+        bound = BoundSet(inputs=inputs, outputs=outputs, scratch=scratch, pristine=raw if keep else None, seed=seed)
+        for i, x in enumerate(raw):
             if isinstance(x, torch.Tensor):
-                bound.seal.add(f"pristine copy of argument {i}", x)
+                if keep:
+                    bound.seal.add(f"pristine copy of argument {i}", x)
+                else:
+                    self._input_digests[(seed, i)] = digest(x, self._digest_key)
         return bound
+
+    def pristine(self, bound: BoundSet) -> list:
+        """The set's pristine arguments: the kept copies, or made again from the seed (and proven
+        the same bytes as the first time: a ``get_inputs`` that does not repeat cannot be checked so)."""
+        if bound.pristine is not None:
+            return bound.pristine
+        args = self.problem.make_inputs(self.device, bound.seed)
+        for i, x in enumerate(args):
+            if isinstance(x, torch.Tensor) and digest(x, self._digest_key) != self._input_digests.get((bound.seed, i)):
+                raise HarnessMemoryError(
+                    f"{self.info.name}: get_inputs() does not repeat under a seed, and its inputs are too large "
+                    "to keep a pristine copy of each on this GPU"
+                )
+        return args
+
+    def pristine_tensors(self, bound: BoundSet) -> dict[str, torch.Tensor]:
+        args = self.pristine(bound)
+        return dict(zip(bound.inputs, (x for x in args if isinstance(x, torch.Tensor))))
 
     def seal_refs(self, bound: BoundSet, refs: list[torch.Tensor]) -> None:
         bound.refs = refs
         for i, r in enumerate(refs):
-            bound.seal.add(f"reference output {i}", r)
+            if r.device.type == self.device.type:  # one moved to host memory is out of any kernel's reach
+                bound.seal.add(f"reference output {i}", r)
 
-    def reference(self, bound: BoundSet) -> list[torch.Tensor]:
-        # a KernelBench reference may work in place (ReLU(inplace=True)): give it a copy
-        args = [x.clone() if isinstance(x, torch.Tensor) else x for x in bound.pristine]
+    def reference(self, bound: BoundSet, to_host: bool = False) -> list[torch.Tensor]:
+        if bound.pristine is not None:
+            # a KernelBench reference may work in place (ReLU(inplace=True)): give it a copy
+            args = [x.clone() if isinstance(x, torch.Tensor) else x for x in bound.pristine]
+        else:
+            args = self.pristine(bound)  # made for this call: it may work in place on them
         outs = self.problem.run_reference(self.model, args)
-        return [o.contiguous() for o in outs]
+        del args
+        return [o.contiguous().cpu() if to_host else o.contiguous() for o in outs]
 
 
 class CandidateFailed(Exception):
@@ -141,6 +172,7 @@ def run_check(
     sync: Callable[[], None],
     keep: list[BoundSet] | None = None,
     keep_max: int = 0,
+    memory: MemoryPlan | None = None,
 ) -> CheckEvidence:
     """Return the evidence; ``failed`` is None when the candidate is correct. Up to ``keep_max``
     checked input sets, with their references, are appended to ``keep`` for the timed runs (they
@@ -150,9 +182,10 @@ def run_check(
     evidence = CheckEvidence(seeds=seeds, atol=atol, rtol=rtol, max_rel_err=max(limits, default=0.0))
     try:
         for i, seed in enumerate(seeds):
-            bound = _check_one_set(state, module, plan, stream, seed, i, sync, evidence)
+            bound = _check_one_set(state, module, plan, stream, seed, i, sync, evidence, memory)
             if keep is not None and len(keep) < keep_max:
                 keep.append(bound)
+            del bound  # one set at a time: a set not kept for timing is freed before the next
     except CandidateFailed as failure:
         if failure.evidence.failed is CheckFailure.input_mutated:
             state.reset_params()
@@ -164,38 +197,54 @@ def run_check(
     return evidence
 
 
-def _check_one_set(state, module, plan, stream, seed, i, sync, evidence: CheckEvidence) -> BoundSet:
-    bound = state.new_set(seed, plan)
+def _check_one_set(state, module, plan, stream, seed, i, sync, evidence: CheckEvidence,
+                   memory: MemoryPlan | None = None) -> BoundSet:
+    on_host = memory is not None and not memory.refs_on_gpu
+    bound = state.new_set(seed, plan, memory)
     runner = PlanRunner(module, plan, bound.tensors(state.params), stream)
-    first = _run_poisoned(state, bound, runner, POISON_PATTERNS[i % 3], sync)
+    first = _run_poisoned(state, bound, runner, POISON_PATTERNS[i % 3], sync, on_host)
     _verify_untouched(state, bound, evidence, "before the reference")
-    refs = state.reference(bound)
+    refs = state.reference(bound, to_host=on_host)
     state.seal_refs(bound, refs)
-    second = _run_poisoned(state, bound, runner, POISON_PATTERNS[(i + 1) % 3], sync)
+    second = _run_poisoned(state, bound, runner, POISON_PATTERNS[(i + 1) % 3], sync, on_host)
     _verify_untouched(state, bound, evidence, "after the reference")
     names = [o.name for o in state.info.outputs]
     for name, (out1, p1), (out2, p2), ref in zip(names, first, second, refs):
         for out, pois, when in ((out1, p1, "before"), (out2, p2, "after")):
-            c = compare(out, ref, atol=evidence.atol, rtol=evidence.rtol, poison=pois, name=name)
+            c = compare(out, ref, atol=evidence.atol, rtol=evidence.rtol, poison=pois, name=name, device=state.device)
             _record(evidence, c, name)
             if not c.ok:
                 _fail(evidence, c.failed, f"seed {seed}, run {when} the reference: {c.message}")
-        if not torch.equal(out1, out2):
+        if not _equal(out1, out2):
             evidence.deterministic = False
-            c = compare(out2, out1, atol=evidence.atol, rtol=evidence.rtol, name=name)
+            c = compare(out2, out1, atol=evidence.atol, rtol=evidence.rtol, name=name, device=state.device)
             if not c.ok:
                 _fail(evidence, CheckFailure.nondeterministic, f"seed {seed}: two runs disagree: {c.message}")
     return bound
 
 
-def _run_poisoned(state, bound: BoundSet, runner: PlanRunner, pattern: str, sync):
+def _run_poisoned(state, bound: BoundSet, runner: PlanRunner, pattern: str, sync, on_host: bool = False):
     poisons = [poison(buf, pattern, state.gen) for buf in bound.outputs.values()]
     for buf in bound.scratch.values():
         poison(buf, "random", state.gen)
     sync()
     runner()
     sync()  # a crash or trap surfaces here, as a CUDA error the worker turns into runtime_error
+    # the outputs of the run (and their poison) wait on the GPU, or in host memory for a large output
+    if on_host:
+        return [(buf.view.cpu(), p.cpu()) for buf, p in zip(bound.outputs.values(), poisons)]
     return [(buf.view.clone(), p) for buf, p in zip(bound.outputs.values(), poisons)]
+
+
+def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equality of two runs' outputs, chunk by chunk when they live in host memory."""
+    if a.device == b.device and a.device.type != "cpu":
+        return torch.equal(a, b)
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    fa, fb = a.reshape(-1), b.reshape(-1)
+    step = 1 << 26
+    return all(torch.equal(fa[i:i + step], fb[i:i + step]) for i in range(0, fa.numel(), step))
 
 
 def _verify_untouched(state: ProblemState, bound: BoundSet, evidence: CheckEvidence, when: str) -> None:
@@ -205,7 +254,7 @@ def _verify_untouched(state: ProblemState, bound: BoundSet, evidence: CheckEvide
     hit = bound.seal.broken()
     if hit:
         _fail(evidence, CheckFailure.guard_overwritten, f"a write landed in the harness's {hit} ({when})")
-    for name, pristine in bound.pristine_tensors().items():
+    for name, pristine in state.pristine_tensors(bound).items():
         if not torch.equal(bound.inputs[name].view, pristine):
             _fail(evidence, CheckFailure.input_mutated, f"input {name!r} was modified ({when})")
     changed = state.params_intact()

@@ -1,6 +1,8 @@
 """Compare one output with its reference: allclose with NaN/Inf agreement, the largest error and
 where it is, the relative error ||out - ref|| / ||ref||, and whether unmatched elements were
-never written (still poison). Pure torch: runs on CPU in tests, on GPU in the harness."""
+never written (still poison). Pure torch: runs on CPU in tests, on GPU in the harness; chunk by
+chunk, so that comparing a 15 GB output needs no 60 GB of fp64 temporaries, and a reference kept
+in host memory (the memory plan of a large problem) is compared on the GPU."""
 
 from __future__ import annotations
 
@@ -33,6 +35,11 @@ class Comparison(BaseModel):
     message: str = ""
 
 
+# elements compared at once: the fp64 copies and masks of a chunk stay near 1 GB whatever the size
+# of the output, and a reference kept in host memory comes to the GPU one chunk at a time
+CHUNK_ELEMENTS = 1 << 25
+
+
 def compare(
     out: torch.Tensor,
     ref: torch.Tensor,
@@ -41,37 +48,88 @@ def compare(
     rtol: float,
     poison: torch.Tensor | None = None,
     name: str = "out",
+    chunk: int = CHUNK_ELEMENTS,
+    device: torch.device | None = None,
 ) -> Comparison:
+    """``out`` against ``ref``, chunk by chunk on ``device`` (default: ``out``'s); either may live
+    in host memory. The verdict and message are those of one whole-tensor comparison."""
     if tuple(out.shape) != tuple(ref.shape) or out.dtype != ref.dtype:
         return Comparison(
             ok=False,
             failed=CheckFailure.shape_mismatch,
             message=f"{name}: {out.dtype} {tuple(out.shape)} != reference {ref.dtype} {tuple(ref.shape)}",
         )
+    dev = device if device is not None else out.device
     if not (out.is_floating_point() or out.is_complex()):
-        return _compare_exact(out, ref, poison, name)
-    o, r = out.double(), ref.double()
-    close = torch.isclose(o, r, rtol=rtol, atol=atol, equal_nan=True)
-    bad = ~close
-    nbad = int(bad.sum())
-    diff = (o - r).abs()
-    finite_both = torch.isfinite(o) & torch.isfinite(r)
-    rel = _rel_err(o, r, finite_both)
-    if nbad == 0:
-        worst = torch.where(finite_both, diff, torch.zeros_like(diff))
+        return _compare_exact(out.to(dev), ref.to(dev), None if poison is None else poison.to(dev), name)
+    acc = _Totals()
+    o_all, r_all = out.reshape(-1), ref.reshape(-1)
+    p_all = poison.reshape(-1) if poison is not None else None
+    for lo in range(0, max(out.numel(), 1), max(1, chunk)):
+        hi = min(lo + chunk, out.numel())
+        acc.add(lo, o_all[lo:hi].to(dev), r_all[lo:hi].to(dev),
+                None if p_all is None else p_all[lo:hi].to(dev), atol, rtol)
+    rel = acc.rel_err()
+    shape = tuple(out.shape)
+    if acc.nbad == 0:
         limit = rel_err_limit(ref.dtype)
         if limit and rel > limit:
-            c = _result(False, CheckFailure.precision_loss, 0, worst, o, r, rel, name)
+            c = _result(False, CheckFailure.precision_loss, 0, acc.ok_worst, rel, name, shape, out.numel())
             c.message = (f"{name}: within atol/rtol but ||out-ref||/||ref|| = {rel:.3g} exceeds {limit:g} for "
                          f"{str(ref.dtype).removeprefix('torch.')} (lower precision inside?)")
             return c
-        return _result(True, None, 0, worst, o, r, rel, name)
-    nonfinite_disagree = bad & ~(finite_both)
-    failed = CheckFailure.nan_mismatch if bool(nonfinite_disagree.any()) else CheckFailure.mismatch
-    if poison is not None and bool((still_poisoned(out, poison) & bad).any()):
+        return _result(True, None, 0, acc.ok_worst, rel, name, shape, out.numel())
+    failed = CheckFailure.nan_mismatch if acc.nonfinite_disagree else CheckFailure.mismatch
+    if acc.unwritten:
         failed = CheckFailure.unwritten_output
-    worst = torch.where(bad, torch.nan_to_num(diff, nan=float("inf")), torch.zeros_like(diff))
-    return _result(False, failed, nbad, worst, o, r, rel, name)
+    return _result(False, failed, acc.nbad, acc.bad_worst, rel, name, shape, out.numel())
+
+
+class _Totals:
+    """What a whole-tensor comparison needs, summed over chunks: mismatches, the worst element
+    (among all when everything matches, among the mismatches otherwise), the two norms."""
+
+    def __init__(self) -> None:
+        self.nbad = 0
+        self.nonfinite_disagree = False
+        self.unwritten = False
+        self.num2 = 0.0  # ||out - ref||^2 over elements finite in both
+        self.den2 = 0.0  # ||ref||^2 over the same
+        self.ok_worst: tuple[float, int, float, float] = (-1.0, 0, 0.0, 0.0)  # (err, flat index, got, expected)
+        self.bad_worst: tuple[float, int, float, float] = (-1.0, 0, 0.0, 0.0)
+
+    def add(self, lo: int, out: torch.Tensor, ref: torch.Tensor, poison: torch.Tensor | None,
+            atol: float, rtol: float) -> None:
+        o, r = out.double(), ref.double()
+        bad = ~torch.isclose(o, r, rtol=rtol, atol=atol, equal_nan=True)
+        diff = (o - r).abs()
+        finite = torch.isfinite(o) & torch.isfinite(r)
+        fo, fr = (o, r) if bool(finite.all()) else (torch.where(finite, o, 0.0), torch.where(finite, r, 0.0))
+        self.num2 += float(torch.linalg.vector_norm(fo - fr)) ** 2
+        self.den2 += float(torch.linalg.vector_norm(fr)) ** 2
+        self.ok_worst = _worse(self.ok_worst, torch.where(finite, diff, torch.zeros_like(diff)), lo, o, r)
+        nbad = int(bad.sum())
+        if nbad:
+            self.nbad += nbad
+            self.nonfinite_disagree |= bool((bad & ~finite).any())
+            if poison is not None and bool((still_poisoned(out, poison) & bad).any()):
+                self.unwritten = True
+            worst = torch.where(bad, torch.nan_to_num(diff, nan=float("inf")), torch.zeros_like(diff))
+            self.bad_worst = _worse(self.bad_worst, worst, lo, o, r)
+
+    def rel_err(self) -> float:
+        num, den = self.num2 ** 0.5, self.den2 ** 0.5
+        return num / den if den > 0 else num
+
+
+def _worse(best: tuple[float, int, float, float], worst: torch.Tensor, lo: int, o: torch.Tensor,
+           r: torch.Tensor) -> tuple[float, int, float, float]:
+    if worst.numel() == 0:
+        return best
+    i = int(torch.argmax(worst))
+    err = float(worst[i])
+    # strictly greater: the first occurrence wins, as torch.argmax over the whole tensor would
+    return (err, lo + i, float(o[i]), float(r[i])) if err > best[0] else best
 
 
 def _compare_exact(out, ref, poison, name) -> Comparison:
@@ -82,29 +140,22 @@ def _compare_exact(out, ref, poison, name) -> Comparison:
     failed = CheckFailure.mismatch
     if poison is not None and bool((still_poisoned(out, poison) & bad).any()):
         failed = CheckFailure.unwritten_output
-    diff = bad.to(torch.float64)
-    return _result(False, failed, nbad, diff, out.double(), ref.double(), 1.0, name)
+    flat = bad.reshape(-1)
+    i = int(torch.argmax(flat.to(torch.uint8)))
+    worst = (1.0, i, float(out.reshape(-1)[i]), float(ref.reshape(-1)[i]))
+    return _result(False, failed, nbad, worst, 1.0, name, tuple(out.shape), out.numel())
 
 
-def _rel_err(o: torch.Tensor, r: torch.Tensor, finite: torch.Tensor) -> float:
-    if not bool(finite.all()):
-        o, r = torch.where(finite, o, 0.0), torch.where(finite, r, 0.0)
-    denom = float(torch.linalg.vector_norm(r))
-    num = float(torch.linalg.vector_norm(o - r))
-    return num / denom if denom > 0 else num
-
-
-def _result(ok, failed, nbad, worst, o, r, rel, name) -> Comparison:
-    flat = int(torch.argmax(worst.reshape(-1)))
-    index = list(_unravel(flat, tuple(o.shape)))
-    got, expected = float(o.reshape(-1)[flat]), float(r.reshape(-1)[flat])
-    max_err = float(worst.reshape(-1)[flat])
+def _result(ok, failed, nbad, worst: tuple[float, int, float, float], rel, name, shape, numel) -> Comparison:
+    max_err, flat, got, expected = worst
+    max_err = max(max_err, 0.0)
+    index = list(_unravel(flat, shape))
     where = f"{name}[{', '.join(map(str, index))}]"
     if ok:
         msg = f"{name}: max abs err {max_err:.3g} at {where}, rel err {rel:.3g}"
     else:
         msg = (
-            f"{name}: {nbad} of {o.numel()} elements differ ({failed.value}); worst at {where}: "
+            f"{name}: {nbad} of {numel} elements differ ({failed.value}); worst at {where}: "
             f"got {got:.6g}, expected {expected:.6g}; rel err {rel:.3g}"
         )
     return Comparison(

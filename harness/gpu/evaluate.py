@@ -1,25 +1,29 @@
-"""Evaluate one compiled candidate inside a GPU worker: check, then bench with rotating inputs,
-then verify the timed outputs. Returns an EvalResult; CUDA errors propagate to the worker, which
-reports ``runtime_error`` and restarts (a sticky CUDA error poisons the whole context)."""
+"""Evaluate one compiled candidate inside a GPU worker: plan the memory, check, then bench with
+rotating inputs, then verify the timed outputs. Returns an EvalResult; CUDA errors propagate to
+the worker, which reports ``runtime_error`` and restarts (a sticky CUDA error poisons the whole
+context). The harness's own shortage of GPU memory is never the candidate's verdict: it is
+``harness_error``, with the memory plan in the message (:mod:`kerngen.harness.gpu.memory_plan`)."""
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 
 import torch
 
-from kerngen.harness.gpu.buffers import fill_byte
+from kerngen.harness.gpu.buffers import fill_byte, torch_dtype
 from kerngen.harness.gpu.check import BoundSet, ProblemState, run_check, verify_timed_outputs
 from kerngen.harness.evaluator import EvalOptions
 from kerngen.harness.gpu.launcher import LoadedModule, PlanRunner
 from kerngen.harness.spec.plan import ResolvedPlan
-from kerngen.harness.results import CompileInfo, EvalResult, Verdict
+from kerngen.harness.gpu.memory_plan import HarnessMemoryError, plan_memory
+from kerngen.harness.results import CompileInfo, EvalResult, MemoryPlan, Verdict
 from kerngen.harness.gpu.timing import L2Flusher, bench
 from kerngen.harness.gpu.clocks import ClockMonitor
 
-# Timed runs rotate over this many input sets (fewer when they would not fit in a quarter of
-# the GPU's memory), so a kernel that caches by pointer or content gains nothing.
+# Timed runs rotate over this many input sets at most (fewer when the memory plan says so), so a
+# kernel that caches by pointer or content gains nothing.
 ROTATE_SETS = 3
 
 
@@ -44,27 +48,58 @@ class Evaluation:
         started = time.perf_counter()
         result = EvalResult(verdict=Verdict.ok, config=plan.config, compile=compile_info)
         phases = _Phases()
+        short = ""
+        try:
+            result.memory = self.memory_plan(plan)
+            self._run(cubin, plan, options, result, phases)
+        except HarnessMemoryError as exc:
+            short = str(exc)
+        except torch.OutOfMemoryError as exc:
+            short = f"the harness ran out of GPU memory ({' '.join(str(exc).split())[:200]})"
+        if short:  # after the except blocks: their tracebacks no longer hold the tensors
+            _release()
+            plan_text = f"; {result.memory.summary()}" if result.memory else ""
+            result = EvalResult(verdict=Verdict.harness_error, config=plan.config, compile=compile_info,
+                                memory=result.memory, message=f"harness error: {short}{plan_text}")
+        result.wall_s = time.perf_counter() - started
+        result.phases_s = phases.spans
+        if result.ok and result.timing is not None:
+            t = result.timing
+            result.message = f"ok: {t.median_ms:.4f} ms (IQR {t.iqr_ms:.4f}); {result.check.message}"
+            m = result.memory
+            if m is not None and (m.timed_sets < ROTATE_SETS or not m.refs_on_gpu or not m.pristine_on_gpu):
+                result.message += f"; {m.summary()}"  # a large problem: say what the plan gave up
+        elif result.ok:
+            result.message = f"ok (not timed); {result.check.message}"
+        return result
+
+    def _run(self, cubin: bytes, plan: ResolvedPlan, options: EvalOptions, result: EvalResult, phases) -> None:
+        assert result.memory is not None
         with torch.cuda.stream(self.stream):
             module = LoadedModule(cubin, sorted({l.kernel for l in plan.launches}))
             phases.mark("load")
             kept: list[BoundSet] = []
             seeds = fresh_seeds(options.seeds)
-            evidence = run_check(self.state, module, plan, self.stream, seeds, self.sync,
-                                 keep=kept, keep_max=self._rotate_count() if options.bench else 0)
+            evidence = run_check(self.state, module, plan, self.stream, seeds, self.sync, keep=kept,
+                                 keep_max=result.memory.timed_sets if options.bench else 0, memory=result.memory)
             phases.mark("check")
             result.check = evidence
             if evidence.failed is not None:
                 result.verdict, result.message = Verdict.incorrect, evidence.message
             elif options.bench:
                 self._bench(module, plan, options, result, phases, kept)
-        result.wall_s = time.perf_counter() - started
-        result.phases_s = phases.spans
-        if result.ok and result.timing is not None:
-            t = result.timing
-            result.message = f"ok: {t.median_ms:.4f} ms (IQR {t.iqr_ms:.4f}); {result.check.message}"
-        elif result.ok:
-            result.message = f"ok (not timed); {result.check.message}"
-        return result
+
+    def memory_plan(self, plan: ResolvedPlan | None = None) -> MemoryPlan:
+        """What this evaluation may hold (:func:`plan_memory`), from what is free now: the
+        driver's free memory plus what torch's allocator holds unused."""
+        free, _ = torch.cuda.mem_get_info(self.device_index)
+        cached = torch.cuda.memory_reserved(self.device_index) - torch.cuda.memory_allocated(self.device_index)
+        info = self.state.info
+        scratch = sum(s.size * torch_dtype(s.dtype).itemsize for s in plan.scratch) if plan is not None else 0
+        return plan_memory(free_bytes=int(free + max(0, cached)), input_bytes=sum(t.nbytes for t in info.inputs),
+                           output_bytes=sum(t.nbytes for t in info.outputs), scratch_bytes=int(scratch),
+                           flush_bytes=int(getattr(self.flusher, "nbytes", 0)), rotate_max=ROTATE_SETS,
+                           label=info.name)
 
     def _bench(self, module, plan: ResolvedPlan, options: EvalOptions, result: EvalResult, phases, sets) -> None:
         runners = [PlanRunner(module, plan, s.tensors(self.state.params), self.stream) for s in sets]
@@ -87,12 +122,11 @@ class Evaluation:
             return
         result.timing = timing
 
-    def _rotate_count(self) -> int:
-        """How many input sets the timed runs rotate over: ROTATE_SETS, fewer when they would
-        not fit in a quarter of the GPU's memory (inputs, pristine copies, outputs, references)."""
-        per_set = self.state.info.min_bytes * 3
-        budget = torch.cuda.get_device_properties(self.device_index).total_memory // 4
-        return max(1, min(ROTATE_SETS, budget // max(per_set, 1)))
+
+def _release() -> None:
+    """Give back what a failed evaluation allocated, so that the next one starts from a clean slate."""
+    gc.collect()
+    torch.cuda.empty_cache()
 
 
 class _Phases:

@@ -157,7 +157,7 @@ class WorkerPool:
                         r = self._run_one(worker, problem, cand, plan, compiled, options)
                     except Exception as exc:  # noqa: BLE001 - a harness fault becomes this candidate's verdict
                         worker.kill()
-                        r = EvalResult(verdict=Verdict.runtime_error, message=f"harness error: {exc!r}"[:400],
+                        r = EvalResult(verdict=Verdict.harness_error, message=f"harness error: {exc!r}"[:400],
                                        spec_hash=cand.spec.content_hash(), config=plan.config, worker=worker.index)
                     self._land(i, r, results, on_result)
             finally:
@@ -185,7 +185,7 @@ class WorkerPool:
             return EvalResult(verdict=Verdict.runtime_error, message=f"runtime error: {exc}",
                               log=exc.log_tail, wall_s=time.perf_counter() - started, **base)
         if reply.result is None:
-            return EvalResult(verdict=Verdict.runtime_error, message=f"harness error: {reply.error}",
+            return EvalResult(verdict=Verdict.harness_error, message=f"harness error: {reply.error}",
                               wall_s=time.perf_counter() - started, **base)
         reply.result.worker = worker.index
         reply.result.phases_s["compile"] = compiled.info.seconds

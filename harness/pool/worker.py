@@ -15,6 +15,7 @@ import traceback
 from pydantic import ValidationError
 
 from kerngen.errors import KerngenError
+from kerngen.harness.gpu.memory_plan import HarnessMemoryError
 from kerngen.harness.pool.protocol import BaselineRequest, Envelope, EvaluateRequest, HelloRequest, PrepareRequest, Reply
 from kerngen.harness.results import EvalResult, Verdict
 
@@ -65,10 +66,15 @@ class Worker:
     def baseline(self, req: BaselineRequest):
         from kerngen.harness.gpu.baseline import measure_baseline
 
+        from kerngen.harness.gpu.evaluate import Evaluation
+
         facts = self.hello(HelloRequest(ceilings=True))
+        state = self.state(req.problem)
+        # refused before any candidate, with the numbers, when not one input set can be checked here
+        memory = Evaluation(state, self.stream, self.flusher, self.device_index).memory_plan()
         return measure_baseline(
-            self.state(req.problem), self.stream, self.flusher, facts, self.device_index,
-            budget_ms=req.budget_ms, with_compile=req.with_compile,
+            state, self.stream, self.flusher, facts, self.device_index,
+            budget_ms=req.budget_ms, with_compile=req.with_compile, input_sets=memory.timed_sets,
         )
 
     def evaluate(self, req: EvaluateRequest) -> EvalResult:
@@ -92,9 +98,25 @@ class Worker:
         return Reply(id=env.id, result=self.evaluate(req))
 
 
+def _out_of_memory(exc: BaseException) -> bool:
+    """The harness's own buffers did not fit: torch's OutOfMemoryError, or the memory plan's refusal."""
+    return isinstance(exc, HarnessMemoryError) or type(exc).__name__ == "OutOfMemoryError"
+
+
 def _failure_reply(env: Envelope, exc: BaseException) -> Reply:
     cuda = _is_cuda_error(exc)
     text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    if _out_of_memory(exc):
+        # never the candidate's verdict; the worker restarts so that the next request starts with
+        # all of its memory (fatal), and the message says what did not fit
+        first = str(exc) if isinstance(exc, HarnessMemoryError) else (text.splitlines()[-1] if text else "")
+        first = " ".join(first.split())[:400] or type(exc).__name__
+        if isinstance(env.request, EvaluateRequest):
+            result = EvalResult(verdict=Verdict.harness_error, message=f"harness error: out of GPU memory: {first}",
+                                spec_hash=env.request.spec_hash, config=env.request.plan.config,
+                                compile=env.request.compile)
+            return Reply(id=env.id, result=result, fatal=True)
+        return Reply(id=env.id, error=f"out of GPU memory: {first}", fatal=True)
     if isinstance(env.request, EvaluateRequest) and not isinstance(exc, KerngenError):
         first = text.splitlines()[-1] if text else type(exc).__name__
         result = EvalResult(

@@ -14,7 +14,7 @@ config); a configuration pruned later (e.g. on registers after compiling) is tol
   kernel-smoothed probability that the config is correct, made batch-parallel with the
   "kriging believer" heuristic, plus a local-search fallback around the best configs when the
   model expects nothing more. On 1000+ config spaces it reaches within 5% of the exhaustive
-  optimum with <= 20% of the evaluations (tests/test_tune_strategies.py asserts it).
+  optimum with <= 20% of the evaluations (tests/harness/test_tune_strategies.py asserts it).
 """
 
 from __future__ import annotations

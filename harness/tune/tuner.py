@@ -32,6 +32,7 @@ from pydantic import BaseModel, Field
 from kerngen.problems.ref import ProblemRef
 
 from kerngen.errors import KerngenError
+from kerngen.harness.compile.nvrtc_info import nvrtc_version
 from kerngen.harness.evaluator import Candidate, EvalOptions, Evaluator
 from kerngen.expr import TensorFacts
 from kerngen.harness.spec.plan import ResolvedPlan
@@ -138,12 +139,6 @@ def compile_probe(spec: KernelSpec, items: Sequence[tuple[dict[str, int], Resolv
     return out
 
 
-def nvrtc_version() -> str:
-    from kerngen.harness.compile.nvrtc_info import nvrtc_version as version
-
-    return version()
-
-
 def protocol_of(options: EvalOptions | None) -> str:
     """The parts of the evaluation protocol that change a cached result: input sets checked,
     whether and how long it was timed, the timeout that may have failed it."""
@@ -198,7 +193,7 @@ class _Run:
             self.evaluated[cid] = TunedConfig(config=config, result=result, cached=cached)
             if not cached:
                 self.measured += 1
-                if self.cache is not None:
+                if self.cache is not None and result.verdict is not Verdict.harness_error:  # not the config's
                     try:
                         self.cache.append(self.key, CacheRecord(config=config, result=result))
                     except OSError as exc:  # a full disk must not stop the tuning
@@ -329,6 +324,7 @@ class _Tuning:
         self.spec_hash = spec.content_hash()
         self.failures_in_a_row = 0
         self.strat_lock = threading.Lock()  # the look-ahead thread asks while this one tells
+        self.harness_error = ""  # the harness could not evaluate (out of GPU memory): tuning stops
 
     def evaluate(self, configs: list[dict[str, int]]) -> None:
         if not configs:
@@ -361,7 +357,11 @@ class _Tuning:
             self.run.record(cfg, res)
         with self.strat_lock:
             for cfg in configs:
-                self.strat.tell(cfg, self.run.evaluated[config_id(cfg)].ms)
+                res = self.run.evaluated[config_id(cfg)].result
+                self.strat.tell(cfg, res.ms)
+                if res.verdict is Verdict.harness_error and not self.harness_error:
+                    self.harness_error = res.message
+                    self.run.notes.append(f"stopped: {res.message}"[:300])
 
     def screen(self, asked: list[dict[str, int]]) -> list[dict[str, int]]:
         """Compile ``asked`` and keep what can run: a compile error is recorded as its verdict,
@@ -411,6 +411,8 @@ class _Tuning:
                     self._stopped(minutes)  # compiled in time, but no time is left to measure it
                     return
                 self.evaluate(go)
+                if self.harness_error:
+                    return
 
     def _next(self, ahead: ThreadPoolExecutor, max_evals: int, batch: int, deadline: float | None,
               minutes: float | None, *, in_flight: int) -> Future | None:

@@ -10,8 +10,9 @@ arguments as its kernel has parameters, each of the parameter's size (:mod:`.kpa
 compiled registers and shared memory fit a block of the target.
 
 It prints each kernel's registers, spills and shared memory, and how many configurations of the
-spec's tunables are admissible (the tuner's static pruning, :func:`kerngen.harness.tune.prune.static_prune`;
-with ``--compile-all`` every admissible one is also compiled and checked like the chosen one).
+spec's tunables are admissible (:func:`kerngen.harness.tune.admissible.admissible`, the one resolution
+the playbook uses too: the tuner's static pruning; with ``--compile-all`` every admissible one is
+also compiled and checked like the chosen one).
 Exit status 0 when every check passes, 1 when one fails (one line on stderr), 2 when the command
 cannot run (the problem does not load, a bad option); ``--json`` prints one JSON object instead.
 """
@@ -29,16 +30,6 @@ from kerngen.text import one_line, strict_json
 from kerngen.errors import KerngenError
 
 ARCH_RE = re.compile(r"^sm_\d{2,3}[af]?$")
-CONFIG_LIMIT = 10_000  # larger spaces are counted on a seeded sample of this many configurations
-
-# Max dynamic + static shared memory per block with opt-in, by compute capability (CUDA C
-# Programming Guide, "Technical Specifications per Compute Capability"); 1024 threads and 64 K
-# registers per block on all of them. Other targets get the sm_90 figures.
-SMEM_OPTIN = {
-    70: 96 * 1024, 72: 96 * 1024, 75: 64 * 1024, 80: 163 * 1024, 86: 99 * 1024, 87: 163 * 1024,
-    89: 99 * 1024, 90: 227 * 1024, 100: 227 * 1024, 101: 227 * 1024, 103: 227 * 1024, 110: 227 * 1024,
-    120: 99 * 1024, 121: 99 * 1024,
-}  # fmt: skip
 
 
 class CheckFailed(KerngenError):
@@ -50,28 +41,6 @@ class CheckFailed(KerngenError):
         super().__init__(f"{stage}: {message}")
         self.stage = stage
         self.message = message
-
-
-def limits_for(arch: str):
-    """GpuFacts with the limits of ``arch`` (no device is asked)."""
-    from kerngen.harness.results import GpuFacts
-
-    m = re.match(r"^sm_(\d+)", arch)
-    cc = int(m.group(1)) if m else 90
-    facts = GpuFacts(name=f"{arch} limits", arch=arch)
-    if cc in SMEM_OPTIN:
-        facts.max_shared_per_block_optin = SMEM_OPTIN[cc]
-    return facts
-
-
-def _stage_of_compile_error(message: str) -> str:
-    if message.startswith("forbidden:"):
-        return "forbidden"
-    if message.startswith("launch arguments:"):
-        return "arguments"
-    if message.startswith("kernel '") and "not found" in message:
-        return "kernels"
-    return "compile"
 
 
 def _arg_json(arg) -> dict[str, Any]:
@@ -100,49 +69,6 @@ def _plan_json(plan) -> dict[str, Any]:
             "scratch": [s.model_dump() for s in plan.scratch]}
 
 
-def count_configs(spec, info, gpu, arch: str, compile_all: bool) -> dict[str, Any]:
-    """How many configurations of the spec's tunables are admissible: static pruning (constraints,
-    plans that do not resolve, threads, dynamic shared memory), and with ``compile_all`` the
-    compile, argument and resource checks of every survivor."""
-    from kerngen.harness.tune.prune import PrunedConfig, examples, resource_reason, static_prune, summarize
-    from kerngen.harness.tune.tuner import enumerate_configs
-
-    configs = enumerate_configs(spec, seed=0, limit=CONFIG_LIMIT)
-    survivors, pruned = static_prune(spec, configs, sizes=info.sizes, tensors=info.tensor_facts(), gpu=gpu)
-    out: dict[str, Any] = {"total": spec.space_size(), "enumerated": len(configs),
-                           "sampled": len(configs) < spec.space_size()}
-    if compile_all and survivors:
-        from kerngen.harness.compile.compiler import compile_many, job_for
-        from kerngen.errors import CompileError
-        from kerngen.harness.spec.kparams import plan_problems
-
-        kept = []
-        results = compile_many([job_for(spec, plan, arch) for _, plan in survivors])
-        for (cfg, plan), res in zip(survivors, results):
-            if isinstance(res, CompileError):
-                pruned.append(PrunedConfig(config=cfg, kind=_stage_of_compile_error(str(res)), reason=str(res)))
-                continue
-            problems = plan_problems(res.cubin, plan)
-            if problems:
-                pruned.append(PrunedConfig(config=cfg, kind="arguments", reason=problems[0]))
-                continue
-            kind, reason = resource_reason(plan, res.info, gpu)
-            if kind:
-                pruned.append(PrunedConfig(config=cfg, kind=kind, reason=reason))
-                continue
-            kept.append(cfg)
-        out["compiled"] = True
-        out["admissible"] = len(kept)
-        out["first_admissible"] = kept[0] if kept else None
-    else:
-        out["compiled"] = False
-        out["admissible"] = len(survivors)
-        out["first_admissible"] = survivors[0][0] if survivors else None
-    out["pruned"] = summarize(pruned)
-    out["examples"] = {k: one_line(v, 300) for k, v in examples(pruned).items()}
-    return out
-
-
 def run_check(spec_path: str, problem: str, *, config: str | None = None, arch: str | None = None,
               shape: str | None = None, dtype: str | None = None, compile_all: bool = False) -> dict[str, Any]:
     """The report of ``kerngen check`` as data. Raises :class:`KerngenError` when the command
@@ -156,6 +82,7 @@ def run_check(spec_path: str, problem: str, *, config: str | None = None, arch: 
     from kerngen.errors import CompileError
     from kerngen.harness.spec.kparams import check_launch_args, params_table
     from kerngen.harness.spec.plan import resolve
+    from kerngen.harness.tune.admissible import compile_stage, count_configs, limits_for
     from kerngen.harness.tune.prune import resource_reason
     from kerngen.harness.spec.spec import KernelSpec
 
@@ -182,7 +109,7 @@ def run_check(spec_path: str, problem: str, *, config: str | None = None, arch: 
         try:
             return True, fn()
         except CompileError as exc:
-            return False, fail(_stage_of_compile_error(str(exc)), str(exc))
+            return False, fail(compile_stage(str(exc)), str(exc))
         except KerngenError as exc:
             return False, fail(stage, str(exc))
         except (ArithmeticError, ValueError, TypeError, RecursionError, MemoryError) as exc:

@@ -1,4 +1,9 @@
-"""Make the proposer (and the tuner) a ``kerngen generate`` asked for.
+"""The composition root: the evaluator, the proposer, the tuner and the proposer's context a
+command asked for (``kerngen generate``, ``replay``, ``suite``, ``tune``).
+
+Evaluators (``--evaluator``, hidden): ``pool`` (the GPUs: :class:`kerngen.harness.pool.local.WorkerPool`)
+or ``scripted`` (:class:`kerngen.agent.scripted.ScriptedEvaluator`: deterministic, no GPU,
+made-up times). Proposers:
 
 * ``llm``: :class:`kerngen.agent.llm.proposer.LLMProposer` over an OpenAI-compatible endpoint
   (``--model``, ``--base-url``, ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``); every call is reported
@@ -8,7 +13,8 @@
 * ``auto``: ``llm`` when a model is given or ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` is set,
   else ``playbook``.
 
-Imports are lazy: each proposer lives in its own module.
+The tuner a search calls follows :class:`kerngen.agent.search_settings.Tuner`. Only the LLM
+proposer is imported where it is made (its HTTP client would slow every ``kerngen --help``).
 """
 
 from __future__ import annotations
@@ -17,13 +23,61 @@ import os
 from typing import Any
 
 from kerngen.agent.budget import Usage
+from kerngen.agent.context import default_context, minimal_context
+from kerngen.agent.playbook import PlaybookProposer, seed_specs
+from kerngen.agent.proposer import SearchContext
+from kerngen.agent.scripted import ScriptedEvaluator, ScriptedProposer, ScriptedTuner
+from kerngen.agent.search_settings import ContextFactory, Tuner
 from kerngen.errors import KerngenError, LLMError
-from kerngen.harness.results import EvalResult, GpuFacts
+from kerngen.harness.pool import local as pool
+from kerngen.harness.results import Baseline, EvalResult, GpuFacts
 from kerngen.harness.spec.spec import KernelSpec
+from kerngen.harness.tune.cache import TuneCache
 from kerngen.harness.tune.outcome import TuneOutcome
+from kerngen.harness.tune import tuner as tuning
+from kerngen.problems.load import load_problem
 from kerngen.problems.ref import ProblemRef
 
 KINDS = ("auto", "llm", "playbook", "scripted")
+EVALUATORS = ("pool", "scripted")
+
+
+# ----- the evaluator and what the proposer is told -------------------------------------------
+def make_evaluator(kind: str, **pool_options: Any) -> Any:
+    """The evaluator ``--evaluator`` names; ``pool_options`` go to the WorkerPool (e.g.
+    ``timeout_s``). The pool raises NoGPUError where no GPU is visible."""
+    if kind == "scripted":
+        return ScriptedEvaluator()
+    if kind != "pool":
+        raise KerngenError(f"unknown evaluator {kind!r} (choose from {', '.join(EVALUATORS)})")
+    return pool.WorkerPool(**pool_options)
+
+
+def make_context_factory(evaluator_kind: str) -> ContextFactory:
+    """What the proposer is told of the problem and GPU; the scripted demo needs no problem
+    module (it runs on any name), but uses it if it loads."""
+    if evaluator_kind != "scripted":
+        return default_context
+
+    def ctx(problem: ProblemRef, gpu: GpuFacts, baseline: Baseline | None) -> SearchContext:
+        try:
+            return default_context(problem, gpu, baseline)
+        except KerngenError:
+            return minimal_context(problem, gpu, baseline)
+
+    return ctx
+
+
+def make_search_tuner(evaluator_kind: str, evaluator: Any, problem: ProblemRef, no_tune: bool) -> Tuner | None:
+    """The tuner of a search's survivors (None: ``--no-tune``)."""
+    if no_tune:
+        return None
+    if evaluator_kind == "scripted":
+        return ScriptedTuner(evaluator)
+    return make_tuner(evaluator, problem, evaluator.gpu_facts())
+
+
+# ----- the proposer -------------------------------------------------------------------------
 
 
 def resolve_kind(kind: str, model: str | None) -> str:
@@ -38,9 +92,6 @@ def resolve_kind(kind: str, model: str | None) -> str:
 
 def playbook_seed(problem: ProblemRef) -> Any | None:
     """The playbook's first kernel for ``problem`` (to seed an LLM's first round), or None."""
-    from kerngen.agent.playbook import seed_specs
-    from kerngen.problems.load import load_problem
-
     specs = seed_specs(load_problem(problem))
     return specs[0] if specs else None
 
@@ -54,13 +105,8 @@ def make_proposer(kind: str, problem: ProblemRef, *, usage: Usage, model: str | 
     """(proposer, model name or None)."""
     kind = resolve_kind(kind, model)
     if kind == "scripted":
-        from kerngen.agent.scripted import ScriptedProposer
-
         return ScriptedProposer(), None
     if kind == "playbook":
-        from kerngen.agent.playbook import PlaybookProposer
-        from kerngen.problems.load import load_problem
-
         proposer = PlaybookProposer(load_problem(problem))
         if proposer.match is None:
             raise KerngenError(f"the offline playbook has nothing for {problem.label()}: {proposer.reason}")
@@ -68,6 +114,7 @@ def make_proposer(kind: str, problem: ProblemRef, *, usage: Usage, model: str | 
     model = model or default_model()
     if not model:
         raise LLMError("no model: pass --model (or set KERNGEN_MODEL)")
+    # here, not at the top: the HTTP client (openai) would be imported by every `kerngen --help`
     from kerngen.agent.llm.client import LLMClient
     from kerngen.agent.llm.config import LLMConfig
     from kerngen.agent.llm.proposer import LLMProposer
@@ -80,19 +127,15 @@ def make_proposer(kind: str, problem: ProblemRef, *, usage: Usage, model: str | 
 
 # ----- the tuner, as the search calls it ----------------------------------------------------
 def make_tuner(evaluator: Any, problem: ProblemRef, gpu: GpuFacts, *, max_evals: int = 60,
-               minutes: float | None = 3.0) -> Any | None:
-    """A ``(problem, spec, result) -> TuneOutcome | None`` over :func:`kerngen.harness.tune.tuner.tune`
-    (a spec with one configuration has nothing to tune: None)."""
-    from kerngen.harness.tune.cache import TuneCache
-    from kerngen.harness.tune.tuner import tune
-    from kerngen.problems.load import load_problem
-
+               minutes: float | None = 3.0) -> Tuner:
+    """A :class:`~kerngen.agent.search_settings.Tuner` over :func:`kerngen.harness.tune.tuner.tune`
+    (a spec with one configuration has nothing to tune: None), at most ``minutes`` per node."""
     info = load_problem(problem).info
     cache = TuneCache()  # a resumed or repeated search reuses what was measured
     sizes, tensors = dict(info.sizes), info.tensor_facts()
     minutes_cap = minutes
 
-    def run(ref: ProblemRef, spec: KernelSpec, result: EvalResult, minutes: float | None = None) -> TuneOutcome | None:
+    def run(ref: ProblemRef, spec: KernelSpec, result: EvalResult, *, minutes: float | None) -> TuneOutcome | None:
         """``minutes``: what the search has left of its wall-clock budget (tuning ends by then)."""
         if spec.space_size() <= 1:
             return None
@@ -100,8 +143,8 @@ def make_tuner(evaluator: Any, problem: ProblemRef, gpu: GpuFacts, *, max_evals:
         limit = min(limits) if limits else None
         if limit is not None and limit <= 0:
             return None
-        res = tune(evaluator, ref, spec, sizes=sizes, tensors=tensors, gpu=gpu, max_evals=max_evals,
-                   minutes=limit, cache=cache)
+        res = tuning.tune(evaluator, ref, spec, sizes=sizes, tensors=tensors, gpu=gpu, max_evals=max_evals,
+                          minutes=limit, cache=cache)
         return res.outcome()
 
     return run

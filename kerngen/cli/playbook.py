@@ -1,15 +1,36 @@
 """``kerngen playbook``: what the offline playbook knows about a problem (its family, variants and
-ideas), and a variant's kernel spec written out for ``kerngen bench`` / ``kerngen tune``. No GPU."""
+ideas), and a variant's kernel spec written out for ``kerngen bench`` / ``kerngen tune``. No GPU.
+
+Only variants that admit at least one configuration at the problem's shape are offered (the same
+resolution as ``kerngen check``: :func:`kerngen.harness.tune.admissible.admissible`, for the limits
+of ``--arch``, sm_90 by default); the others are listed with why. ``-o`` writes the first offered
+variant (or ``--variant``'s, an error when that one admits nothing), its default configuration
+admissible; a problem none of whose variants admits anything is an error with the reason.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
 from kerngen.errors import KerngenError
+
+
+def _cfg_text(cfg: dict[str, int]) -> str:
+    return ",".join(f"{k}={v}" for k, v in cfg.items()) or "(no tunables)"
+
+
+def _moved_text(vo: Any) -> str:
+    """When the builder's default configuration is pruned here: which one the spec uses instead."""
+    if vo.moved_from is None:
+        return ""
+    now = vo.spec.default_config()
+    was = {k: v for k, v in vo.moved_from.items() if now.get(k) != v}
+    new = {k: now[k] for k in was}
+    return f"; its default {_cfg_text(was)} is not admissible here, the spec's default is {_cfg_text(new)}"
 
 
 def playbook(
@@ -18,10 +39,13 @@ def playbook(
     dtype: Optional[str] = typer.Option(None, "--dtype", help="built-ins: fp32 | fp16 | bf16"),
     variant: Optional[str] = typer.Option(None, "--variant", help="the template variant to write out"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="write the variant's kernel spec (JSON) here"),
+    arch: Optional[str] = typer.Option(None, "--arch", help="count configurations for this target's limits "
+                                       "(default sm_90)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object instead of text"),
 ) -> None:
-    """Show the playbook's family, variants and ideas for PROBLEM; with --out, write a variant's
-    kernel spec (all its tunables) for kerngen bench / kerngen tune."""
+    """Show the playbook's family, variants (with their admissible configurations at the problem's
+    shape, or why none) and ideas for PROBLEM; with --out, write a variant's kernel spec (all its
+    tunables, an admissible default) for kerngen bench / kerngen tune."""
     from rich.console import Console
 
     from kerngen.problems.load import load_problem
@@ -29,39 +53,64 @@ def playbook(
 
     from kerngen.agent.playbook import builders
     from kerngen.agent.playbook.catalog import CATALOG
-    from kerngen.agent.playbook.families import explain
-    from kerngen.agent.playbook.not_covered import NotCovered
+    from kerngen.agent.playbook.coverage import DEFAULT_ARCH
+    from kerngen.agent.playbook.proposer import PlaybookProposer
+    from kerngen.cli.check import ARCH_RE
+    from kerngen.harness.tune.admissible import limits_for
 
+    arch = (arch or DEFAULT_ARCH).strip()
+    if not ARCH_RE.match(arch):
+        raise KerngenError(f"bad --arch {arch!r}: expected sm_XY, e.g. sm_90")
     ref = parse_problem_ref(problem, shape=shape, dtype=dtype)
-    try:
-        match = explain(load_problem(ref))
-    except NotCovered as exc:
-        raise KerngenError(f"the playbook has nothing for {ref.label()}: {exc}") from None
-    variants = builders.VARIANTS[match.family]
+    prop = PlaybookProposer(load_problem(ref), gpu=limits_for(arch))
+    if prop.recognised is None:
+        raise KerngenError(f"the playbook has nothing for {ref.label()}: {prop.reason}")
+    family = prop.recognised.family
+    variants = builders.VARIANTS[family]
     if variant is not None and variant not in variants:
-        raise KerngenError(f"unknown --variant {variant!r} for family {match.family} (choose from {', '.join(variants)})")
+        raise KerngenError(f"unknown --variant {variant!r} for family {family} (choose from {', '.join(variants)})")
+    off = prop.offer
+    if prop.match is None or off is None:
+        raise KerngenError(f"the playbook has nothing for {ref.label()}: {prop.reason}")
+    offered = [v.variant for v in off.offered]
     console = Console(highlight=False, soft_wrap=True)
     if out is None and as_json:
-        ideas = [{"id": e.id, "category": e.category.value, "variant": e.variant, "text": e.text}
-                 for e in CATALOG[match.family]]
-        typer.echo(json.dumps({"problem": ref.label(), "family": match.family, "variants": list(variants),
+        ideas = [{"id": e.id, "category": e.category.value, "variant": e.variant, "text": e.text,
+                  "offered": e.variant in offered} for e in CATALOG[family]]
+        typer.echo(json.dumps({"problem": ref.label(), "family": family, "limits": off.limits, "shape": off.where,
+                               "variants": offered, "not_offered": {v.variant: v.why for v in off.dropped},
+                               "configurations": {v.variant: v.summary() for v in off.variants},
                                "ideas": ideas}, indent=2))
         return
     if out is None:
-        console.print(f"[bold]{ref.label()}[/]: family {match.family}; variants: {', '.join(variants)}")
-        for entry in CATALOG[match.family]:
-            console.print(f"  {entry.id} [{entry.category.value}] ({entry.variant}): {entry.text}", markup=False)
+        dropped = f"; not offered: {', '.join(v.variant for v in off.dropped)}" if off.dropped else ""
+        console.print(f"[bold]{ref.label()}[/]: family {family}; variants: {', '.join(offered)}{dropped}")
+        for v in off.offered:
+            sample = f" (a sample of {v.counted.enumerated})" if v.counted.sampled else ""
+            console.print(f"  {v.variant}: {v.count} of {v.total} configurations{sample} admissible at {off.where} "
+                          f"({off.limits}){_moved_text(v)}", markup=False)
+        for v in off.dropped:
+            console.print(f"  {v.variant} not offered: {v.why}", markup=False)
+        for entry in CATALOG[family]:
+            if entry.variant in offered:
+                console.print(f"  {entry.id} [{entry.category.value}] ({entry.variant}): {entry.text}", markup=False)
         return
-    name = variant or next(iter(variants))
-    spec = builders.build(match, name)
+    name = variant or offered[0]
+    vo = off.get(name)
+    if vo is None or vo.spec is None:
+        raise KerngenError(f"not written: {off.why_not(name)}")
+    spec = vo.spec
     try:
         spec.dump(out)
     except OSError as exc:
         raise KerngenError(f"cannot write {out}: {exc.strerror or exc}") from None
     if as_json:
-        typer.echo(json.dumps({"problem": ref.label(), "family": match.family, "variant": name, "wrote": str(out),
-                               "spec": spec.name, "configurations": spec.space_size(),
+        typer.echo(json.dumps({"problem": ref.label(), "family": family, "variant": name, "wrote": str(out),
+                               "spec": spec.name, "configurations": spec.space_size(), "admissible": vo.count,
+                               "limits": off.limits, "default": spec.default_config(),
+                               "builder_default": vo.moved_from,
                                "tunables": {k: list(v) for k, v in spec.tunables.items()}}, indent=2))
         return
     console.print(f"wrote {out}: {spec.name}, {spec.space_size()} configurations "
-                  f"({', '.join(f'{k} {len(v)}' for k, v in spec.tunables.items())})", markup=False)
+                  f"({', '.join(f'{k} {len(v)}' for k, v in spec.tunables.items())}), {vo.count} admissible at "
+                  f"{off.where} ({off.limits}){_moved_text(vo)}", markup=False)

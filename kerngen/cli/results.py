@@ -16,7 +16,7 @@ from typing import Any, List, Optional
 import typer
 from rich.console import Console
 
-from kerngen.cli.search import make_evaluator
+from kerngen.cli.compose import make_evaluator
 
 
 

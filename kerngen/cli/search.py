@@ -7,56 +7,33 @@ interrupted ``generate`` can be continued with ``--resume``.
 
 from __future__ import annotations
 
+import json
+import shlex
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
 from rich.console import Console
 
+from kerngen.agent.budget import SearchConfig, Usage, make_budget
+from kerngen.agent.journal import ensure_unlocked, has_journal, new_run_id
+from kerngen.agent.problem_data import rerun_ref
+from kerngen.agent.replay import replay_run
+from kerngen.agent.safe_paths import refuse_symlinks
+from kerngen.agent.search import Search, SearchSettings
+from kerngen.agent.search_records import budget_for_resume
+from kerngen.agent.tree import load_run
+from kerngen.cli.compose import (
+    make_context_factory, make_evaluator, make_proposer, make_search_tuner, playbook_seed,
+)
 from kerngen.errors import KerngenError
+from kerngen.harness.spec.spec import KernelSpec
+from kerngen.problems.load import load_problem
+from kerngen.problems.ref import parse_problem_ref
+from kerngen.results.live import LiveView
+from kerngen.results.replay_table import replay_table
+from kerngen.results.show import list_runs, render, render_header, render_runs, run_json
 from kerngen.text import one_line
-
-EVALUATORS = ("pool", "scripted")
-
-
-def make_evaluator(kind: str) -> Any:
-    if kind == "scripted":
-        from kerngen.agent.scripted import ScriptedEvaluator
-
-        return ScriptedEvaluator()
-    if kind != "pool":
-        raise KerngenError(f"unknown evaluator {kind!r} (choose from {', '.join(EVALUATORS)})")
-    from kerngen.harness.pool.local import WorkerPool  # raises NoGPUError where no GPU is visible
-
-    return WorkerPool()
-
-
-def _context_factory(evaluator_kind: str) -> Any:
-    from kerngen.agent.context import default_context, minimal_context
-
-    if evaluator_kind != "scripted":
-        return default_context
-
-    def ctx(problem, gpu, baseline):  # the scripted demo needs no problem module, but uses it if it loads
-        try:
-            return default_context(problem, gpu, baseline)
-        except KerngenError:
-            return minimal_context(problem, gpu, baseline)
-
-    return ctx
-
-
-def _tuner(evaluator_kind: str, evaluator: Any, problem: Any, no_tune: bool) -> Any:
-    if no_tune:
-        return None
-    if evaluator_kind == "scripted":
-        from kerngen.agent.scripted import ScriptedTuner
-
-        return ScriptedTuner(evaluator)
-    from kerngen.cli.compose import make_tuner
-
-    return make_tuner(evaluator, problem, evaluator.gpu_facts())
-
 
 # ----- generate -----------------------------------------------------------------------------
 def generate(
@@ -95,15 +72,6 @@ def generate(
                                        help="pool (the GPUs) | scripted (deterministic, no GPU, made-up times)"),
 ) -> None:
     """Search for a fast CUDA-C kernel of PROBLEM; journal the search under runs/<id>/."""
-    from kerngen.agent.budget import SearchConfig, Usage, make_budget
-    from kerngen.results.live import LiveView
-    from kerngen.cli.compose import make_proposer
-    from kerngen.agent.search import Search
-    from kerngen.results.show import render_header
-    from kerngen.agent.tree import load_run
-    from kerngen.harness.spec.spec import KernelSpec
-    from kerngen.problems.ref import parse_problem_ref
-
     out = Console(highlight=False)
     given = {k: v for k, v in dict(rounds=rounds, max_llm_calls=max_llm_calls, max_tokens=max_tokens,
                                    wall_minutes=minutes, gpu_minutes=gpu_minutes, patience=patience).items()
@@ -112,11 +80,6 @@ def generate(
     usage = Usage()
     knobs = {"max_concurrency": llm_concurrency, "price_in_per_mtok": price_in, "price_out_per_mtok": price_out}
     if resume:
-        from kerngen.agent.journal import ensure_unlocked
-        from kerngen.agent.problem_data import rerun_ref
-        from kerngen.agent.safe_paths import refuse_symlinks
-        from kerngen.agent.search_records import budget_for_resume
-
         rec = load_run(resume, runs_dir)  # JournalError for a missing or corrupt run, before anything else
         ensure_unlocked(rec.path)  # another process appending to it: refused now, before GPUs or an LLM
         st = rec.started
@@ -124,17 +87,15 @@ def generate(
         # the run's problem file runs again only when built in, named here, or unchanged since the run started
         ref, which = rerun_ref(st, problem, hint=f"kerngen generate FILE --resume {resume}")
         out.print(which, markup=False, soft_wrap=True)
-        config = st.config
-        budget = budget_for_resume(rec, given)  # the latest recorded budget, the command line's in its place
         kind = st.proposer if proposer == "auto" and st.proposer in ("llm", "playbook", "scripted") else proposer
         prop, model_name = make_proposer(kind, ref, usage=usage, model=model or st.model, base_url=base_url,
                                          llm_knobs=knobs)
-        seed = st.seed_spec
-        run_dir, mode = rec.path, "resume"
+        # the latest recorded budget, the command line's in its place; the recorded config and seed
+        settings = SearchSettings.resume(rec, ref, budget=budget_for_resume(rec, given), force=force,
+                                         model=model_name)
     else:
         if not problem:
             raise KerngenError("generate needs a PROBLEM (or --resume RUN)")
-        rec = None
         ref = parse_problem_ref(problem, shape, dtype)
         _check_problem(ref, evaluator_kind)
         seed = KernelSpec.load(kernel) if kernel else None
@@ -146,21 +107,18 @@ def generate(
         prop, model_name = make_proposer(proposer, ref, usage=usage, model=model, base_url=base_url,
                                          llm_knobs=knobs)
         if seed is None and model_name is not None and not no_playbook_seed:
-            from kerngen.cli.compose import playbook_seed
-
             seed = playbook_seed(ref)  # the LLM starts from the playbook's kernel where it has one
-        from kerngen.agent.journal import new_run_id
-
-        run_dir, mode = runs_dir / new_run_id(ref), "new"
+        settings = SearchSettings.new(ref, runs_dir / new_run_id(ref), config=config, budget=budget, seed_spec=seed,
+                                      force=force, model=model_name)
+    run_dir = settings.run_dir
     try:
         evaluator = make_evaluator(evaluator_kind)
         try:
-            tuner = _tuner(evaluator_kind, evaluator, ref, no_tune or not config.tune)
-            view = LiveView(total_rounds=budget.rounds)
-            search = Search(ref, prop, evaluator, run_dir=run_dir, mode=mode, config=config, budget=budget,
-                            tuner=tuner, seed_spec=seed, context_factory=_context_factory(evaluator_kind),
-                            usage=usage, record=rec, force=force, model=model_name, listeners=[view])
-            out.print(f"[bold]run[/] {run_dir}" + (" (resumed)" if mode == "resume" else ""))
+            tuner = make_search_tuner(evaluator_kind, evaluator, ref, no_tune or not settings.config.tune)
+            view = LiveView(total_rounds=settings.budget.rounds)
+            search = Search(settings, prop, evaluator, tuner=tuner, usage=usage, listeners=[view],
+                            context_factory=make_context_factory(evaluator_kind))
+            out.print(f"[bold]run[/] {run_dir}" + (" (resumed)" if resume else ""))
             with view:
                 result = search.run()
         finally:
@@ -173,14 +131,24 @@ def generate(
     out.print(one_line(f"stopped: {result.reason}"), markup=False)  # a reason may quote a model's text
     if run.best is not None:
         out.print(f"best kernel: {result.run_dir / 'best' / 'spec.json'}")
+    else:
+        out.print(one_line(no_kernel_why(run)), markup=False)
+
+
+def no_kernel_why(run: Any) -> str:
+    """Why a run has no correct kernel, in one line: what became of its candidates, and the stop."""
+    counts: dict[str, int] = {}
+    for node in run.nodes.values():
+        counts[node.verdict] = counts.get(node.verdict, 0) + 1
+    what = ", ".join(f"{n} {v}" for v, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    total = sum(counts.values())
+    return (f"no correct kernel: {total} candidate(s): {what}" if total else "no correct kernel: no candidate was made")
 
 
 def _say_interrupted(run_dir: Path, runs_dir: Path) -> None:
     """Ctrl-C in generate: which run stopped and the command that continues it (on stderr)."""
-    import shlex
-
     err = Console(stderr=True, highlight=False, soft_wrap=True)
-    if not (run_dir / "events.jsonl").is_file():
+    if not has_journal(run_dir):
         err.print(one_line(f"interrupted before run {run_dir.name} started: nothing to resume"), markup=False)
         return
     if run_dir.parent == runs_dir:
@@ -194,8 +162,6 @@ def _say_interrupted(run_dir: Path, runs_dir: Path) -> None:
 
 def _check_problem(ref: Any, evaluator_kind: str) -> None:
     """Fail fast (before a run folder exists) on a problem that does not load."""
-    from kerngen.problems.load import load_problem
-
     try:
         load_problem(ref)
     except KerngenError:
@@ -212,13 +178,8 @@ def show(
     as_json: bool = typer.Option(False, "--json", help="print the run as one JSON object"),
 ) -> None:
     """Print the search tree of a run: ideas, categories, verdicts, times, speedups, registers."""
-    from kerngen.results.show import render, run_json
-    from kerngen.agent.tree import load_run
-
     loaded = load_run(run, runs_dir)
     if as_json:
-        import json
-
         typer.echo(json.dumps(run_json(loaded), indent=2, allow_nan=False))
         return
     Console(highlight=False, width=width).print(render(loaded))
@@ -232,12 +193,8 @@ def runs(
 ) -> None:
     """List the runs under --runs-dir: problem, GPU, best ms, speedup vs eager and torch.compile,
     status. Reads their journals only (no problem file is imported); a corrupt run is a row."""
-    from kerngen.results.show import list_runs, render_runs
-
     rows = list_runs(runs_dir)
     if as_json:
-        import json
-
         typer.echo(json.dumps(rows, indent=2))
         return
     out = Console(highlight=False, width=width)
@@ -257,11 +214,6 @@ def replay(
     evaluator_kind: str = typer.Option("pool", "--evaluator", hidden=True),
 ) -> None:
     """Re-run a recorded search with no LLM call, re-evaluating every node on this GPU."""
-    from kerngen.results.live import LiveView
-    from kerngen.agent.problem_data import rerun_ref
-    from kerngen.agent.replay import replay_run, replay_table
-    from kerngen.agent.tree import load_run
-
     orig = load_run(run, runs_dir)
     _, which = rerun_ref(orig.started, problem)  # before any GPU work: which file runs, or why none
     Console(highlight=False).print(which, markup=False, soft_wrap=True)
@@ -269,7 +221,7 @@ def replay(
     try:
         view = LiveView(total_rounds=len(orig.tree.beams))
         with view:
-            rep = replay_run(orig, evaluator, runs_dir=runs_dir, context_factory=_context_factory(evaluator_kind),
+            rep = replay_run(orig, evaluator, runs_dir=runs_dir, context_factory=make_context_factory(evaluator_kind),
                              listeners=[view], problem=problem)
     finally:
         evaluator.close()

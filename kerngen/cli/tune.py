@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 import typer
 
+from kerngen.cli.compose import make_evaluator
 from kerngen.text import strict_json
 from kerngen.errors import KerngenError
 
@@ -149,13 +150,11 @@ def tune_cmd(
     sizes, tensors = info.sizes, info.tensor_facts()
     cache = None if no_cache else TuneCache()
 
-    from kerngen.harness.pool.local import WorkerPool  # lazy: raises NoGPUError without a GPU
-
     from rich.console import Console
 
     console = Console(highlight=False, soft_wrap=True)
     progress = None if as_json else _progress(console)
-    with WorkerPool(timeout_s=timeout_s) as pool:
+    with make_evaluator("pool", timeout_s=timeout_s) as pool:  # raises NoGPUError without a GPU
         gpu = pool.gpu_facts()
         try:
             base = pool.baseline(ref, with_compile=False)  # tune reports eager and roofline only

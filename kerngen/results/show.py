@@ -17,12 +17,12 @@ from rich.table import Table
 from rich.tree import Tree as RichTree
 
 from kerngen.text import strict_json
-from kerngen.agent.journal import DEMO_LABEL
+from kerngen.agent.journal import DEMO_LABEL, is_appending
 from kerngen.agent.tree import Node, Run, Tree, load_run, run_folders
 from kerngen.redact import printable
 
 _COLOR = {"ok": "green", "incorrect": "red", "invalid_spec": "magenta", "compile_error": "magenta",
-          "runtime_error": "red", "timeout": "yellow", "invalid": "bright_black", "pending": "cyan"}
+          "runtime_error": "red", "harness_error": "magenta", "timeout": "yellow", "invalid": "bright_black", "pending": "cyan"}
 
 
 def _say(text: object) -> str:
@@ -210,30 +210,11 @@ def run_row(path: Path) -> dict[str, Any]:
         if tree.finished is not None:
             row["state"], row["status"] = "finished", f"finished: {tree.finished.reason}"
         else:
-            row["state"] = row["status"] = "running" if _appending(path) else "unfinished"
+            row["state"] = row["status"] = "running" if is_appending(path) else "unfinished"
     except Exception as exc:  # noqa: BLE001 - a folder from anyone: one row, never a crash
         row["status"] = f"corrupt: {exc}" if str(exc) else f"corrupt: {type(exc).__name__}"
     row["status"] = _short(row["status"], 200)
     return strict_json(row)
-
-
-def _appending(path: Path) -> bool:
-    """Whether another process holds the journal's lock (a search running now). A shared lock,
-    tried and let go at once, so nothing is written."""
-    try:
-        import fcntl
-    except ImportError:
-        return False
-    try:
-        with (path / "events.jsonl").open("rb") as fh:
-            try:
-                fcntl.flock(fh.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except OSError:
-                return True
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-    except OSError:
-        return False
-    return False
 
 
 def list_runs(runs_dir: str | Path = "runs") -> list[dict[str, Any]]:

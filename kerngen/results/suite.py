@@ -24,6 +24,7 @@ from typing import Callable, Sequence
 
 from pydantic import BaseModel, Field
 
+from kerngen.agent.journal import has_journal
 from kerngen.errors import KerngenError, ProblemError
 from kerngen.results.bench_table import ratio
 from kerngen.harness.evaluator import Candidate, EvalOptions, Evaluator
@@ -155,7 +156,7 @@ def expand_problems(args: Sequence[str]) -> list[str]:
 def _run_dirs(runs_dir: Path) -> list[Path]:
     if not runs_dir.is_dir():
         return []
-    return sorted(p for p in runs_dir.iterdir() if (p / "events.jsonl").is_file())
+    return sorted(p for p in runs_dir.iterdir() if has_journal(p))
 
 
 def best_in_runs(source: str, runs_dir: str | Path) -> FoundKernel | None:

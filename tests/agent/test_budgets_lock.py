@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 import kerngen.cli.app
-from kerngen.agent.budget import SearchBudget, SearchConfig, Usage, resume_budget
+from kerngen.agent.budget import SearchBudget, SearchConfig, StopKind, Usage, resume_budget
 from kerngen.agent.journal import Journal, ensure_unlocked
 from kerngen.agent.llm.client import LLMCall, LLMUsage
 from kerngen.agent.proposer import Branch
@@ -159,7 +159,7 @@ def test_wall_budget_ends_within_ten_percent_with_slow_evaluations_and_tuning(tm
     out, _, _ = _search(tmp_path, evaluator=ev, tuner=make_tuner(ev, REF, ev.gpu_facts(), minutes=3.0),
                         budget=budget, config=SearchConfig(beam=2, ideas=3, branches=3, repairs=1), usage=usage)
     took = time.monotonic() - t0
-    assert "wall minutes" in out.reason
+    assert out.reason.kind is StopKind.wall_minutes
     assert limit_s <= usage.wall_s and took <= 1.1 * limit_s, (took, out.reason)
     assert ev.evaluated > 40  # it did work up to the end: several rounds and tunings
     tuned = [n for n in out.tree.nodes.values() if n.tuned is not None and n.tuned.config]
@@ -174,7 +174,7 @@ def test_stop_between_evaluations_leaves_the_rest_to_a_resume(tmp_path):
                           gpu_minutes=None)
     out, _, _ = _search(tmp_path, evaluator=ev, tuner=None, budget=budget,
                         config=SearchConfig(beam=2, ideas=3, branches=4, repairs=0))
-    assert "wall minutes" in out.reason
+    assert out.reason.kind is StopKind.wall_minutes
     pending = [n.id for n in out.tree.nodes.values() if n.spec is not None and n.result is None]
     assert pending, "the budget should have cut a batch"
     assert max(ev.batches) < 12  # cut into chunks, not one batch of the whole round
@@ -190,9 +190,9 @@ def test_tuner_gets_what_is_left_of_the_wall_budget(tmp_path):
     seen: list[float | None] = []
 
     class Tuner(ScriptedTuner):
-        def __call__(self, problem, spec, result, minutes=None):
+        def __call__(self, problem, spec, result, *, minutes):
             seen.append(minutes)
-            return super().__call__(problem, spec, result)
+            return super().__call__(problem, spec, result, minutes=minutes)
 
     ev = ScriptedEvaluator()
     budget = SearchBudget(rounds=1, patience=None, max_llm_calls=None, max_tokens=None, wall_minutes=5.0,
@@ -220,7 +220,7 @@ def test_make_tuner_caps_its_time_by_what_the_search_has_left(monkeypatch):
     spec = scripted_spec(1.0)
     for left in (0.5, 10.0, None):
         with pytest.raises(RuntimeError):
-            run(REF, spec, None, minutes=left) if left is not None else run(REF, spec, None)
+            run(REF, spec, None, minutes=left)
     assert got == [0.5, 3.0, 3.0]
     assert run(REF, spec, None, minutes=-0.1) is None  # nothing left: no tuning at all
 
@@ -240,6 +240,7 @@ def test_resume_takes_budgets_from_the_command_line(tmp_path):
     # the tiny recorded budget or its one round stopped it (which one comes first depends on whether the
     # problem is already loaded in this process: the wall budget is checked between evaluations)
     assert first.finished is not None and len(first.nodes) <= 1
+    assert first.finished.stop in (StopKind.wall_minutes, StopKind.rounds)
     assert "wall minutes" in first.finished.reason or first.finished.reason == "rounds: 1 done"
     spent_min = first.elapsed_s() / 60.0
     # given on the command line: they win over the recorded ones; --minutes is for this session
@@ -250,7 +251,8 @@ def test_resume_takes_budgets_from_the_command_line(tmp_path):
     (b,) = _resumed_budgets(run_dir)
     assert b.rounds == 2 and b.max_llm_calls == 50 and b.patience == 3
     assert spent_min + 2.0 <= b.wall_minutes <= spent_min + 2.0 + 1e-6
-    assert run.nodes and "rounds: 2 done" in run.finished.reason  # it ran: 2 more minutes, not 0.0001 total
+    assert run.nodes and run.finished.stop is StopKind.rounds  # it ran: 2 more minutes, not 0.0001 total
+    assert run.finished.reason == "rounds: 2 done"
     # a later resume without options keeps the latest recorded budget (not the one the run started with)
     res = invoke("generate", "--resume", run_dir.name, *common)
     assert res.exit_code == 0, res.output
@@ -313,7 +315,7 @@ def test_llm_call_budget_counts_requests_of_failed_calls(tmp_path):
                         config=SearchConfig(beam=1, ideas=3, branches=1, repairs=0))
     # ideas: 2 failed calls of 2 requests = 4; implement 1, 2, 3 (+2 each) = 10 (8 < 9 let the
     # third one ask); nothing after it: the next question, of round 1, is not asked
-    assert "LLM calls" in out.reason
+    assert out.reason.kind is StopKind.llm_calls and str(out.reason) == "budget: 10 LLM calls (max 9)"
     assert prop.total_calls == 4 and usage.calls == 10 and set(out.tree.beams) == {0}
     llm = [e for e in load_run(out.run_dir).events if e.type == "llm_call"]
     assert llm[-1].calls == 10 and all(e.record["error"] == "HTTP 500" for e in llm)

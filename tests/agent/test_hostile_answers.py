@@ -15,7 +15,7 @@ import pytest
 from pydantic import SecretStr
 
 from kerngen.agent.llm.answers import AnswerError, IdeaList, parse_answer
-from kerngen.agent.budget import SearchBudget, SearchConfig, Usage
+from kerngen.agent.budget import SearchBudget, SearchConfig, StopKind, Usage
 from kerngen.agent.llm.client import LLMCall, LLMClient
 from kerngen.agent.llm.config import LLMConfig
 from kerngen.agent.llm.proposer import LLMProposer
@@ -513,7 +513,7 @@ class _Model:
 
 def _search(tmp_path, server, model, **kw):
     from kerngen.agent.context import minimal_context
-    from kerngen.agent.search import Search
+    from kerngen.agent.search import Search, SearchSettings
 
     usage = Usage()
     proposer = LLMProposer(client_for(server, max_retries=1, max_concurrency=4), on_call=usage.on_call)
@@ -521,8 +521,8 @@ def _search(tmp_path, server, model, **kw):
     config = SearchConfig(beam=1, ideas=1, branches=n, repairs=1, tune=False)
     budget = SearchBudget(rounds=1, patience=None, max_llm_calls=None, max_tokens=None, wall_minutes=None,
                           gpu_minutes=None)
-    return Search(SOFTMAX, proposer, kw.pop("evaluator"), run_dir=tmp_path / "runs" / "hostile", config=config,
-                  budget=budget, context_factory=minimal_context, usage=usage, **kw)
+    settings = SearchSettings.new(SOFTMAX, tmp_path / "runs" / "hostile", config=config, budget=budget)
+    return Search(settings, proposer, kw.pop("evaluator"), context_factory=minimal_context, usage=usage, **kw)
 
 
 def test_a_search_survives_one_hostile_answer_of_each_kind_and_resumes(tmp_path, server, monkeypatch):
@@ -537,7 +537,7 @@ def test_a_search_survives_one_hostile_answer_of_each_kind_and_resumes(tmp_path,
         t0 = time.perf_counter()
         out = _search(tmp_path, server, model, evaluator=pool).run()
         assert time.perf_counter() - t0 < 120
-        assert not out.reason.startswith("error"), out.reason
+        assert out.reason.kind is not StopKind.error, out.reason
         run = load_run(out.run_dir)
         heads = sorted((n for n in run.tree.nodes.values() if n.kind == "branch"), key=lambda n: n.branch_index)
         assert len(heads) == len(model.answers)
@@ -563,7 +563,7 @@ def test_a_search_survives_one_hostile_answer_of_each_kind_and_resumes(tmp_path,
                               gpu_minutes=None)
         proposer = LLMProposer(client_for(server), on_call=Usage().on_call)
         again = resume_search(out.run_dir, proposer, pool, budget=budget)
-        assert not again.reason.startswith("error") and len(server.chat_requests) == asked
+        assert again.reason.kind is not StopKind.error and len(server.chat_requests) == asked
 
         # a run cut off after its nodes were created, before they were evaluated: the resume
         # evaluates them (the hostile ones included) and goes on
@@ -573,7 +573,7 @@ def test_a_search_survives_one_hostile_answer_of_each_kind_and_resumes(tmp_path,
         first_eval = next(i for i, line in enumerate(lines) if b'"type":"node_evaluated"' in line)
         (cut / "events.jsonl").write_bytes(b"".join(lines[:first_eval]))
         resumed = resume_search(cut, LLMProposer(client_for(server), on_call=Usage().on_call), pool, budget=budget)
-        assert not resumed.reason.startswith("error"), resumed.reason
+        assert resumed.reason.kind is not StopKind.error, resumed.reason
         verdicts = {n.branch_index: n.verdict for n in load_run(cut).tree.nodes.values() if n.kind == "branch"}
         for i, (name, _, where, _) in enumerate(model.answers):
             assert verdicts[i] == ("invalid" if where == "node" else where), name
@@ -584,7 +584,7 @@ def test_search_turns_a_proposer_answer_of_the_wrong_shape_into_data(tmp_path):
     are dropped, a branch that does not validate is a node with an error."""
     from kerngen.agent.scripted import ScriptedEvaluator, ScriptedProposer
     from kerngen.agent.context import minimal_context
-    from kerngen.agent.search import Search
+    from kerngen.agent.search import Search, SearchSettings
 
     class Garbage(ScriptedProposer):
         def ideas(self, ctx, parent, k):
@@ -593,12 +593,12 @@ def test_search_turns_a_proposer_answer_of_the_wrong_shape_into_data(tmp_path):
         def implement(self, ctx, parent, idea, m):
             return [{"spec": {"source": "x"}}, Branch(notes="\ud800 lone surrogate"), 42]
 
-    out = Search(ProblemRef(source="softmax"), Garbage(), ScriptedEvaluator(), run_dir=tmp_path / "g",
-                 config=SearchConfig(beam=1, ideas=3, branches=3, repairs=0, tune=False),
-                 budget=SearchBudget(rounds=1, patience=None, max_llm_calls=None, max_tokens=None,
-                                     wall_minutes=None, gpu_minutes=None),
-                 context_factory=minimal_context).run()
-    assert not out.reason.startswith("error"), out.reason
+    settings = SearchSettings.new(ProblemRef(source="softmax"), tmp_path / "g",
+                                  config=SearchConfig(beam=1, ideas=3, branches=3, repairs=0, tune=False),
+                                  budget=SearchBudget(rounds=1, patience=None, max_llm_calls=None, max_tokens=None,
+                                                      wall_minutes=None, gpu_minutes=None))
+    out = Search(settings, Garbage(), ScriptedEvaluator(), context_factory=minimal_context).run()
+    assert out.reason.kind is StopKind.rounds, out.reason
     nodes = list(out.tree.nodes.values())
     assert len(nodes) == 3 and all(n.spec is None and "not a valid branch" in n.error for n in nodes)
 
@@ -609,7 +609,7 @@ def test_max_llm_calls_caps_the_http_requests_of_a_whole_search(tmp_path, server
     parallel branch included; no more than --llm-concurrency in flight."""
     from kerngen.agent.scripted import ScriptedEvaluator
     from kerngen.agent.context import minimal_context
-    from kerngen.agent.search import Search
+    from kerngen.agent.search import Search, SearchSettings
 
     model = _Model()
     server.default = (lambda req: Reply(503, {"error": {"message": "overloaded"}}, delay_s=0.02)) if failing else model
@@ -620,10 +620,10 @@ def test_max_llm_calls_caps_the_http_requests_of_a_whole_search(tmp_path, server
     proposer = LLMProposer(client, on_call=usage.on_call)
     budget = SearchBudget(rounds=3, patience=None, max_llm_calls=3, max_tokens=None, wall_minutes=None,
                           gpu_minutes=None)
-    out = Search(SOFTMAX, proposer, ScriptedEvaluator(), run_dir=tmp_path / "budget",
-                 config=SearchConfig(beam=2, ideas=3, branches=4, repairs=2, tune=False), budget=budget,
-                 context_factory=minimal_context, usage=usage).run()
-    assert not out.reason.startswith("error"), out.reason
+    settings = SearchSettings.new(SOFTMAX, tmp_path / "budget", budget=budget,
+                                  config=SearchConfig(beam=2, ideas=3, branches=4, repairs=2, tune=False))
+    out = Search(settings, proposer, ScriptedEvaluator(), context_factory=minimal_context, usage=usage).run()
+    assert out.reason.kind is not StopKind.error, out.reason
     assert len(server.chat_requests) <= 3
     assert server.max_in_flight <= 2
 

@@ -220,3 +220,25 @@ def test_resume_sweep_over_many_cut_points(tmp_path):
         ev = ScriptedEvaluator()
         out = resume_search(work, ScriptedProposer(), ev, tuner=ScriptedTuner(ev), context_factory=minimal_context)
         assert shape_of(out.tree) == want, f"cut after byte {end + 11}"
+
+
+def test_run_finished_records_the_kind_of_stop_and_older_journals_still_read(tmp_path):
+    from kerngen.agent.budget import StopKind, StopReason
+
+    reason = StopReason(StopKind.rounds, "rounds: 3 done")
+    assert str(reason) == "rounds: 3 done" and f"stopped: {reason}" == "stopped: rounds: 3 done"
+    assert journal_mod.parse_event({"type": "run_finished", "reason": "rounds: 3 done"}).stop is None  # older
+    assert journal_mod.parse_event({"type": "run_finished", "reason": "x", "stop": "rounds"}).stop is StopKind.rounds
+    assert journal_mod.parse_event({"type": "run_finished", "reason": "x", "stop": "a later kind"}).stop is None
+    out = reference(tmp_path)
+    assert load_run(out.run_dir).finished.stop is out.reason.kind
+
+
+def test_the_journal_is_peeked_at_through_the_journal_module(tmp_path):
+    assert not journal_mod.has_journal(tmp_path) and journal_mod.started_at(tmp_path) == 0.0
+    assert not journal_mod.is_appending(tmp_path)
+    out = reference(tmp_path)
+    assert journal_mod.has_journal(out.run_dir) and not journal_mod.is_appending(out.run_dir)
+    assert journal_mod.started_at(out.run_dir) == load_run(out.run_dir).started.t
+    with journal_mod.Journal.reopen(out.run_dir)[0]:
+        assert journal_mod.is_appending(out.run_dir)

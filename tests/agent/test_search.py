@@ -8,15 +8,16 @@ import math
 
 import pytest
 
-from kerngen.agent.budget import SearchBudget, SearchConfig, Usage
+from kerngen.agent.budget import SearchBudget, SearchConfig, StopKind, Usage
+from kerngen.agent.journal import read_events
 from kerngen.agent.proposer import Branch
-from kerngen.agent.replay import ReplayProposer, replay_run
+from kerngen.agent.replay import replay_run
 from kerngen.agent.scripted import ScriptedEvaluator, ScriptedProposer, ScriptedTuner, scripted_spec
 from kerngen.agent.context import minimal_context
-from kerngen.agent.search import run_search
+from kerngen.agent.search import Search, SearchSettings, run_search
 from kerngen.agent.tree import load_run
 from kerngen.errors import ProblemError
-from kerngen.harness.results import Verdict
+from kerngen.harness.results import EvalResult, Verdict
 from kerngen.problems.ref import ProblemRef
 
 REF = ProblemRef(source="softmax", shape=(4096, 65536), dtype="float32")
@@ -95,13 +96,15 @@ def test_branch_without_spec_is_an_invalid_node(tmp_path):
     bad = [n for n in out.tree.nodes.values() if n.kind == "branch" and n.branch_index == 1]
     assert bad and all(n.spec is None and n.verdict == "invalid" and n.result is None for n in bad)
     assert all(n.error == "no JSON in the answer" for n in bad)
-    assert out.reason.startswith("rounds")  # the search went on
+    assert out.reason.kind is StopKind.rounds  # the search went on
     assert out.best is not None
 
 
 def test_rounds_budget_and_tuned_parent(tmp_path):
     out, prop, ev = search(tmp_path, budget=SearchBudget(rounds=2, patience=None, **NO_LIMITS))
-    assert out.reason == "rounds: 2 done"
+    assert out.reason.kind is StopKind.rounds and str(out.reason) == "rounds: 2 done"
+    finished = load_run(out.run_dir).finished
+    assert finished.stop is StopKind.rounds and finished.reason == "rounds: 2 done"
     assert set(out.tree.beams) == {0, 1}
     tuned = [n for n in out.tree.nodes.values() if n.tuned is not None]
     assert tuned and all(n.tuned.config == {"BLOCK": 256} for n in tuned)
@@ -145,7 +148,7 @@ def test_llm_call_and_token_budgets(tmp_path):
     out, prop, _ = search(tmp_path, _MeteredProposer(usage), usage=usage,
                           budget=SearchBudget(rounds=5, patience=None, max_llm_calls=6, max_tokens=None,
                                               wall_minutes=None, gpu_minutes=None))
-    assert "LLM calls" in out.reason
+    assert out.reason.kind is StopKind.llm_calls and str(out.reason) == "budget: 6 LLM calls (max 6)"
     assert prop.total_calls == 6 and usage.calls == 6 and usage.tokens == 6000
     assert usage.cost_usd == pytest.approx(0.012) and usage.snapshot()["cost_usd"] == pytest.approx(0.012)
     events = load_run(out.run_dir).events
@@ -156,14 +159,16 @@ def test_llm_call_and_token_budgets(tmp_path):
     out2, prop2, _ = search(tmp_path, _MeteredProposer(usage2), usage=usage2, run_id="tok",
                             budget=SearchBudget(rounds=5, patience=None, max_llm_calls=None, max_tokens=2500,
                                                 wall_minutes=None, gpu_minutes=None))
-    assert "tokens" in out2.reason and prop2.total_calls == 3
+    assert out2.reason.kind is StopKind.tokens and prop2.total_calls == 3
 
 
 def test_wall_and_gpu_budgets(tmp_path):
     out, prop, ev = search(tmp_path, budget=SearchBudget(rounds=5, wall_minutes=1e-9, patience=None))
-    assert "wall minutes" in out.reason and prop.total_calls == 0 and not out.tree.nodes
+    assert out.reason.kind is StopKind.wall_minutes and prop.total_calls == 0 and not out.tree.nodes
+    assert "wall minutes" in str(out.reason)
     out, prop, ev = search(tmp_path, run_id="gpu", budget=SearchBudget(rounds=5, gpu_minutes=0.001, patience=None))
-    assert "GPU minutes" in out.reason and ev.calls >= 1
+    assert out.reason.kind is StopKind.gpu_minutes and ev.calls >= 1
+    assert str(out.reason).startswith("budget: ") and "GPU minutes (max 0.001)" in str(out.reason)
 
 
 class _FlatEvaluator(ScriptedEvaluator):
@@ -179,7 +184,7 @@ class _FlatEvaluator(ScriptedEvaluator):
 def test_patience_stops_early(tmp_path):
     out, _, _ = search(tmp_path, evaluator=_FlatEvaluator(), tuner=None,
                        budget=SearchBudget(rounds=10, patience=2, **NO_LIMITS))
-    assert out.reason.startswith("patience")
+    assert out.reason.kind is StopKind.patience and str(out.reason) == "patience: no better kernel in 2 rounds"
     assert set(out.tree.beams) == {0, 1, 2}  # round 0 improves (from nothing), 1 and 2 do not
 
 
@@ -207,7 +212,8 @@ def test_degenerate_problem_refused_unless_forced(tmp_path):
     with pytest.raises(ProblemError, match="degenerate"):
         search(tmp_path, evaluator=ScriptedEvaluator(degenerate=True))
     run = load_run(tmp_path / "run")
-    assert run.finished is not None and "degenerate" in run.finished.reason
+    assert run.finished is not None and run.finished.stop is StopKind.degenerate
+    assert run.finished.reason.startswith("error: ") and "degenerate" in run.finished.reason
     out, _, _ = search(tmp_path, evaluator=ScriptedEvaluator(degenerate=True), force=True, run_id="forced",
                        budget=SearchBudget(rounds=1))
     assert out.best is not None
@@ -252,16 +258,81 @@ def test_replay_follows_the_record_even_when_verdicts_change(tmp_path):
     assert rep.proposer_calls == 0 and rep.outcome.best is None
 
 
-def test_replay_proposer_answers_by_key(tmp_path):
-    out, _, _ = search(tmp_path, budget=SearchBudget(rounds=1, patience=None, **NO_LIMITS))
-    run = load_run(out.run_dir)
-    rp = ReplayProposer(run.book, origin=run.id, run=run)
-    ctx = minimal_context(REF, run.tree.gpu, run.baseline)
-    ideas = rp.ideas(ctx, None, 3)
-    assert ideas == run.tree.ideas[(0, None)]
-    branches = rp.implement(ctx, None, ideas[1], 2)
-    assert [b.spec for b in branches] == [run.nodes[2].spec, run.nodes[3].spec]
-    from kerngen.agent.search import ReplayMissError
+class _Counting(ScriptedProposer):
+    """Counts every question it is asked (``total_calls``)."""
 
-    with pytest.raises(ReplayMissError):
-        rp.ideas(ctx.model_copy(update={"round": 7}), None, 3)
+
+def test_a_replay_answers_from_the_record_and_asks_nothing(tmp_path):
+    """One replay mechanism: the search answers every question from the record's AnswerBook; the
+    proposer is asked nothing, and a question the record has no answer for is not asked."""
+    out, _, _ = search(tmp_path, config=SearchConfig(repairs=0),
+                       budget=SearchBudget(rounds=1, patience=None, **NO_LIMITS))
+    run = load_run(out.run_dir)
+    assert run.book.answers.keys() >= {("ideas", 0, None), ("implement", 0, None, 1)}
+    # the record without its answer to "implement idea 1 of round 0" (as a run killed in the middle
+    # of its last round may be): the replay has no branch of that idea
+    del run.book.answers[("implement", 0, None, 1)]
+    assert any(n.idea_index == 1 for n in run.nodes.values())
+    proposer = _Counting()
+    settings = SearchSettings.replay(run, REF, tmp_path / "replayed")
+    rep = Search(settings, proposer, ScriptedEvaluator(), context_factory=minimal_context).run()
+    assert proposer.total_calls == 0 and rep.usage.proposer_calls == 0
+    assert rep.reason.kind is StopKind.end_of_record
+    assert str(rep.reason) == f"replay: end of the record (the original stopped on: {run.finished.reason})"
+    replayed = load_run(rep.run_dir)
+    assert replayed.started.proposer == "replay" and replayed.started.replay_of.startswith(run.id)
+    assert not any(n.idea_index == 1 for n in replayed.nodes.values())
+    specs = lambda nodes: sorted((n.idea_index, n.spec.content_hash() if n.spec else "") for n in nodes)  # noqa: E731
+    assert specs(replayed.nodes.values()) == specs(n for n in run.nodes.values() if n.idea_index != 1)
+    events, _ = read_events(rep.run_dir)
+    assert not [e for e in events if e.type == "implemented" and (e.round, e.parent, e.idea_index) == (0, None, 1)]
+    # and a replay needs no proposer at all (replay_run gives none)
+    again = Search(SearchSettings.replay(run, REF, tmp_path / "again"), None, ScriptedEvaluator(),
+                   context_factory=minimal_context).run()
+    assert sorted(again.tree.nodes) == sorted(replayed.nodes)
+
+
+def test_settings_fill_what_the_record_holds(tmp_path):
+    seed = scripted_spec(1.4)
+    cfg = SearchConfig(beam=1, ideas=2, branches=1, repairs=0)
+    budget = SearchBudget(rounds=1, patience=None, **NO_LIMITS)
+    out, _, _ = search(tmp_path, config=cfg, budget=budget, seed_spec=seed, model="m1")
+    run = load_run(out.run_dir)
+    resumed = SearchSettings.resume(run, REF)
+    assert (resumed.mode.value, resumed.run_dir, resumed.config, resumed.budget, resumed.model) == \
+           ("resume", run.path, cfg, budget, "m1")
+    assert resumed.seed_spec.content_hash() == seed.content_hash() and resumed.record is run
+    more = SearchBudget(rounds=3)
+    assert SearchSettings.resume(run, REF, budget=more, model="m2").budget == more
+    replay = SearchSettings.replay(run, REF, tmp_path / "r")
+    assert replay.replaying and replay.force and replay.config == cfg and replay.budget == SearchBudget.unlimited()
+    new = SearchSettings.new(REF, tmp_path / "n", argv=["/usr/bin/kerngen", "generate", "softmax"])
+    assert new.mode.value == "new" and new.record is None and new.argv == ("kerngen", "generate", "softmax")
+    with pytest.raises(ValueError):
+        Search(new, None, ScriptedEvaluator())  # only a replay searches without a proposer
+
+
+class OutOfMemoryEvaluator(ScriptedEvaluator):
+    """The harness runs out of GPU memory on every candidate (KernelBench at its own size)."""
+
+    def evaluate(self, problem, candidates, options=None, on_result=None):
+        self.calls += 1
+        return [EvalResult(verdict=Verdict.harness_error, message="harness error: out of GPU memory: 12 GB")
+                for _ in candidates]
+
+
+def test_the_harness_out_of_memory_stops_the_search_and_blames_no_kernel(tmp_path):
+    from kerngen.agent.search import resume_search
+
+    ev = OutOfMemoryEvaluator()
+    out, prop, _ = search(tmp_path, evaluator=ev, budget=SearchBudget(rounds=3, patience=None, **NO_LIMITS))
+    assert out.reason.kind is StopKind.harness and "out of GPU memory" in out.reason.text
+    assert ev.calls == 1 and prop.calls["repair"] == 0  # no repair of a kernel that did nothing wrong
+    run = load_run(tmp_path / "run")
+    assert run.finished.stop is StopKind.harness
+    pending = [n for n in run.nodes.values() if n.spec is not None]
+    assert pending and all(n.result is None for n in pending)  # no verdict recorded against the kernels
+    # on a GPU where it fits, a resume evaluates exactly those nodes
+    again = resume_search(tmp_path / "run", ScriptedProposer(), ScriptedEvaluator(), runs_dir=tmp_path,
+                          budget=SearchBudget(rounds=1, patience=None, **NO_LIMITS), context_factory=minimal_context)
+    assert all(again.tree.nodes[n.id].result is not None for n in pending)

@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 import kerngen.cli.app
+from kerngen.agent.budget import StopKind
 from kerngen.agent.tree import LATEST, latest_run, load_run, resolve_run
 from kerngen.errors import JournalError
 from tests.cli_output import stderr_of
@@ -62,16 +63,17 @@ def test_ctrl_c_names_the_run_and_how_to_resume(tmp_path, monkeypatch):
     err = stderr_of(res)
     assert "interrupted" in err and run_dir.name in err
     assert f"kerngen generate --resume {run_dir.name} --runs-dir {tmp_path}" in " ".join(err.split())
-    assert load_run(run_dir).finished.reason == "interrupted"
+    finished = load_run(run_dir).finished
+    assert finished.reason == "interrupted" and finished.stop is StopKind.interrupted
 
 
 def test_ctrl_c_in_any_command_exits_130_with_a_word(monkeypatch):
-    import kerngen.results.show as show
+    import kerngen.cli.search as search_cli
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(show, "render", interrupted)
+    monkeypatch.setattr(search_cli, "render", interrupted)  # what `kerngen show` calls
     res = invoke("show", str(SHIPPED[0]))
     assert res.exit_code == 130 and "interrupted" in stderr_of(res)
 

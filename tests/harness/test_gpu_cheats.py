@@ -1,7 +1,7 @@
 """GPU tier: the harness cannot be fooled. One test (or more) per item of the brief's list
 "Known ways generated kernels cheat a harness", each asserting the exact verdict AND its evidence
 (``EvalResult.check.failed``). Kernels: tests/kernels/specs.py. Item 12 (hangs, crashes) lives
-in tests/test_gpu_isolation.py, the positive controls in tests/test_gpu_correct.py.
+in tests/harness/test_gpu_isolation.py, the positive controls in tests/harness/test_gpu_correct.py.
 
 Where two checks can both see a cheat and the harness's order decides which one reports, the
 test accepts exactly those failures (a set of CheckFailure), never "anything but ok".

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from kerngen.harness.results import Verdict
+from kerngen.harness.results import EvalResult, Verdict
 from kerngen.harness.tune.cache import CacheRecord, TuneCache, TuneKey
 from kerngen.harness.tune.tuner import TuneResult, protocol_of, tune
 
@@ -57,6 +57,23 @@ def test_an_evaluator_that_raises_once_does_not_stop_tuning():
     broken = [t for t in res.evaluated if t.result.verdict is Verdict.runtime_error]
     assert len(broken) == 8 and "worker pool exploded" in broken[0].result.message
     assert any("evaluator failed" in n for n in res.notes)
+
+
+def test_the_harness_running_out_of_memory_stops_tuning_and_is_not_cached(tmp_path):
+    class OutOfMemory(FakeEvaluator):
+        def evaluate(self, problem, candidates, options=None, on_result=None):
+            self.batches.append(len(candidates))
+            return [EvalResult(verdict=Verdict.harness_error, config=dict(c.config),
+                               message="harness error: out of GPU memory: 12 GB") for c in candidates]
+
+    ev = OutOfMemory(fail_share=0.0)
+    cache = TuneCache(tmp_path)
+    res = _tune(ev, strategy="exhaustive", max_evals=1000, batch=8, cache=cache)
+    assert ev.batches == [8] and len(res.evaluated) == 8  # one batch, then it stops
+    assert any(n.startswith("stopped: harness error: out of GPU memory") for n in res.notes)
+    assert res.outcome() is None
+    again = _tune(FakeEvaluator(fail_share=0.0), strategy="exhaustive", max_evals=1000, batch=8, cache=cache)
+    assert not any(t.cached for t in again.evaluated)  # nothing of it was kept as a config's result
 
 
 def test_model_strategy_through_tune_on_a_big_space_with_failures():

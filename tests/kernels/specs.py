@@ -2,7 +2,7 @@
 brief's list ("Known ways generated kernels cheat a harness", numbered as there).
 
 A :class:`Case` is a KernelSpec plus the problem it is bound to and what the compile stage must
-make of it. ``tests/test_kernel_sources_compile.py`` compiles all of them on the CPU (NVRTC), so a
+make of it. ``tests/harness/test_kernel_sources_compile.py`` compiles all of them on the CPU (NVRTC), so a
 typo here fails CI before any GPU time is spent; the GPU tests assert the harness's verdicts.
 
 Problems are the built-ins at small shapes (the whole GPU tier runs in a few minutes):

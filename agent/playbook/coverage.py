@@ -1,0 +1,183 @@
+"""Honest coverage: which variants of a recognised family the playbook offers for a problem.
+
+A variant is offered only when, built at the problem's shape, it admits at least one configuration
+for the GPU's limits: the same resolution as ``kerngen check``
+(:func:`kerngen.harness.tune.admissible.admissible`, static pruning only: constraints, plans that
+resolve, threads and dynamic shared memory per block; compiling every configuration of every
+variant would cost seconds to minutes per problem, and the compiled resources are judged later on
+anyway by the tuner and the evaluator). Variants that admit nothing are dropped with the reason;
+a family none of whose variants admits anything is not offered at all (:attr:`Offer.reason`).
+
+An offered variant's default configuration is admissible: when the builder's own default is
+pruned at this shape, the spec's ``defaults`` become the admissible configuration closest to it
+(fewest tunables changed). Only ``defaults`` change: the source, the tunables and the defines are
+the builder's, so every configuration compiles to the same kernel as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from jinja2 import TemplateError
+
+from kerngen.errors import KerngenError
+from kerngen.expr import TensorFacts
+from kerngen.harness.results import GpuFacts
+from kerngen.harness.spec.spec import KernelSpec
+from kerngen.harness.tune.admissible import Admissible, admissible, limits_for
+from kerngen.text import one_line
+
+from kerngen.agent.playbook import builders
+from kerngen.agent.playbook.families import FamilyMatch
+
+__all__ = ["DEFAULT_ARCH", "Offer", "VariantOffer", "closest", "default_limits", "offer"]
+
+DEFAULT_ARCH = "sm_90"  # whose limits count when no GPU is known
+
+
+def default_limits() -> GpuFacts:
+    return limits_for(DEFAULT_ARCH)
+
+
+@dataclass
+class VariantOffer:
+    """One variant at the problem's shape: its spec (defaults admissible), its count, or why not."""
+
+    variant: str
+    spec: KernelSpec | None
+    counted: Admissible | None
+    why: str = ""  # why the variant is dropped; empty when it is offered
+    brief: str = ""  # the same, shorter (for the family's one-line reason)
+    moved_from: dict[str, int] | None = None  # the builder's default, when it was pruned and replaced
+    defaults: dict[str, int] = field(default_factory=dict)  # what to build it with: ``build(match, variant, defaults)`` is ``spec``
+
+    @property
+    def offered(self) -> bool:
+        return not self.why
+
+    @property
+    def count(self) -> int:
+        return self.counted.count if self.counted is not None else 0
+
+    @property
+    def total(self) -> int:
+        return self.counted.total if self.counted is not None else 0
+
+    def summary(self) -> dict:
+        """JSON-ready: counts, the default configuration used, why dropped."""
+        c = self.counted
+        out: dict = {"variant": self.variant, "offered": self.offered, "admissible": self.count, "total": self.total,
+                     "sampled": bool(c and c.sampled)}
+        if self.offered and self.spec is not None:
+            out["default"] = self.spec.default_config()
+            if self.moved_from is not None:
+                out["builder_default"] = self.moved_from
+        if c is not None and c.pruned:
+            out["pruned"] = c.report()["pruned"]
+        if self.why:
+            out["why"] = self.why
+        return out
+
+
+@dataclass
+class Offer:
+    """What the playbook offers for one recognised problem, for one GPU's limits."""
+
+    family: str
+    where: str  # the problem's inputs and their shapes, e.g. "A 2048x1048576, B 1048576x1"
+    limits: str  # whose limits counted, e.g. "sm_90 limits" or the GPU's name
+    variants: list[VariantOffer] = field(default_factory=list)
+
+    @property
+    def offered(self) -> list[VariantOffer]:
+        return [v for v in self.variants if v.offered]
+
+    @property
+    def dropped(self) -> list[VariantOffer]:
+        return [v for v in self.variants if not v.offered]
+
+    def get(self, variant: str) -> VariantOffer | None:
+        """The variant when it is offered, else None."""
+        return next((v for v in self.offered if v.variant == variant), None)
+
+    def why_not(self, variant: str) -> str:
+        """One line: why ``variant`` is not offered ("" when it is)."""
+        v = next((v for v in self.variants if v.variant == variant), None)
+        if v is None or v.offered:
+            return ""
+        return f"variant {variant} of the playbook's {self.family} family is not offered at {self.where} ({self.limits}): {v.why}"
+
+    @property
+    def reason(self) -> str:
+        """Why the family is not offered ("" when some variant is)."""
+        if self.offered:
+            return ""
+        tried = "; ".join(f"{v.variant}: {v.brief or v.why}" for v in self.variants)
+        return f"no {self.family} variant admits a configuration at {self.where} ({self.limits}): {tried}"
+
+
+def _where(match: FamilyMatch, tensors: Mapping[str, TensorFacts]) -> str:
+    parts = []
+    for t in match.inputs:
+        shape = tensors[t.name].shape if t.name in tensors else t.shape
+        parts.append(f"{t.name} {'x'.join(map(str, shape)) or 'scalar'}")
+    return ", ".join(parts)
+
+
+def closest(default: Mapping[str, int], configs: list[dict[str, int]], tunables: Mapping[str, list[int]]) -> dict[str, int]:
+    """The configuration of ``configs`` nearest ``default``: fewest tunables changed, then the
+    fewest steps along the tunables' value lists, then the first in order."""
+    def distance(item: tuple[int, dict[str, int]]) -> tuple[int, int, int]:
+        i, cfg = item
+        changed = [k for k in cfg if cfg[k] != default.get(k)]
+        steps = sum(abs(tunables[k].index(cfg[k]) - tunables[k].index(default[k])) for k in changed
+                    if k in default and default[k] in tunables[k])
+        return len(changed), steps, i
+
+    return min(enumerate(configs), key=distance)[1]
+
+
+def _pins_text(pins: Mapping[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in pins.items())
+
+
+def offer(
+    match: FamilyMatch,
+    *,
+    sizes: Mapping[str, int | float],
+    tensors: Mapping[str, TensorFacts],
+    gpu: GpuFacts | None = None,
+    pinned: Mapping[str, Mapping[str, int]] | None = None,
+) -> Offer:
+    """Build every variant of ``match``'s family at the problem's shape and count its admissible
+    configurations for ``gpu``'s limits (default: sm_90's). ``pinned``: per variant, tunables the
+    device fixes (the cooperative grid's NB, one block per SM): those are built in as defaults and
+    only admissible configurations with those values count as usable."""
+    gpu = gpu or default_limits()
+    out = Offer(match.family, _where(match, tensors), gpu.name)
+    for name in builders.VARIANTS[match.family]:
+        pins = dict((pinned or {}).get(name, {}))
+        try:
+            spec = builders.build(match, name, pins)
+        except (KerngenError, TemplateError, KeyError, ValueError) as exc:
+            why = f"cannot be rendered for this problem: {exc}"
+            out.variants.append(VariantOffer(name, None, None, why=why, brief=one_line(why, 160)))
+            continue
+        counted = admissible(spec, sizes=sizes, tensors=tensors, gpu=gpu)
+        usable = [c for c in counted.configs if all(c.get(k) == v for k, v in pins.items())]
+        if not counted.configs:
+            out.variants.append(VariantOffer(name, spec, counted, why=counted.why(), brief=counted.brief()))
+            continue
+        if not usable:
+            why = f"none with {_pins_text(pins)} (fixed by the GPU)"
+            out.variants.append(VariantOffer(name, spec, counted, why=f"{counted.why()}; {why}",
+                                             brief=f"{counted.count} of {counted.total} configurations, {why}"))
+            continue
+        default = spec.default_config()
+        moved = None
+        if default not in usable:
+            moved, pins = default, closest(default, usable, spec.tunables)
+            spec = builders.build(match, name, pins)
+        out.variants.append(VariantOffer(name, spec, counted, moved_from=moved, defaults=pins))
+    return out

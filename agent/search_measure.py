@@ -1,0 +1,151 @@
+"""What a search measures: nodes evaluated (in chunks under a wall-clock budget) and survivors
+tuned (within what is left of it), every result journaled as it comes.
+
+A round's nodes go to the evaluator in ONE ``evaluate`` call (parallel on all GPUs), except under
+a wall-clock budget: then the batch is cut into chunks that each take a small part of it, and the
+budget is checked before each one, so that a stop lands in time (a batch of 200 candidates could
+otherwise run minutes past it). Nodes not evaluated when the time (wall or GPU) is spent keep no
+result: a resume evaluates them. The tuner is told what is left of the wall-clock budget, less a
+margin, for the same reason. A replay evaluates every node and re-measures each recorded tuned
+config: no chunks, no budget, no new tuning.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from kerngen.agent.budget import StopKind, StopReason, Usage, remaining_wall_s, time_exhausted
+from kerngen.agent.idea_outcomes import repair_chain
+from kerngen.agent.journal import NodeEvaluated, NodeTuned
+from kerngen.agent.search_settings import SearchSettings, Tuner
+from kerngen.agent.tree import Node, Tree
+from kerngen.harness.evaluator import Candidate, Evaluator
+from kerngen.harness.results import EvalResult, Verdict
+from kerngen.harness.tune.outcome import TuneOutcome, TunePoint
+
+
+class Measurements:
+    """Evaluates and tunes the nodes of one search's ``tree``; ``write`` journals an event (and
+    through the journal's listeners updates the tree). Each method that may stop for time gives
+    back the :class:`~kerngen.agent.budget.StopReason` (else None); the search keeps the first."""
+
+    # seconds one candidate is assumed to take (compile, check, bench on one GPU) before any was timed
+    PRIOR_EVAL_S = 5.0
+
+    def __init__(self, settings: SearchSettings, evaluator: Evaluator, tuner: Tuner | None, usage: Usage,
+                 tree: Tree, write: Callable[[Any], Any]) -> None:
+        self.settings = settings
+        self.evaluator = evaluator
+        self.tuner = tuner
+        self.usage = usage
+        self.tree = tree
+        self.write = write
+        self.eval_s = 0.0  # wall seconds spent in evaluator.evaluate() by this session ...
+        self.eval_n = 0  # ... and the candidates it evaluated in them
+
+    # ----- evaluation -------------------------------------------------------------------------
+    def evaluate(self, ids: list[int]) -> StopReason | None:
+        """Evaluate the nodes without a result. Under a wall-clock budget the batch is cut into
+        chunks (see :meth:`chunk`) and the budget checked before each one: a stop lands in time."""
+        s = self.settings
+        todo = [self.tree.nodes[i] for i in ids]
+        todo = [n for n in todo if n.spec is not None and n.result is None]
+        done: set[int] = set()
+        harness: list[str] = []
+
+        def on_result(batch: list[Node], i: int, res: EvalResult) -> None:
+            node = batch[i]
+            if node.id in done:
+                return
+            done.add(node.id)
+            self.usage.gpu_s += res.wall_s
+            if res.verdict is Verdict.harness_error:
+                # not the kernel's verdict: the node keeps no result (a resume, e.g. on a larger GPU,
+                # evaluates it) and the search stops with the harness's own reason
+                harness.append(res.message)
+                return
+            self.usage.evaluations += 1
+            self.write(NodeEvaluated(id=node.id, result=res))
+
+        while todo:
+            if not s.replaying:
+                reason = time_exhausted(s.budget, self.usage)
+                if reason:
+                    return reason
+            n = self.chunk(len(todo))
+            batch, todo = todo[:n], todo[n:]
+            t0 = time.monotonic()
+            results = self.evaluator.evaluate(s.problem, [Candidate(spec=x.spec) for x in batch], s.eval_options,
+                                              lambda i, res, b=batch: on_result(b, i, res))
+            for i, res in enumerate(results):
+                on_result(batch, i, res)
+            self.eval_s += time.monotonic() - t0
+            self.eval_n += len(batch)
+            if harness:
+                return StopReason(StopKind.harness, f"the harness could not evaluate a candidate: {harness[0]}"[:500])
+        return None
+
+    def chunk(self, pending: int) -> int:
+        """Candidates handed to the evaluator at once: all of them without a wall-clock budget;
+        with one, as many as should take at most 5% of it and no more than is left of it (by the
+        seconds per candidate seen so far), but one per GPU at least."""
+        budget = self.settings.budget
+        left = remaining_wall_s(budget, self.usage)
+        if left is None or self.settings.replaying or budget.wall_minutes is None:
+            return pending
+        gpus = max(1, int(self.evaluator.concurrency))
+        per = self.eval_s / self.eval_n if self.eval_n else self.PRIOR_EVAL_S / gpus
+        target = min(left, 0.05 * budget.wall_minutes * 60.0)
+        return max(1, min(pending, max(gpus, int(target / max(per, 1e-6)))))
+
+    # ----- tuning -----------------------------------------------------------------------------
+    def tune_survivors(self, heads: list[int]) -> StopReason | None:
+        """Tune the fastest correct nodes of the round (up to the beam) that ``heads`` and their
+        repairs hold; a replay re-measures what the record tuned instead."""
+        s = self.settings
+        ids = set()
+        for h in heads:
+            ids.update(n.id for n in repair_chain(self.tree, h))
+        if s.replaying:  # follow the record: re-measure what was tuned, at its tuned config
+            for i in sorted(ids):
+                if self.tree.nodes[i].tuned is None:
+                    self.tune_recorded(self.tree.nodes[i])
+            return None
+        survivors = sorted((self.tree.nodes[i] for i in ids if self.tree.nodes[i].ok), key=lambda n: (n.ms, n.id))
+        for node in survivors[: s.config.beam]:
+            if node.tuned is not None or self.tuner is None or not s.config.tune:
+                continue
+            reason = time_exhausted(s.budget, self.usage)
+            if reason:
+                return reason
+            assert node.spec is not None and node.result is not None
+            left = remaining_wall_s(s.budget, self.usage)
+            minutes = None
+            if left is not None:  # tuning ends with the budget
+                # less a margin for the batch in flight when the tuner's deadline passes and for
+                # writing the results: the run then ends inside its budget, not just past it
+                margin = max(2.0, 0.05 * (s.budget.wall_minutes or 0.0) * 60.0)
+                minutes = max(0.0, left - margin) / 60.0
+            outcome = self.tuner(s.problem, node.spec, node.result, minutes=minutes)
+            if outcome is None:
+                self.write(NodeTuned(id=node.id))
+                continue
+            outcome = TuneOutcome.model_validate(outcome, from_attributes=True)
+            self.usage.gpu_s += outcome.gpu_seconds()
+            self.write(NodeTuned(id=node.id, config=dict(outcome.config), result=outcome.result,
+                                 evaluated=int(outcome.evaluated), curve=list(outcome.curve), seconds=outcome.seconds))
+        return None
+
+    def tune_recorded(self, node: Node) -> None:
+        """Replay: re-measure the recorded tuned config (no new tuning)."""
+        record = self.settings.record
+        rec = record.tuned.get(node.id) if record is not None else None
+        if rec is None or rec.config is None or node.spec is None:
+            return
+        res = self.evaluator.evaluate(self.settings.problem, [Candidate(spec=node.spec, config=rec.config)],
+                                      self.settings.eval_options)[0]
+        self.usage.gpu_s += res.wall_s
+        self.write(NodeTuned(id=node.id, config=dict(rec.config), result=res, evaluated=1,
+                             curve=[TunePoint(evals=1, config=dict(rec.config), ms=res.ms if res.ok else None,
+                                              verdict=res.verdict.value, wall_s=res.wall_s)]))

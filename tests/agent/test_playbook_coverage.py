@@ -1,0 +1,252 @@
+"""Honest coverage (issue 14): the playbook offers a family or variant only when it admits at least
+one configuration at the problem's shape (the resolution of ``kerngen check``), says why not
+otherwise, and every spec it writes or seeds starts from an admissible configuration. CPU only."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import kerngen.cli.app
+from kerngen.agent.playbook import PlaybookProposer, seed_specs
+from kerngen.agent.playbook import builders
+from kerngen.agent.playbook.catalog import CATALOG
+from kerngen.agent.playbook.coverage import closest, offer
+from kerngen.agent.proposer import Idea, SearchContext
+from kerngen.errors import KerngenError
+from kerngen.harness.results import GpuFacts
+from kerngen.harness.spec import plan
+from kerngen.harness.spec.spec import KernelSpec
+from kerngen.harness.tune.admissible import admissible, count_configs, limits_for
+from kerngen.harness.tune.prune import static_reason
+from kerngen.problems.load import load_problem
+from kerngen.problems.ref import parse_problem_ref
+from tests.cli_output import stderr_of
+
+runner = CliRunner()
+SHARED = Path("/work/shared/kernelbench/level1")
+COPIES = Path(__file__).parents[1] / "data" / "kernelbench" / "level1"
+SM90 = limits_for("sm_90")
+
+
+def _kb(name: str) -> Path:
+    """A KernelBench level-1 file, unchanged: the shared copy, else the test data's, else skip."""
+    for folder in (SHARED, COPIES):
+        if (folder / name).is_file():
+            return folder / name
+    pytest.skip(f"no copy of KernelBench level1/{name}")
+
+
+def invoke(*args: str):
+    return runner.invoke(kerngen.cli.app.app, list(args))
+
+
+def _resolves(spec: KernelSpec, problem) -> None:
+    """The spec's default configuration resolves and survives static pruning at the problem's shape."""
+    info = problem.info
+    plan.resolve(spec, sizes=info.sizes, tensors=info.tensor_facts())
+    resolved, kind, why = static_reason(spec, spec.default_config(), sizes=info.sizes, tensors=info.tensor_facts(),
+                                        gpu=SM90)
+    assert resolved is not None, (kind, why)
+
+
+# ----- KernelBench level 1: what each file gets ------------------------------------------------
+# file -> (family, {offered variant: (admissible, total)}, {dropped variant: a word of why})
+OFFERED = {
+    "8_Matmul_with_irregular_shapes_.py": ("matmul", {"simple": (8, 8)}, {"tiled": "A.shape[0] % BM == 0"}),
+    "23_Softmax.py": ("softmax", {"long": (63, 63)}, {"rows_reg": "* 4 <= 64"}),
+    "40_LayerNorm.py": ("layernorm", {"split": (52, 64), "coop": (1512, 3456)}, {"rows_reg": "* 4 <= 64"}),
+    "87_conv_pointwise_2D.py": ("conv2d", {"direct": (638, 1440)}, {"igemm": "< 2**31"}),
+}
+
+
+def test_matrix_vector_is_not_offered_with_the_reason(tmp_path):
+    path = _kb("4_Matrix_vector_multiplication_.py")
+    prop = PlaybookProposer(load_problem(str(path)))
+    assert prop.recognised is not None and prop.recognised.family == "matmul"
+    assert prop.match is None and seed_specs(load_problem(str(path))) == []
+    assert "no matmul variant admits a configuration at A 2048x1048576, B 1048576x1 (sm_90 limits)" in prop.reason
+    assert "tiled: 0 of 64 configurations (B.shape[1] % BN == 0)" in prop.reason
+    assert "simple: 0 of 8 configurations (A.shape[0] * A.shape[1] < 2**31" in prop.reason
+    assert "\n" not in prop.reason
+    ctx = SearchContext(problem_name="p", problem_source="", problem_summary="", gpu=GpuFacts(name="H100"))
+    assert prop.ideas(ctx, None, 3) == []
+    out = tmp_path / "x.json"
+    for args in ((), ("--json",), ("-o", str(out)), ("--variant", "simple", "-o", str(out))):
+        res = invoke("playbook", str(path), *args)
+        assert res.exit_code == 2 and not out.exists()
+        err = stderr_of(res).strip().splitlines()
+        assert len(err) == 1 and "no matmul variant admits" in err[0]
+
+
+def test_generate_with_the_playbook_stops_before_any_gpu_work():
+    from kerngen.agent.budget import Usage
+    from kerngen.cli.compose import make_proposer
+
+    ref = parse_problem_ref(str(_kb("4_Matrix_vector_multiplication_.py")))
+    with pytest.raises(KerngenError, match="nothing for .*no matmul variant admits a configuration"):
+        make_proposer("playbook", ref, usage=Usage())
+
+
+@pytest.mark.parametrize("name", sorted(OFFERED))
+def test_offered_variants_admit_configurations(name, tmp_path):
+    family, offered, dropped = OFFERED[name]
+    path = _kb(name)
+    problem = load_problem(str(path))
+    prop = PlaybookProposer(problem)
+    assert prop.match is not None and prop.match.family == family and prop.reason == ""
+    off = prop.offer
+    assert {v.variant: (v.count, v.total) for v in off.offered} == offered
+    assert {v.variant for v in off.dropped} == set(dropped)
+    for v in off.dropped:
+        assert v.count == 0 and dropped[v.variant] in v.why and v.why.startswith(f"0 of {v.total} configurations")
+    for v in off.offered:
+        # the same resolution as `kerngen check`: its count of this very spec
+        assert count_configs(v.spec, problem.info, SM90, "sm_90", False)["admissible"] == v.count
+        _resolves(v.spec, problem)
+    # seeds and ideas only from offered variants
+    assert {s.name for s in seed_specs(problem)} <= {builders.build(prop.match, v).name for v in offered}
+    ctx = SearchContext(problem_name="p", problem_source="", problem_summary="", gpu=GpuFacts(name="H100"),
+                        tensors={k: list(s) for k, s in prop.match.tensors().items()})
+    ideas = prop.ideas(ctx, None, 10)
+    assert ideas and all(prop._by_text[i.text].variant in offered for i in ideas)
+    for e in CATALOG[family]:
+        if e.variant in dropped:
+            (b,) = prop.implement(ctx, None, Idea(text=e.text, category=e.category), 2)
+            assert b.spec is None and "not offered" in b.error and dropped[e.variant] in b.error
+    # the CLI lists the same, and -o writes the first offered variant, its default resolving
+    res = invoke("playbook", str(path))
+    assert res.exit_code == 0, res.output
+    assert f"family {family}; variants: {', '.join(offered)}; not offered: {', '.join(dropped)}" in res.output
+    for var, (n, total) in offered.items():
+        assert f"{var}: {n} of {total} configurations admissible" in res.output
+    out = tmp_path / "spec.json"
+    res = invoke("playbook", str(path), "-o", str(out))
+    assert res.exit_code == 0, res.output
+    spec = KernelSpec.load(out)
+    first = next(iter(offered))
+    assert spec.name == builders.build(prop.match, first).name and f"{offered[first][0]} admissible" in res.output
+    _resolves(spec, problem)
+    for var in dropped:  # a variant that admits nothing is never written
+        bad = tmp_path / f"{var}.json"
+        res = invoke("playbook", str(path), "--variant", var, "-o", str(bad))
+        assert res.exit_code == 2 and not bad.exists()
+        err = stderr_of(res).strip().splitlines()
+        assert len(err) == 1 and f"variant {var} of the playbook's {family} family is not offered" in err[0]
+        assert dropped[var] in err[0]
+
+
+def test_json_lists_counts_and_why():
+    path = _kb("87_conv_pointwise_2D.py")
+    res = invoke("playbook", str(path), "--json")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert data["family"] == "conv2d" and data["variants"] == ["direct"] and data["limits"] == "sm_90 limits"
+    assert "< 2**31" in data["not_offered"]["igemm"]
+    conf = data["configurations"]
+    assert conf["direct"]["admissible"] == 638 and conf["direct"]["total"] == 1440 and conf["direct"]["offered"]
+    assert conf["igemm"]["admissible"] == 0 and not conf["igemm"]["offered"] and conf["igemm"]["pruned"]
+    assert {i["variant"] for i in data["ideas"] if i["offered"]} == {"direct"}
+
+
+# ----- synthetic problems --------------------------------------------------------------------
+MATMUL = """
+import torch
+import torch.nn as nn
+
+M, K, N = {m}, {k}, {n}
+
+
+class Model(nn.Module):
+    def forward(self, A, B):
+        return torch.matmul(A, B)
+
+
+def get_inputs():
+    return [torch.randn(M, K), torch.randn(K, N)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def _matmul(tmp_path, m: int, k: int, n: int):
+    path = tmp_path / f"mm_{m}_{k}_{n}.py"
+    path.write_text(MATMUL.format(m=m, k=k, n=n))
+    return load_problem(str(path))
+
+
+def test_one_variant_admits_nothing_the_other_is_offered(tmp_path):
+    p = _matmul(tmp_path, 100, 64, 128)  # M = 100: no block tile of the register-blocked GEMM divides it
+    prop = PlaybookProposer(p)
+    assert prop.match is not None and [v.variant for v in prop.offer.offered] == ["simple"]
+    (tiled,) = prop.offer.dropped
+    assert tiled.variant == "tiled" and tiled.count == 0 and "A.shape[0] % BM == 0" in tiled.why
+    assert [s.name for s in seed_specs(p)] == ["playbook-matmul-simple"]
+    ctx = SearchContext(problem_name="p", problem_source="", problem_summary="", gpu=GpuFacts(name="H100"),
+                        tensors={k: list(s) for k, s in prop.match.tensors().items()})
+    assert {prop._by_text[i.text].variant for i in prop.ideas(ctx, None, 10)} == {"simple"}
+    rep = prop.repair(ctx, builders.build(prop.match, "tiled"), None, 0)
+    assert rep.spec is not None and rep.spec.name == "playbook-matmul-simple"
+
+
+def test_nothing_admissible_is_not_offered(tmp_path):
+    p = _matmul(tmp_path, 65536, 65536, 1)  # meta tensors: nothing is allocated
+    prop = PlaybookProposer(p)
+    assert prop.match is None and prop.offer is not None and not prop.offer.offered
+    assert "tiled: 0 of 64" in prop.reason and "simple: 0 of 8" in prop.reason
+
+
+def test_a_pruned_default_is_replaced_by_the_closest_admissible_configuration(tmp_path):
+    p = load_problem(parse_problem_ref("matmul", shape="1024x64x1024"))  # N = 64: BN 128 cannot tile it
+    prop = PlaybookProposer(p)
+    tiled = prop.offer.get("tiled")
+    assert tiled is not None and tiled.moved_from is not None and tiled.moved_from["BN"] == 128
+    own = builders.build(prop.match, "tiled")
+    assert tiled.spec.default_config() == {**own.default_config(), "BN": 64}  # one tunable changed
+    # nothing but the defaults differs: every configuration compiles to the same kernel as before
+    assert tiled.spec.model_dump(exclude={"defaults"}) == own.model_dump(exclude={"defaults"})
+    _resolves(tiled.spec, p)
+    assert {s.name: s.default_config()["BN"] for s in seed_specs(p) if "sgemm" in s.name} == {"playbook-matmul-sgemm": 64}
+    res = invoke("playbook", "matmul", "--shape", "1024x64x1024", "-o", str(tmp_path / "t.json"))
+    assert res.exit_code == 0, res.output
+    assert "its default BN=128 is not admissible here, the spec's default is BN=64" in res.output
+    _resolves(KernelSpec.load(tmp_path / "t.json"), p)
+
+
+def test_closest_changes_the_fewest_tunables():
+    tun = {"A": [1, 2, 4], "B": [1, 2, 4]}
+    cands = [{"A": 1, "B": 1}, {"A": 4, "B": 2}, {"A": 2, "B": 4}]
+    assert closest({"A": 4, "B": 4}, cands, tun) == {"A": 4, "B": 2}
+    assert closest({"A": 1, "B": 4}, [{"A": 4, "B": 4}, {"A": 2, "B": 4}], tun) == {"A": 2, "B": 4}
+
+
+def test_the_search_contexts_gpu_limits_count(tmp_path):
+    p = _matmul(tmp_path, 256, 64, 256)
+    prop = PlaybookProposer(p)
+    assert [v.variant for v in prop.offer.offered] == ["tiled", "simple"]
+    tensors = {k: list(s) for k, s in prop.match.tensors().items()}
+    small = SearchContext(problem_name="p", problem_source="", problem_summary="", tensors=tensors,
+                          gpu=GpuFacts(name="tiny", max_threads_per_block=32))
+    # the register-blocked GEMM needs >= 64 threads a block: only the simple one's ideas are left
+    assert {prop._by_text[i.text].variant for i in prop.ideas(small, None, 10)} == {"simple"}
+    tinier = SearchContext(problem_name="p", problem_source="", problem_summary="", tensors=tensors,
+                           gpu=GpuFacts(name="tinier", max_threads_per_block=8))
+    fresh = PlaybookProposer(p)
+    assert fresh.ideas(tinier, None, 10) == [] and "no matmul variant admits" in fresh.reason
+    assert "(tinier)" in fresh.reason and "threads per block > 8" in fresh.reason
+
+
+def test_admissible_is_the_count_of_kerngen_check():
+    p = load_problem("softmax")
+    prop = PlaybookProposer(p)
+    for v in prop.offer.offered:
+        info = p.info
+        counted = admissible(v.spec, sizes=info.sizes, tensors=info.tensor_facts(), gpu=SM90)
+        assert counted.count == v.count and counted.report() == count_configs(v.spec, info, SM90, "sm_90", False)
+    off = offer(prop.match, sizes=p.info.sizes, tensors=p.info.tensor_facts(), gpu=limits_for("sm_75"))
+    assert off.limits == "sm_75 limits" and off.offered

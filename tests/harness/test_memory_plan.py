@@ -1,0 +1,185 @@
+"""The memory plan of an evaluation (KernelBench at its own sizes), the chunked comparison it
+relies on, and the check's lean paths (pristine inputs made again from their seed, references in
+host memory) on CPU tensors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from kerngen.harness.gpu.check import CandidateFailed, ProblemState, _verify_untouched, verify_timed_outputs
+from kerngen.harness.gpu.compare import compare
+from kerngen.harness.gpu.memory_plan import HarnessMemoryError, check_peak, plan_memory, timed_set_bytes
+from kerngen.harness.results import CheckEvidence, CheckFailure, MemoryPlan
+from kerngen.harness.spec.plan import ResolvedPlan
+from kerngen.problems.load import load_problem
+from kerngen.problems.ref import ProblemRef
+
+DATA = Path(__file__).parents[1] / "data" / "kernelbench"
+GB = 10**9
+H100_FREE = 79 * GB  # what one 80 GB H100 has free for a worker after its CUDA context
+PLAN = ResolvedPlan(config={}, defines={}, scratch=[], steps=[])
+
+
+def _bytes(name: str) -> tuple[int, int]:
+    info = load_problem(ProblemRef(source=str(DATA / name))).info  # meta tensors: no memory, no GPU
+    return sum(t.nbytes for t in info.inputs), sum(t.nbytes for t in info.outputs)
+
+
+def test_the_largest_kernelbench_files_fit_one_h100():
+    # level 1's largest input (17.2 GB) and largest output (7.5 GB in, 7.5 GB out); level 2's largest
+    pool_in, pool_out = _bytes("level1/45_Average_Pooling_2D.py")
+    norm_in, norm_out = _bytes("level1/36_RMSNorm_.py")
+    l2_in, l2_out = _bytes("level2/19_ConvTranspose2d_GELU_GroupNorm.py")
+    assert pool_in == 16 * 64 * 2048 * 2048 * 4 and norm_in == norm_out == 112 * 64 * 512 * 512 * 4
+
+    pool = plan_memory(free_bytes=H100_FREE, input_bytes=pool_in, output_bytes=pool_out)
+    # a pristine copy of the 17 GB input fits, a second timed set beside it does not: one set, honest
+    # still (every timed call's outputs are poisoned first, so a call that skips its work is caught)
+    assert pool.pristine_on_gpu and pool.refs_on_gpu and pool.timed_sets == 1
+    assert pool.check_peak_bytes == check_peak(pool_in, pool_out, 0, pristine_on_gpu=True, refs_on_gpu=True)
+
+    norm = plan_memory(free_bytes=H100_FREE, input_bytes=norm_in, output_bytes=norm_out)
+    assert (norm.pristine_on_gpu, norm.refs_on_gpu, norm.timed_sets) == (True, True, 1)
+
+    small = plan_memory(free_bytes=H100_FREE, input_bytes=l2_in, output_bytes=l2_out)
+    assert (small.pristine_on_gpu, small.refs_on_gpu, small.timed_sets) == (True, True, 3)  # as before the plan
+
+    # what was measured before the plan: three sets of everything held at once
+    old = 3 * timed_set_bytes(pool_in, pool_out, 0, pristine_on_gpu=True, refs_on_gpu=True) + pool_in
+    assert old > H100_FREE
+
+
+def test_less_memory_gives_up_copies_before_refusing():
+    norm = dict(input_bytes=int(7.5 * GB), output_bytes=int(7.5 * GB))  # level 1's norms
+    plans = {free: plan_memory(free_bytes=int(free * GB), **norm) for free in (80, 50, 44)}
+    assert (plans[80].pristine_on_gpu, plans[80].refs_on_gpu) == (True, True)
+    assert (plans[50].pristine_on_gpu, plans[50].refs_on_gpu) == (False, True)  # pristine inputs made again
+    assert (plans[44].pristine_on_gpu, plans[44].refs_on_gpu) == (False, False)  # ... and references on the host
+    with pytest.raises(HarnessMemoryError):
+        plan_memory(free_bytes=40 * GB, **norm)
+    # a large output, a small input: the references go to host memory first, the inputs stay
+    wide = plan_memory(free_bytes=39 * GB, input_bytes=GB, output_bytes=10 * GB)
+    assert (wide.pristine_on_gpu, wide.refs_on_gpu) == (True, False)
+    for p in (*plans.values(), wide):
+        assert p.timed_sets >= 1 and p.check_peak_bytes <= p.free_bytes
+    assert plans[80].check_peak_bytes > plans[50].check_peak_bytes > plans[44].check_peak_bytes
+
+
+def test_a_problem_that_cannot_be_checked_is_refused_with_the_numbers():
+    with pytest.raises(HarnessMemoryError) as refused:
+        plan_memory(free_bytes=24 * GB, input_bytes=int(17.2 * GB), output_bytes=int(0.14 * GB), label="45_Avg")
+    msg = str(refused.value)
+    assert "45_Avg does not fit on this GPU" in msg and "inputs 17.2 GB" in msg and "of 24.0 GB free" in msg
+
+
+def test_timed_sets_never_exceed_the_maximum_or_what_fits():
+    p = plan_memory(free_bytes=80 * GB, input_bytes=10**6, output_bytes=10**6, rotate_max=3)
+    assert p.timed_sets == 3
+    tight = plan_memory(free_bytes=50 * GB, input_bytes=int(7.5 * GB), output_bytes=int(7.5 * GB))
+    per = timed_set_bytes(tight.input_bytes, tight.output_bytes, 0, pristine_on_gpu=tight.pristine_on_gpu,
+                          refs_on_gpu=tight.refs_on_gpu)
+    usable = 50 * GB - max(1 << 30, int(0.08 * 50 * GB))
+    assert (tight.timed_sets - 1) * per + tight.check_peak_bytes <= usable
+    assert "timed input set" in tight.summary()
+
+
+# ----- the chunked comparison: the same verdict and message as one whole-tensor comparison ------
+@pytest.mark.parametrize("case", ["ok", "mismatch", "nan", "unwritten", "precision"])
+def test_chunked_compare_is_the_whole_tensor_comparison(case):
+    g = torch.Generator().manual_seed(3)
+    ref = torch.randn(37, 53, generator=g)
+    out = ref + 1e-7 * torch.randn(37, 53, generator=g)
+    poison = None
+    if case == "mismatch":
+        out[5, 7] += 1.0
+        out[30, 2] -= 2.0
+    elif case == "nan":
+        out[11, 11] = float("nan")
+    elif case == "unwritten":
+        poison = torch.full_like(out, 123.0)
+        out[3, :] = 123.0
+    elif case == "precision":
+        out = ref * (1 + 5e-5)
+    whole = compare(out, ref, atol=1e-4, rtol=1e-4, poison=poison, chunk=10**9)
+    for chunk in (1, 7, 100, 1000):
+        part = compare(out, ref, atol=1e-4, rtol=1e-4, poison=poison, chunk=chunk)
+        # the norms are summed in another order: equal to rounding, every other field exactly
+        assert part.rel_err == pytest.approx(whole.rel_err, rel=1e-9, abs=1e-15)
+        assert part.model_dump_json(exclude={"rel_err"}) == whole.model_dump_json(exclude={"rel_err"})
+    assert whole.ok == (case == "ok")
+
+
+def test_compare_runs_on_the_chosen_device_with_a_host_reference():
+    ref = torch.randn(1000)
+    out = ref.clone()
+    out[999] = 5.0
+    c = compare(out, ref.clone(), atol=1e-4, rtol=1e-4, chunk=64, device=torch.device("cpu"))
+    assert not c.ok and c.index == [999] and c.mismatches == 1
+
+
+# ----- the check's lean paths, on CPU tensors ----------------------------------------------------
+LEAN = MemoryPlan(free_bytes=GB, input_bytes=1, output_bytes=1, pristine_on_gpu=False, refs_on_gpu=False)
+
+
+@pytest.fixture
+def state():
+    return ProblemState(load_problem(ProblemRef(source="conv2d", shape=(2, 3, 32, 32))), torch.device("cpu"))
+
+
+def test_regenerated_pristine_inputs_are_the_inputs_and_catch_a_change(state):
+    bound = state.new_set(21, PLAN, LEAN)
+    assert bound.pristine is None  # nothing kept but a digest
+    kept = state.new_set(21, PLAN)
+    assert torch.equal(state.pristine_tensors(bound)["x"], kept.pristine[0])
+    ev = CheckEvidence(atol=state.info.atol, rtol=state.info.rtol)
+    _verify_untouched(state, bound, ev, "before")  # untouched: passes
+    bound.inputs["x"].view[0, 0, 0, 0] += 1.0
+    with pytest.raises(CandidateFailed) as failed:
+        _verify_untouched(state, bound, ev, "before the reference")
+    assert failed.value.evidence.failed is CheckFailure.input_mutated
+
+
+def test_the_reference_of_a_lean_set_is_the_same_and_can_wait_in_host_memory(state):
+    lean = state.new_set(22, PLAN, LEAN)
+    full = state.new_set(22, PLAN)
+    a, b = state.reference(lean, to_host=True), state.reference(full)
+    assert all(x.device.type == "cpu" and torch.equal(x, y) for x, y in zip(a, b))
+    state.seal_refs(lean, a)
+    lean.outputs["out"].view.copy_(a[0])
+    assert verify_timed_outputs(state, [lean]) is None
+    lean.outputs["out"].view.fill_(3.0)
+    ev = verify_timed_outputs(state, [lean])
+    assert ev is not None and ev.failed is CheckFailure.timed_output_mismatch
+
+
+def test_inputs_that_do_not_repeat_under_a_seed_are_a_harness_error(state, monkeypatch):
+    bound = state.new_set(23, PLAN, LEAN)
+    real = state.problem.make_inputs
+    monkeypatch.setattr(state.problem, "make_inputs", lambda device, seed: [x + 1 for x in real(device, seed)])
+    with pytest.raises(HarnessMemoryError, match="does not repeat"):
+        state.pristine(bound)
+
+
+# ----- GPU: KernelBench at its own size ------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["level1/19_ReLU.py", "level1/23_Softmax.py"])
+def test_a_level1_file_over_10_gb_is_checked_and_timed_on_one_gpu(name):
+    """KernelBench's own sizes: 6.4 GB in and 6.4 GB out, which ran out of memory before the plan."""
+    from kerngen.agent.playbook import seed_specs
+    from kerngen.harness.evaluator import Candidate, EvalOptions
+    from kerngen.harness.pool.local import WorkerPool
+
+    ref = ProblemRef(source=str(DATA / name))
+    problem = load_problem(ref)
+    assert sum(t.nbytes for t in [*problem.info.inputs, *problem.info.outputs]) > 10 * GB
+    specs = seed_specs(problem)
+    assert specs, f"the playbook has no kernel for {name}"
+    with WorkerPool(timeout_s=300) as pool:
+        baseline = pool.baseline(ref, budget_ms=100, with_compile=False)
+        assert baseline.eager.median_ms > 0
+        res = pool.evaluate(ref, [Candidate(spec=specs[0])], EvalOptions(seeds=2, budget_ms=100, timeout_s=300))[0]
+    assert res.ok, res.message
+    assert res.memory is not None and res.memory.timed_sets >= 1 and res.timing is not None
