@@ -40,7 +40,10 @@ def suite(
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
     evaluator_kind: str = typer.Option("pool", "--evaluator", hidden=True),
 ) -> None:
-    """The best kernel of each problem vs PyTorch eager and torch.compile on this GPU, and fast_p."""
+    """The best kernel of each problem vs PyTorch eager and torch.compile on this GPU, fast_p vs both,
+    and why the problems without a kernel have none."""
+    import json
+
     from kerngen.results.suite import expand_problems, run_suite
     from kerngen.cli.bench import parse_config
     from kerngen.harness.evaluator import EvalOptions
@@ -48,7 +51,7 @@ def suite(
 
     names = expand_problems(problems or [])  # ProblemError before any GPU work
     spec = KernelSpec.load(kernel) if kernel else None
-    evaluator = make_evaluator(evaluator_kind)
+    evaluator = _suite_evaluator(evaluator_kind)
     try:
         with _progress(len(names), enabled=not as_json) as on_progress:
             rep = run_suite(names, evaluator, runs_dir, kernel=spec, config=parse_config(config),
@@ -56,9 +59,20 @@ def suite(
     finally:
         evaluator.close()
     if as_json:
-        typer.echo(rep.model_dump_json(indent=2))
+        typer.echo(json.dumps(rep.to_json(), indent=2, allow_nan=False))
     else:
         print_suite(rep)
+
+
+def _suite_evaluator(kind: str) -> Any:
+    """The suite's Evaluator: on GPUs, a pool of ONE worker (the first visible GPU), so that a
+    problem's baseline and its kernel are measured in the same worker process on the same GPU
+    (the suite measures one thing at a time: a second worker would only ever idle)."""
+    if kind != "pool":
+        return make_evaluator(kind)
+    from kerngen.harness.pool.local import visible_devices
+
+    return make_evaluator(kind, devices=visible_devices()[:1])
 
 
 class _progress:
@@ -88,31 +102,65 @@ def _f(value: float | None, spec: str, suffix: str = "") -> str:
     return "-" if value is None or not math.isfinite(value) else f"{value:{spec}}{suffix}"
 
 
+def _ms(t: Any) -> float | None:
+    return t.median_ms if t is not None else None
+
+
+def _why_cell(e: Any) -> str:
+    """The verdict / why column, short: where a correct kernel comes from, or the kind of why
+    (the whole why follows the table, one line per problem)."""
+    if e.correct:
+        return f"ok: {e.kernel_from}"
+    return e.why.label if e.why is not None else e.verdict
+
+
+def _why_line(e: Any) -> str:
+    return f"{e.why.label}: {e.why.text}" if e.why is not None else f"{e.verdict}: {' '.join(e.message.split())}"
+
+
+def _metrics_line(m: Any, total: int) -> str:
+    fast = ", ".join(f"fast_{p} = {v:.2f}" for p, v in m.fast_p.items())
+    over = f"{m.problems} problems" if not m.without_reference else (
+        f"{m.problems} of {total} problems; {m.without_reference} without a {m.reference} time left out")
+    return (f"vs {m.reference} ({over}): {m.correct} correct; {fast}; geometric-mean speedup over "
+            f"{m.geomean_of} correct: {_f(m.geomean_speedup, '.3f', 'x')}")
+
+
 def print_suite(rep: Any) -> None:
     from rich.table import Table
 
     table = Table(title=f"suite on {_say(rep.gpu)}")
-    cols = ("problem", "kernel", "verdict", "kernel ms (IQR)", "eager ms", "compile ms", "vs eager", "vs compile",
-            "% roofline")
+    cols = ("problem", "eager ms", "compile ms", "kernel ms (IQR)", "floor ms", "vs eager", "vs compile",
+            "% of floor", "verdict / why")
     for col in cols:
-        table.add_column(col, justify="left" if col in cols[:3] else "right")
+        table.add_column(col, justify="left" if col in (cols[0], cols[-1]) else "right")
     for e in rep.entries:
         k = e.kernel
+        compile_ms = _f(_ms(e.compiled), ".4f") if not e.compile_missing else "failed"
         table.add_row(
-            _say(e.ref.label()), _say(e.kernel_from or "-"), _say(e.verdict),
-            f"{k.median_ms:.4f} ({k.iqr_ms:.4f})" if k else "-", _f(e.eager.median_ms if e.eager else None, ".4f"),
-            _f(e.compiled.median_ms if e.compiled else None, ".4f"), _f(e.speedup_eager, ".2f", "x"),
-            _f(e.speedup_compile, ".2f", "x"), _f(e.pct_roofline, ".1f", "%"),
+            _say(e.ref.label()), _f(_ms(e.eager), ".4f"), compile_ms,
+            f"{k.median_ms:.4f} ({k.iqr_ms:.4f})" if k else "-", _f(e.floor_ms, ".4f"),
+            _f(e.speedup_eager, ".2f", "x"), _f(e.speedup_compile, ".2f", "x"), _f(e.pct_roofline, ".1f", "%"),
+            _say(_why_cell(e)),
         )
     out = Console(highlight=False)
     out.print(table)
     for e in rep.entries:
-        if not e.correct and e.message:
-            out.print(f"[yellow]{_say(e.ref.label())}[/]: {_say(' '.join(e.message.split()))}")
+        if not e.correct:
+            out.print(f"[yellow]{_say(e.ref.label())}[/]: {_say(_why_line(e))}")
+        if e.compile_missing and e.compile_error:
+            out.print(f"[yellow]{_say(e.ref.label())}[/]: torch.compile failed: {_say(e.compile_error)}")
     m = rep.metrics
-    fast = ", ".join(f"fast_{p} = {v:.2f}" for p, v in m.fast_p.items())
-    out.print(f"{m.correct}/{m.problems} correct; {fast}; geometric-mean speedup vs eager over correct problems: "
-              f"{_f(m.geomean_speedup, '.3f', 'x')}")
+    out.print(f"{m.correct}/{m.problems} problems with a correct kernel")
+    out.print(_say(_metrics_line(m.eager, m.problems)))
+    out.print(_say(_metrics_line(m.compile, m.problems)))
+    missing = m.problems - m.correct
+    if missing:
+        out.print(_say(f"no correct kernel for {missing} of {m.problems}: {rep.without_kernel_text()}"))
+    if rep.skipped_runs:
+        shown = "; ".join(rep.skipped_runs[:3]) + (f"; ... ({len(rep.skipped_runs) - 3} more)"
+                                                    if len(rep.skipped_runs) > 3 else "")
+        out.print(_say(f"{len(rep.skipped_runs)} unreadable run folder(s) under {rep.runs_dir} skipped: {shown}"))
 
 
 # ----- report -------------------------------------------------------------------------------

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, List, Optional
 
 import typer
 from rich.console import Console
@@ -23,6 +24,7 @@ from kerngen.agent.safe_paths import refuse_symlinks
 from kerngen.agent.search import Search, SearchSettings
 from kerngen.agent.search_records import budget_for_resume
 from kerngen.agent.tree import load_run
+from kerngen.cli import batch as batch_mod
 from kerngen.cli.compose import (
     make_context_factory, make_evaluator, make_proposer, make_search_tuner, playbook_seed,
 )
@@ -32,12 +34,15 @@ from kerngen.problems.load import load_problem
 from kerngen.problems.ref import parse_problem_ref
 from kerngen.results.live import LiveView
 from kerngen.results.replay_table import replay_table
-from kerngen.results.show import list_runs, render, render_header, render_runs, run_json
+from kerngen.results.suite import expand_problems
+from kerngen.results.show import list_runs, no_kernel_why, render, render_header, render_runs, run_json
 from kerngen.text import one_line
 
 # ----- generate -----------------------------------------------------------------------------
 def generate(
-    problem: Optional[str] = typer.Argument(None, help="built-in problem name or a KernelBench .py file"),
+    problems: Optional[List[str]] = typer.Argument(
+        None, metavar="PROBLEM",
+        help="built-in problem name or a KernelBench .py file; several, or a folder: one search each"),
     shape: Optional[str] = typer.Option(None, "--shape", help="sizes of a built-in problem, e.g. 8192x1024"),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="fp32 | fp16 | bf16 (built-in problems)"),
     kernel: Optional[Path] = typer.Option(None, "--kernel", help="seed kernel spec (JSON/YAML) to start from"),
@@ -68,10 +73,14 @@ def generate(
     force: bool = typer.Option(False, "--force", help="search a degenerate problem anyway"),
     resume: Optional[str] = typer.Option(None, "--resume", help="continue a run (its folder, id or 'latest')"),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="where run folders live"),
+    fresh: bool = typer.Option(False, "--fresh", help="several problems: start a new batch instead of continuing"),
+    as_json: bool = typer.Option(False, "--json", help="several problems: print the summary as JSON"),
     evaluator_kind: str = typer.Option("pool", "--evaluator", hidden=True,
                                        help="pool (the GPUs) | scripted (deterministic, no GPU, made-up times)"),
 ) -> None:
-    """Search for a fast CUDA-C kernel of PROBLEM; journal the search under runs/<id>/."""
+    """Search for a fast CUDA-C kernel of PROBLEM; journal the search under runs/<id>/. Several
+    problems (or a folder of KernelBench files): one search each, --minutes each, resumable by
+    running the same command again."""
     out = Console(highlight=False)
     given = {k: v for k, v in dict(rounds=rounds, max_llm_calls=max_llm_calls, max_tokens=max_tokens,
                                    wall_minutes=minutes, gpu_minutes=gpu_minutes, patience=patience).items()
@@ -79,6 +88,18 @@ def generate(
     make_budget(None, given)  # --minutes 0, --gpu-minutes -1 ...: one line and exit 2, before anything else
     usage = Usage()
     knobs = {"max_concurrency": llm_concurrency, "price_in_per_mtok": price_in, "price_out_per_mtok": price_out}
+    problems = list(problems or [])
+    if len(problems) > 1 and resume:
+        raise KerngenError("--resume continues one run; for several problems run the same command again")
+    problem = problems[0] if problems else None
+    if not resume and (len(problems) > 1 or (problem is not None and Path(problem).is_dir())):
+        defaults = SearchConfig()
+        config = SearchConfig(beam=beam or defaults.beam, ideas=ideas or defaults.ideas,
+                              branches=branches or defaults.branches,
+                              repairs=repairs if repairs is not None else defaults.repairs, tune=not no_tune)
+        return _generate_many(problems, runs_dir=runs_dir, given=given, config=config, proposer=proposer,
+                              model=model, base_url=base_url, knobs=knobs, force=force, fresh=fresh,
+                              no_playbook_seed=no_playbook_seed, as_json=as_json, evaluator_kind=evaluator_kind)
     if resume:
         rec = load_run(resume, runs_dir)  # JournalError for a missing or corrupt run, before anything else
         ensure_unlocked(rec.path)  # another process appending to it: refused now, before GPUs or an LLM
@@ -135,14 +156,55 @@ def generate(
         out.print(one_line(no_kernel_why(run)), markup=False)
 
 
-def no_kernel_why(run: Any) -> str:
-    """Why a run has no correct kernel, in one line: what became of its candidates, and the stop."""
-    counts: dict[str, int] = {}
-    for node in run.nodes.values():
-        counts[node.verdict] = counts.get(node.verdict, 0) + 1
-    what = ", ".join(f"{n} {v}" for v, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-    total = sum(counts.values())
-    return (f"no correct kernel: {total} candidate(s): {what}" if total else "no correct kernel: no candidate was made")
+def _generate_many(problems: list[str], *, runs_dir: Path, given: dict, config: SearchConfig, proposer: str,
+                   model: str | None, base_url: str | None, knobs: dict, force: bool, fresh: bool,
+                   no_playbook_seed: bool, as_json: bool, evaluator_kind: str) -> None:
+    """One search per problem, in turn (:mod:`kerngen.cli.batch`)."""
+    names = expand_problems(problems)  # a missing file or an empty folder: one line, before any GPU work
+    batch, path = batch_mod.open_batch(names, runs_dir, given.get("wall_minutes"), fresh)
+    t0 = time.monotonic()
+    evaluator = make_evaluator(evaluator_kind)
+
+    def search_one(source: str, resume_dir: Path | None, started) -> Path:
+        usage = Usage()
+        if resume_dir is not None:
+            rec = load_run(resume_dir)
+            ensure_unlocked(rec.path)
+            ref, _ = rerun_ref(rec.started, None)
+            prop, model_name = make_proposer(rec.started.proposer if proposer == "auto" else proposer, ref,
+                                             usage=usage, model=model or rec.started.model, base_url=base_url,
+                                             llm_knobs=knobs)
+            settings = SearchSettings.resume(rec, ref, budget=budget_for_resume(rec, given), force=force,
+                                             model=model_name)
+        else:
+            ref = parse_problem_ref(source, None, None)
+            _check_problem(ref, evaluator_kind)
+            prop, model_name = make_proposer(proposer, ref, usage=usage, model=model, base_url=base_url,
+                                             llm_knobs=knobs)
+            seed = playbook_seed(ref) if model_name is not None and not no_playbook_seed else None
+            settings = SearchSettings.new(ref, runs_dir / new_run_id(ref), config=config,
+                                          budget=make_budget(None, given), seed_spec=seed, force=force,
+                                          model=model_name)
+        tuner = make_search_tuner(evaluator_kind, evaluator, ref, not settings.config.tune)
+        search = Search(settings, prop, evaluator, tuner=tuner, usage=usage,
+                        context_factory=make_context_factory(evaluator_kind))
+        started(settings.run_dir)
+        search.run()
+        return settings.run_dir
+
+    try:
+        batch_mod.run_batch(batch, path, runs_dir, search_one, quiet=as_json)
+    except KeyboardInterrupt:
+        Console(stderr=True, highlight=False, soft_wrap=True).print(one_line(
+            f"interrupted: the batch is saved in {path}; run the same command again to continue it"), markup=False)
+        raise typer.Exit(130) from None
+    finally:
+        evaluator.close()
+    rows = batch_mod.summary_rows(batch, runs_dir)
+    if as_json:
+        typer.echo(batch_mod.summary_json(rows))
+        return
+    Console(highlight=False).print(batch_mod.render_summary(rows, batch.minutes, time.monotonic() - t0))
 
 
 def _say_interrupted(run_dir: Path, runs_dir: Path) -> None:

@@ -269,3 +269,12 @@ def run_json(run: Run) -> dict[str, Any]:
     return strict_json(data)
 
 
+def no_kernel_why(run: Run) -> str:
+    """Why a run has no correct kernel, in one line: what became of its candidates."""
+    counts: dict[str, int] = {}
+    for node in run.nodes.values():
+        counts[node.verdict] = counts.get(node.verdict, 0) + 1
+    if not counts:
+        return "no correct kernel: no candidate was made"
+    what = ", ".join(f"{n} {v}" for v, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    return f"no correct kernel: {sum(counts.values())} candidate(s): {what}"

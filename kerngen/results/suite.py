@@ -1,19 +1,35 @@
 """``kerngen suite``: the best kernel of each problem against PyTorch eager and torch.compile,
-measured side by side on one GPU, and the KernelBench metric over the whole suite.
+measured side by side on one GPU, the KernelBench metric against both, and why the problems
+without a kernel have none.
 
 For each problem the kernel is the best node of the newest run (under ``runs_dir``) whose problem
-has the same source (built-in name or file), or the spec given with ``--kernel``. Its baseline and
-its evaluation come from one Evaluator (one WorkerPool), so the ratios are taken in one process
-run on one GPU. :func:`run_suite` is the whole command minus printing; any Evaluator works
-(tests inject a deterministic one).
+has the same source (built-in name or file), or the spec given with ``--kernel``. A suite runs only
+the problems it is given (built-in names, files or folders named on its command line): a run found
+under ``runs_dir`` contributes its kernel, its shape and dtype and, when it has no correct kernel,
+why not (:mod:`kerngen.results.suite_runs`), never the problem file its journal names (which is only
+compared, by resolved path, to the files given).
 
-A suite runs only the problems it is given (built-in names, files or folders named on its command
-line): a run found under ``runs_dir`` contributes its kernel and its shape and dtype, never the
-problem file its journal names (which is only compared, by resolved path, to the files given).
+Side by side: problems are measured one after the other; a problem's baseline (eager,
+torch.compile, the roofline floor) and then its kernel are measured back to back on the one
+Evaluator, with the same time budget, before the next problem starts. ``kerngen suite`` gives that
+Evaluator one GPU worker, so both run in the same worker process on the same GPU, with the problem
+(model, parameters, inputs) loaded once for both. A problem without a kernel is not measured.
+:func:`run_suite` is the whole command minus printing; any Evaluator works (tests inject a
+deterministic one).
 
 fast_p (KernelBench): the share of problems whose kernel is correct AND more than p times faster
-than PyTorch eager; fast_0 is the share that is correct. A problem without a kernel counts as not
-correct.
+than the reference; fast_0 is the share that is correct. A problem without a correct kernel (none
+found, failing now, or PyTorch not measurable) counts as a miss. Two references:
+
+* eager: over every problem.
+* torch.compile: over every problem except those whose baseline was measured here and
+  torch.compile failed on it: there is no compile time to compare with, and eager is no stand-in
+  for it, so such a problem is left out of the torch.compile metrics (``without_reference`` counts
+  them); it still counts against eager. A problem without a kernel is not measured, so whether
+  torch.compile works on it is not known: it stays in, as a miss.
+
+The geometric mean of the speedups is taken over the correct problems that have a time of the
+reference (``geomean_of`` of them).
 """
 
 from __future__ import annotations
@@ -24,32 +40,55 @@ from typing import Callable, Sequence
 
 from pydantic import BaseModel, Field
 
-from kerngen.agent.journal import has_journal
 from kerngen.errors import KerngenError, ProblemError
 from kerngen.results.bench_table import ratio
+from kerngen.results.suite_runs import (
+    WHY_LABELS, FoundKernel, NoKernel, RunIndex, Why, best_in_runs, problem_key, why_baseline_failed,
+    why_kernel_failed,
+)
 from kerngen.harness.evaluator import Candidate, EvalOptions, Evaluator
 from kerngen.harness.results import Baseline, EvalResult, Timing
 from kerngen.harness.spec.spec import KernelSpec
 from kerngen.problems.ref import ProblemRef
+from kerngen.text import one_line, strict_json
+
+__all__ = [
+    "FAST_P", "NO_KERNEL", "ERROR", "RefMetrics", "SuiteMetrics", "SuiteEntry", "SuiteReport", "FoundKernel",
+    "NoKernel", "Why", "WHY_LABELS", "fast_p", "geomean", "reference_metrics", "suite_metrics", "problem_key",
+    "expand_problems", "best_in_runs", "measure_one", "run_suite",
+]
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
-NO_KERNEL = "no_kernel"  # verdict of a problem no run (and no --kernel) gives a kernel for
+NO_KERNEL = "no_kernel"  # verdict of a problem no run (and no --kernel) gives a correct kernel for
 ERROR = "error"  # verdict of a problem whose baseline could not be measured
 
 OnProgress = Callable[[int, str], None]  # (index of the problem now being measured, its label)
+Outcome = tuple[bool, float | None]  # (correct, speedup vs the reference)
 
 
 # ----- the metric (pure) --------------------------------------------------------------------
+class RefMetrics(BaseModel):
+    """fast_p and the geometric-mean speedup against one reference."""
+
+    reference: str  # "eager" | "torch.compile"
+    problems: int  # the problems counted (the denominator of fast_p)
+    without_reference: int = 0  # problems left out: no time of this reference (torch.compile failed)
+    correct: int
+    fast_p: dict[str, float]  # "0", "1", "1.5", "2" -> share of the counted problems, in [0, 1]
+    geomean_speedup: float | None  # over the correct problems counted
+    geomean_of: int = 0  # how many speedups the geometric mean is taken over
+
+
 class SuiteMetrics(BaseModel):
     problems: int
     correct: int
-    fast_p: dict[str, float]  # "0", "1", "1.5", "2" -> share of problems in [0, 1]
-    geomean_speedup: float | None  # vs eager, over the correct problems
+    eager: RefMetrics
+    compile: RefMetrics
 
 
-def fast_p(outcomes: Sequence[tuple[bool, float | None]], p: float) -> float:
-    """Share of ``(correct, speedup vs eager)`` outcomes that are correct and faster than ``p``
-    times eager (p = 0: the share that is correct). 0.0 for no outcomes."""
+def fast_p(outcomes: Sequence[Outcome], p: float) -> float:
+    """Share of ``(correct, speedup)`` outcomes that are correct and faster than ``p`` times the
+    reference (p = 0: the share that is correct). 0.0 for no outcomes."""
     if not outcomes:
         return 0.0
     hits = sum(1 for ok, s in outcomes if ok and (p == 0 or (s is not None and s > p)))
@@ -63,13 +102,26 @@ def geomean(values: Sequence[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in good) / len(good))
 
 
-def suite_metrics(outcomes: Sequence[tuple[bool, float | None]], ps: Sequence[float] = FAST_P) -> SuiteMetrics:
-    speedups = [s for ok, s in outcomes if ok and s is not None]
+def reference_metrics(reference: str, outcomes: Sequence[Outcome], without_reference: int = 0,
+                      ps: Sequence[float] = FAST_P) -> RefMetrics:
+    """The metrics over ``outcomes`` (the problems counted against ``reference``)."""
+    speedups = [s for ok, s in outcomes if ok and s is not None and s > 0 and math.isfinite(s)]
+    return RefMetrics(
+        reference=reference, problems=len(outcomes), without_reference=without_reference,
+        correct=sum(1 for ok, _ in outcomes if ok), fast_p={f"{p:g}": fast_p(outcomes, p) for p in ps},
+        geomean_speedup=geomean(speedups), geomean_of=len(speedups),
+    )
+
+
+def suite_metrics(entries: Sequence["SuiteEntry"], ps: Sequence[float] = FAST_P) -> SuiteMetrics:
+    """Against eager over every entry; against torch.compile over the entries that do not lack a
+    compile time (see the module docstring)."""
+    compiled = [e for e in entries if not e.compile_missing]
     return SuiteMetrics(
-        problems=len(outcomes),
-        correct=sum(1 for ok, _ in outcomes if ok),
-        fast_p={f"{p:g}": fast_p(outcomes, p) for p in ps},
-        geomean_speedup=geomean(speedups),
+        problems=len(entries), correct=sum(1 for e in entries if e.correct),
+        eager=reference_metrics("eager", [(e.correct, e.speedup_eager) for e in entries], 0, ps),
+        compile=reference_metrics("torch.compile", [(e.correct, e.speedup_compile) for e in compiled],
+                                  len(entries) - len(compiled), ps),
     )
 
 
@@ -80,15 +132,17 @@ class SuiteEntry(BaseModel):
     kernel_from: str = ""  # "run <id> node #<n>" or the spec file
     verdict: str  # an EvalResult verdict, "no_kernel" or "error"
     message: str = ""
+    why: NoKernel | None = None  # why there is no correct kernel (None when there is one)
     config: dict[str, int] = Field(default_factory=dict)
     kernel: Timing | None = None
     eager: Timing | None = None
     compiled: Timing | None = None
+    compile_error: str = ""  # why torch.compile has no time (baseline measured, compile failed)
     floor_ms: float | None = None
     floor_bound: str = ""
     speedup_eager: float | None = None
     speedup_compile: float | None = None
-    pct_roofline: float | None = None
+    pct_roofline: float | None = None  # the kernel's % of the roofline floor (100: at the floor)
     recorded_ms: float | None = None  # the kernel's median in its run (maybe another GPU)
     recorded_gpu: str = ""
 
@@ -96,38 +150,39 @@ class SuiteEntry(BaseModel):
     def correct(self) -> bool:
         return self.verdict == "ok"
 
+    @property
+    def compile_missing(self) -> bool:
+        """The baseline was measured and torch.compile has no time in it."""
+        return self.eager is not None and self.compiled is None
+
 
 class SuiteReport(BaseModel):
     gpu: str
+    runs_dir: str = ""
     entries: list[SuiteEntry]
     metrics: SuiteMetrics
+    without_kernel: dict[str, int] = Field(default_factory=dict)  # Why kind -> problems, most first
+    skipped_runs: list[str] = Field(default_factory=list)  # unreadable run folders: "name: error"
+
+    def to_json(self) -> dict:
+        """The report as strict JSON data (inf/NaN as null)."""
+        return strict_json(self.model_dump(mode="json"))
+
+    def without_kernel_text(self) -> str:
+        """``3 no run, 2 every candidate failed, 1 harness could not evaluate`` ("" when none)."""
+        return ", ".join(f"{n} {WHY_LABELS[Why(kind)]}" for kind, n in self.without_kernel.items())
 
 
-# ----- finding the kernel of a problem ---------------------------------------------------------
-class FoundKernel(BaseModel):
-    ref: ProblemRef
-    spec: KernelSpec
-    config: dict[str, int] = Field(default_factory=dict)
-    origin: str
-    recorded_ms: float | None = None
-    recorded_gpu: str = ""
+def count_why(entries: Sequence[SuiteEntry]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for e in entries:
+        if e.why is not None:
+            counts[e.why.kind.value] = counts.get(e.why.kind.value, 0) + 1
+    order = list(Why)
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], order.index(Why(kv[0])))))
 
 
-def problem_key(source: str) -> str:
-    """Identity of a problem source: a built-in name as is, a file as its resolved path ("" for
-    a source that names no path at all, e.g. one with a NUL from a hostile journal)."""
-    from kerngen.problems.registry import is_builtin
-
-    if not isinstance(source, str) or not source or any(ord(c) < 32 for c in source):
-        return ""
-    if is_builtin(source) and not source.endswith(".py") and "/" not in source:
-        return source
-    try:
-        return str(Path(source).expanduser().resolve())
-    except (OSError, RuntimeError, ValueError):
-        return ""
-
-
+# ----- the problems -------------------------------------------------------------------------
 def expand_problems(args: Sequence[str]) -> list[str]:
     """Built-in names and .py files as given; a folder becomes its .py files (sorted). No
     argument: every built-in. Raises :class:`ProblemError` for anything else."""
@@ -153,51 +208,15 @@ def expand_problems(args: Sequence[str]) -> list[str]:
     return out
 
 
-def _run_dirs(runs_dir: Path) -> list[Path]:
-    if not runs_dir.is_dir():
-        return []
-    return sorted(p for p in runs_dir.iterdir() if has_journal(p))
-
-
-def best_in_runs(source: str, runs_dir: str | Path) -> FoundKernel | None:
-    """The best node of the newest run (by start time) of ``source`` that has a correct kernel.
-    Unreadable run folders are skipped: a suite must not fail on someone else's broken run."""
-    from kerngen.agent.tree import load_run
-
-    key = problem_key(source)
-    found: list[tuple[float, FoundKernel]] = []
-    for path in _run_dirs(Path(runs_dir)):
-        try:
-            run = load_run(path)
-        except KerngenError:
-            continue
-        if not key or problem_key(run.started.problem.source) != key:
-            continue
-        best = run.best
-        spec = best.best_spec() if best is not None else None
-        if best is None or spec is None:
-            continue
-        # measure the problem as named on the suite's command line (same file), at the run's shape and dtype
-        rec = run.started.problem
-        ref = ProblemRef(source=source, shape=rec.shape, dtype=rec.dtype)
-        kernel = FoundKernel(ref=ref, spec=spec, config=best.config,
-                             origin=f"run {run.id} node #{best.id}" + (" [DEMO: scripted toy kernel, made-up "
-                                                                       "times]" if run.started.demo else ""),
-                             recorded_ms=best.ms,
-                             recorded_gpu=run.tree.gpu.name if run.tree.gpu else "")
-        found.append((run.started.t, kernel))
-    if not found:
-        return None
-    return max(found, key=lambda item: item[0])[1]
-
-
 # ----- measuring ------------------------------------------------------------------------------
 def _entry(problem: str, found: FoundKernel, base: Baseline, result: EvalResult) -> SuiteEntry:
     ms = result.timing.median_ms if (result.ok and result.timing) else None
     return SuiteEntry(
         problem=problem, ref=found.ref, kernel_from=found.origin, verdict=result.verdict.value,
-        message=result.message, config=result.config or found.config,
+        message=result.message, why=None if result.ok else why_kernel_failed(result, found.origin),
+        config=result.config or found.config,
         kernel=result.timing if result.ok else None, eager=base.eager, compiled=base.compiled,
+        compile_error=one_line(base.compile_error) if base.compiled is None else "",
         floor_ms=base.floor_ms, floor_bound=base.floor_bound,
         speedup_eager=ratio(base.eager.median_ms, ms),
         speedup_compile=ratio(base.compiled.median_ms if base.compiled else None, ms),
@@ -208,13 +227,18 @@ def _entry(problem: str, found: FoundKernel, base: Baseline, result: EvalResult)
 
 
 def measure_one(problem: str, found: FoundKernel, evaluator: Evaluator, options: EvalOptions | None) -> SuiteEntry:
-    """Baseline and kernel of one problem on ``evaluator``. A problem PyTorch itself cannot run
-    becomes an ``error`` entry (the rest of the suite still runs)."""
+    """Baseline and then kernel of one problem on ``evaluator``, back to back (the baseline with
+    the kernel's time budget). A problem PyTorch itself cannot run becomes an ``error`` entry (the
+    rest of the suite still runs)."""
     try:
-        base = evaluator.baseline(found.ref)
+        if options is not None:
+            base = evaluator.baseline(found.ref, budget_ms=options.budget_ms)
+        else:
+            base = evaluator.baseline(found.ref)
     except KerngenError as exc:
+        message = one_line(str(exc))
         return SuiteEntry(problem=problem, ref=found.ref, kernel_from=found.origin, verdict=ERROR,
-                          message=" ".join(str(exc).split()))
+                          message=message, why=why_baseline_failed(message))
     result = evaluator.evaluate(found.ref, [Candidate(spec=found.spec, config=found.config)], options)[0]
     return _entry(problem, found, base, result)
 
@@ -229,26 +253,29 @@ def run_suite(
     options: EvalOptions | None = None,
     on_progress: OnProgress | None = None,
 ) -> SuiteReport:
-    """Measure every problem (see the module docstring) and compute the suite's metrics."""
+    """Measure every problem, one after the other (see the module docstring), and compute the
+    suite's metrics. The runs under ``runs_dir`` are read once, before any measurement (not at
+    all with ``kernel``)."""
+    index = RunIndex(runs_dir) if kernel is None else None
     entries: list[SuiteEntry] = []
     for i, problem in enumerate(problems):
         if on_progress is not None:
             on_progress(i, problem)
-        found = _kernel_for(problem, runs_dir, kernel, config)
+        if index is None:
+            assert kernel is not None
+            found: FoundKernel | None = FoundKernel(ref=ProblemRef(source=problem), spec=kernel,
+                                                    config=dict(config or {}), origin=f"spec {kernel.name}")
+        else:
+            found = index.kernel(problem)
         if found is None:
-            entries.append(SuiteEntry(problem=problem, ref=ProblemRef(source=problem), verdict=NO_KERNEL,
-                                      message=f"no run under {runs_dir} has a correct kernel for it"))
+            assert index is not None
+            why = index.why_none(problem)
+            entries.append(SuiteEntry(problem=problem, ref=index.ref(problem), verdict=NO_KERNEL, message=why.text,
+                                      why=why))
             continue
         entries.append(measure_one(problem, found, evaluator, options))
     if on_progress is not None:
         on_progress(len(problems), "")
-    metrics = suite_metrics([(e.correct, e.speedup_eager) for e in entries])
-    return SuiteReport(gpu=evaluator.gpu_facts().name, entries=entries, metrics=metrics)
-
-
-def _kernel_for(problem: str, runs_dir: str | Path, kernel: KernelSpec | None,
-                config: dict[str, int] | None) -> FoundKernel | None:
-    if kernel is not None:
-        return FoundKernel(ref=ProblemRef(source=problem), spec=kernel, config=dict(config or {}),
-                           origin=f"spec {kernel.name}")
-    return best_in_runs(problem, runs_dir)
+    return SuiteReport(gpu=evaluator.gpu_facts().name, runs_dir=str(runs_dir) if index is not None else "",
+                       entries=entries, metrics=suite_metrics(entries), without_kernel=count_why(entries),
+                       skipped_runs=index.skipped if index is not None else [])

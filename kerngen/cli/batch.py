@@ -1,0 +1,178 @@
+"""``kerngen generate DIR`` (or several problems): each problem in turn, one run folder each,
+with its own budget, a progress bar over the problems and a summary table at the end.
+
+A batch is the list of problems given and the runs folder: its state is
+``<runs>/batches/<name>-<hash>.json`` (the hash of the sorted problem list), written after every
+change. Running the same command again continues it: a problem whose search finished (or that
+cannot be searched, e.g. the playbook has nothing for it) is not done again, one whose search was
+interrupted is resumed in its own run folder (nothing evaluated is evaluated again), the others
+start. ``--fresh`` starts a new batch. One problem's failure is its row of the summary, never the
+end of the batch. The problems share one evaluator (the GPU workers keep two problems' state).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from enum import Enum
+from pathlib import Path
+from typing import Callable, Sequence
+
+from pydantic import BaseModel, Field, ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from kerngen.agent.journal import has_journal, write_atomic
+from kerngen.agent.tree import Run, load_run
+from kerngen.errors import JournalError, KerngenError
+from kerngen.results.show import no_kernel_why
+from kerngen.text import one_line, strict_json
+
+BATCHES = "batches"
+
+
+class Status(str, Enum):
+    pending = "pending"
+    running = "running"  # a run folder exists; its search has not finished (interrupted): resumed next time
+    finished = "finished"
+    failed = "failed"  # the problem could not be searched (does not load, nothing to propose, no room)
+
+
+class Entry(BaseModel):
+    problem: str
+    status: Status = Status.pending
+    run: str | None = None  # the run folder's name under the runs folder
+    reason: str = ""  # why it stopped, or why it failed
+    wall_s: float = 0.0  # this batch's seconds on it, over sessions
+
+
+class Batch(BaseModel):
+    problems: list[str]
+    minutes: float | None = None  # each problem's wall-clock budget (as given the first time)
+    entries: list[Entry] = Field(default_factory=list)
+
+    def entry(self, problem: str) -> Entry:
+        return next(e for e in self.entries if e.problem == problem)
+
+
+def batch_path(problems: Sequence[str], runs_dir: Path) -> Path:
+    digest = hashlib.sha256("\n".join(sorted(problems)).encode()).hexdigest()[:10]
+    first = Path(problems[0]).parent.name if len({str(Path(p).parent) for p in problems}) == 1 else "mixed"
+    slug = re.sub(r"[^a-z0-9_-]+", "-", (first or "problems").lower()).strip("-")[:40] or "problems"
+    return runs_dir / BATCHES / f"{slug}-{digest}.json"
+
+
+def open_batch(problems: Sequence[str], runs_dir: Path, minutes: float | None, fresh: bool) -> tuple[Batch, Path]:
+    """The batch of these problems (continued unless ``fresh``); a corrupt state file is refused."""
+    path = batch_path(problems, runs_dir)
+    if path.is_file() and not fresh:
+        try:
+            batch = Batch.model_validate_json(path.read_bytes())
+        except (ValidationError, OSError, ValueError) as exc:
+            raise JournalError(f"batch state {path} is unreadable ({type(exc).__name__}); use --fresh") from None
+        if sorted(batch.problems) == sorted(problems):
+            return batch, path
+    batch = Batch(problems=list(problems), minutes=minutes, entries=[Entry(problem=p) for p in problems])
+    return batch, path
+
+
+def save(batch: Batch, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, batch.model_dump_json(indent=1))
+
+
+# (problem, the run folder to resume or None, called with the run folder once it exists) -> the run
+# folder of its search; raises KerngenError when the problem cannot be searched
+SearchOne = Callable[[str, "Path | None", Callable[[Path], None]], Path]
+
+
+def run_batch(batch: Batch, path: Path, runs_dir: Path, search_one: SearchOne, *, quiet: bool = False) -> Batch:
+    todo = [e for e in batch.entries if e.status in (Status.pending, Status.running)]
+    err = Console(stderr=True, highlight=False)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err, disable=quiet) as bar:
+        task = bar.add_task("problems", total=len(batch.entries), completed=len(batch.entries) - len(todo))
+        for entry in todo:
+            bar.update(task, description=one_line(Path(entry.problem).stem, 40))
+            t0 = time.monotonic()
+            resume = runs_dir / entry.run if entry.run and has_journal(runs_dir / entry.run) else None
+
+            def started(run_dir: Path, entry: Entry = entry) -> None:  # interrupted from here on: resumed
+                entry.run, entry.status = run_dir.name, Status.running
+                save(batch, path)
+
+            try:
+                run_dir = search_one(entry.problem, resume, started)
+                entry.run, entry.status = run_dir.name, Status.finished
+                run = load_run(run_dir)
+                entry.reason = run.finished.reason if run.finished else ""
+            except KeyboardInterrupt:
+                entry.wall_s += time.monotonic() - t0
+                save(batch, path)
+                raise
+            except KerngenError as exc:
+                entry.status, entry.reason = Status.failed, one_line(str(exc), 300)
+            except Exception as exc:  # noqa: BLE001 - one problem's crash is its row, not the batch's end
+                entry.status, entry.reason = Status.failed, one_line(f"{type(exc).__name__}: {exc}", 300)
+            entry.wall_s += time.monotonic() - t0
+            save(batch, path)
+            bar.advance(task)
+    return batch
+
+
+def summary_rows(batch: Batch, runs_dir: Path) -> list[dict]:
+    rows = []
+    for e in batch.entries:
+        row = {"problem": e.problem, "status": e.status.value, "run": e.run, "reason": e.reason,
+               "wall_min": round(e.wall_s / 60, 3), "best_ms": None, "eager_ms": None, "compile_ms": None,
+               "vs_eager": None, "vs_compile": None}
+        run: Run | None = None
+        if e.run and has_journal(runs_dir / e.run):
+            try:
+                run = load_run(runs_dir / e.run)
+            except KerngenError:
+                run = None
+        if run is not None:
+            base, best = run.baseline, run.best
+            if base is not None:
+                row["eager_ms"] = base.eager.median_ms
+                row["compile_ms"] = base.compiled.median_ms if base.compiled else None
+            if best is not None:
+                row["best_ms"] = best.ms
+                row["vs_eager"] = row["eager_ms"] / best.ms if row["eager_ms"] else None
+                row["vs_compile"] = row["compile_ms"] / best.ms if row["compile_ms"] else None
+            elif e.status is Status.finished:
+                row["reason"] = f"{e.reason}; " + no_kernel_why(run)
+        rows.append(row)
+    return rows
+
+
+def render_summary(rows: list[dict], minutes: float | None, wall_s: float) -> Table:
+    def ms(v):
+        return "-" if v is None else f"{v:.4f}"
+
+    def x(v):
+        return "-" if v is None else f"{v:.2f}x"
+
+    t = Table(title="generate: one search per problem")
+    for col, just in (("problem", "left"), ("status", "left"), ("best ms", "right"), ("eager ms", "right"),
+                      ("compile ms", "right"), ("vs eager", "right"), ("vs compile", "right"), ("min", "right"),
+                      ("stop / why", "left")):
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    for r in rows:
+        t.add_row(Text(Path(r["problem"]).stem), r["status"], ms(r["best_ms"]), ms(r["eager_ms"]),
+                  ms(r["compile_ms"]), x(r["vs_eager"]), x(r["vs_compile"]), f"{r['wall_min']:.2f}",
+                  Text(one_line(r["reason"], 160)))
+    with_kernel = sum(1 for r in rows if r["best_ms"] is not None)
+    budget = f" (budget {minutes * len(rows):.1f} = {len(rows)} x {minutes:g})" if minutes else ""
+    t.caption = (f"{with_kernel} of {len(rows)} problems have a correct kernel; "
+                 f"wall {wall_s / 60:.2f} min this session{budget}")
+    return t
+
+
+def summary_json(rows: list[dict]) -> str:
+    return json.dumps(strict_json(rows), indent=2)
