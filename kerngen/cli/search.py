@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shlex
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -92,45 +93,29 @@ def generate(
     if len(problems) > 1 and resume:
         raise KerngenError("--resume continues one run; for several problems run the same command again")
     problem = problems[0] if problems else None
+    defaults = SearchConfig()
+    asked = _Asked(proposer=proposer, model=model, base_url=base_url, knobs=knobs, given=given, force=force,
+                   no_playbook_seed=no_playbook_seed, runs_dir=runs_dir,
+                   config=SearchConfig(beam=beam or defaults.beam, ideas=ideas or defaults.ideas,
+                                       branches=branches or defaults.branches,
+                                       repairs=repairs if repairs is not None else defaults.repairs,
+                                       tune=not no_tune))
     if not resume and (len(problems) > 1 or (problem is not None and Path(problem).is_dir())):
-        defaults = SearchConfig()
-        config = SearchConfig(beam=beam or defaults.beam, ideas=ideas or defaults.ideas,
-                              branches=branches or defaults.branches,
-                              repairs=repairs if repairs is not None else defaults.repairs, tune=not no_tune)
-        return _generate_many(problems, runs_dir=runs_dir, given=given, config=config, proposer=proposer,
-                              model=model, base_url=base_url, knobs=knobs, force=force, fresh=fresh,
-                              no_playbook_seed=no_playbook_seed, as_json=as_json, evaluator_kind=evaluator_kind)
+        return _generate_many(problems, asked, fresh=fresh, as_json=as_json, evaluator_kind=evaluator_kind)
     if resume:
         rec = load_run(resume, runs_dir)  # JournalError for a missing or corrupt run, before anything else
         ensure_unlocked(rec.path)  # another process appending to it: refused now, before GPUs or an LLM
-        st = rec.started
         refuse_symlinks(rec.path)  # a resume writes into the folder: never through a link out of it
         # the run's problem file runs again only when built in, named here, or unchanged since the run started
-        ref, which = rerun_ref(st, problem, hint=f"kerngen generate FILE --resume {resume}")
+        ref, which = rerun_ref(rec.started, problem, hint=f"kerngen generate FILE --resume {resume}")
         out.print(which, markup=False, soft_wrap=True)
-        kind = st.proposer if proposer == "auto" and st.proposer in ("llm", "playbook", "scripted") else proposer
-        prop, model_name = make_proposer(kind, ref, usage=usage, model=model or st.model, base_url=base_url,
-                                         llm_knobs=knobs)
-        # the latest recorded budget, the command line's in its place; the recorded config and seed
-        settings = SearchSettings.resume(rec, ref, budget=budget_for_resume(rec, given), force=force,
-                                         model=model_name)
+        prop, settings = _resume_settings(rec, ref, asked, usage)
     else:
         if not problem:
             raise KerngenError("generate needs a PROBLEM (or --resume RUN)")
         ref = parse_problem_ref(problem, shape, dtype)
         _check_problem(ref, evaluator_kind)
-        seed = KernelSpec.load(kernel) if kernel else None
-        defaults = SearchConfig()
-        config = SearchConfig(beam=beam or defaults.beam, ideas=ideas or defaults.ideas,
-                              branches=branches or defaults.branches,
-                              repairs=repairs if repairs is not None else defaults.repairs, tune=not no_tune)
-        budget = make_budget(None, given)  # a bad value: one line, not a traceback
-        prop, model_name = make_proposer(proposer, ref, usage=usage, model=model, base_url=base_url,
-                                         llm_knobs=knobs)
-        if seed is None and model_name is not None and not no_playbook_seed:
-            seed = playbook_seed(ref)  # the LLM starts from the playbook's kernel where it has one
-        settings = SearchSettings.new(ref, runs_dir / new_run_id(ref), config=config, budget=budget, seed_spec=seed,
-                                      force=force, model=model_name)
+        prop, settings = _new_settings(ref, asked, usage, KernelSpec.load(kernel) if kernel else None)
     run_dir = settings.run_dir
     try:
         evaluator = make_evaluator(evaluator_kind)
@@ -156,12 +141,47 @@ def generate(
         out.print(one_line(no_kernel_why(run)), markup=False)
 
 
-def _generate_many(problems: list[str], *, runs_dir: Path, given: dict, config: SearchConfig, proposer: str,
-                   model: str | None, base_url: str | None, knobs: dict, force: bool, fresh: bool,
-                   no_playbook_seed: bool, as_json: bool, evaluator_kind: str) -> None:
+@dataclass(frozen=True)
+class _Asked:
+    """What ``generate`` was asked beside the problem: the same for every problem of a batch."""
+
+    proposer: str
+    model: str | None
+    base_url: str | None
+    knobs: dict
+    given: dict  # the budgets given on the command line
+    config: SearchConfig
+    force: bool
+    no_playbook_seed: bool
+    runs_dir: Path
+
+
+def _resume_settings(rec: Any, ref: Any, asked: _Asked, usage: Usage) -> tuple[Any, SearchSettings]:
+    """The proposer and settings that continue ``rec``: its config and seed, the latest recorded
+    budget with the command line's in its place, its proposer and model unless others are asked."""
+    st = rec.started
+    kind = st.proposer if asked.proposer == "auto" and st.proposer in ("llm", "playbook", "scripted") else asked.proposer
+    prop, model_name = make_proposer(kind, ref, usage=usage, model=asked.model or st.model, base_url=asked.base_url,
+                                     llm_knobs=asked.knobs)
+    return prop, SearchSettings.resume(rec, ref, budget=budget_for_resume(rec, asked.given), force=asked.force,
+                                       model=model_name)
+
+
+def _new_settings(ref: Any, asked: _Asked, usage: Usage, seed: KernelSpec | None) -> tuple[Any, SearchSettings]:
+    budget = make_budget(None, asked.given)  # a bad value: one line, not a traceback
+    prop, model_name = make_proposer(asked.proposer, ref, usage=usage, model=asked.model, base_url=asked.base_url,
+                                     llm_knobs=asked.knobs)
+    if seed is None and model_name is not None and not asked.no_playbook_seed:
+        seed = playbook_seed(ref)  # the LLM starts from the playbook's kernel where it has one
+    return prop, SearchSettings.new(ref, asked.runs_dir / new_run_id(ref), config=asked.config, budget=budget,
+                                    seed_spec=seed, force=asked.force, model=model_name)
+
+
+def _generate_many(problems: list[str], asked: _Asked, *, fresh: bool, as_json: bool, evaluator_kind: str) -> None:
     """One search per problem, in turn (:mod:`kerngen.cli.batch`)."""
+    runs_dir = asked.runs_dir
     names = expand_problems(problems)  # a missing file or an empty folder: one line, before any GPU work
-    batch, path = batch_mod.open_batch(names, runs_dir, given.get("wall_minutes"), fresh)
+    batch, path = batch_mod.open_batch(names, runs_dir, asked.given.get("wall_minutes"), fresh)
     t0 = time.monotonic()
     evaluator = make_evaluator(evaluator_kind)
 
@@ -171,20 +191,11 @@ def _generate_many(problems: list[str], *, runs_dir: Path, given: dict, config: 
             rec = load_run(resume_dir)
             ensure_unlocked(rec.path)
             ref, _ = rerun_ref(rec.started, None)
-            prop, model_name = make_proposer(rec.started.proposer if proposer == "auto" else proposer, ref,
-                                             usage=usage, model=model or rec.started.model, base_url=base_url,
-                                             llm_knobs=knobs)
-            settings = SearchSettings.resume(rec, ref, budget=budget_for_resume(rec, given), force=force,
-                                             model=model_name)
+            prop, settings = _resume_settings(rec, ref, asked, usage)
         else:
             ref = parse_problem_ref(source, None, None)
             _check_problem(ref, evaluator_kind)
-            prop, model_name = make_proposer(proposer, ref, usage=usage, model=model, base_url=base_url,
-                                             llm_knobs=knobs)
-            seed = playbook_seed(ref) if model_name is not None and not no_playbook_seed else None
-            settings = SearchSettings.new(ref, runs_dir / new_run_id(ref), config=config,
-                                          budget=make_budget(None, given), seed_spec=seed, force=force,
-                                          model=model_name)
+            prop, settings = _new_settings(ref, asked, usage, None)
         tuner = make_search_tuner(evaluator_kind, evaluator, ref, not settings.config.tune)
         search = Search(settings, prop, evaluator, tuner=tuner, usage=usage,
                         context_factory=make_context_factory(evaluator_kind))

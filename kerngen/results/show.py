@@ -8,8 +8,9 @@ through :func:`_say` (terminal control sequences removed, rich markup escaped)."
 from __future__ import annotations
 
 import math
+from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from rich.console import Group
 from rich.markup import escape
@@ -269,12 +270,20 @@ def run_json(run: Run) -> dict[str, Any]:
     return strict_json(data)
 
 
+def verdict_counts(verdicts: Iterable[str]) -> dict[str, int]:
+    """Verdicts counted, most frequent first (ties by name)."""
+    counts = Counter(verdicts)
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def counts_text(counts: dict[str, int]) -> str:
+    """``12 candidates: 7 compile_error, 5 incorrect`` (``no candidates`` when empty)."""
+    total = sum(counts.values())
+    if not total:
+        return "no candidates"
+    return f"{total} candidate{'s' if total != 1 else ''}: " + ", ".join(f"{n} {v}" for v, n in counts.items())
+
+
 def no_kernel_why(run: Run) -> str:
     """Why a run has no correct kernel, in one line: what became of its candidates."""
-    counts: dict[str, int] = {}
-    for node in run.nodes.values():
-        counts[node.verdict] = counts.get(node.verdict, 0) + 1
-    if not counts:
-        return "no correct kernel: no candidate was made"
-    what = ", ".join(f"{n} {v}" for v, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-    return f"no correct kernel: {sum(counts.values())} candidate(s): {what}"
+    return "no correct kernel: " + counts_text(verdict_counts(n.verdict for n in run.nodes.values()))

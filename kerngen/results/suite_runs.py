@@ -11,11 +11,10 @@ count and a line to read.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
@@ -25,6 +24,7 @@ from kerngen.errors import KerngenError
 from kerngen.harness.results import EvalResult, Verdict
 from kerngen.harness.spec.spec import KernelSpec
 from kerngen.problems.ref import ProblemRef
+from kerngen.results.show import counts_text, verdict_counts
 from kerngen.text import one_line
 
 if TYPE_CHECKING:
@@ -95,20 +95,6 @@ def problem_key(source: str) -> str:
         return str(Path(source).expanduser().resolve())
     except (OSError, RuntimeError, ValueError):
         return ""
-
-
-def verdict_counts(verdicts: Iterable[str]) -> dict[str, int]:
-    """Verdicts counted, most frequent first (ties by name)."""
-    counts = Counter(verdicts)
-    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
-
-
-def counts_text(counts: dict[str, int]) -> str:
-    """``12 candidates: 7 compile_error, 5 incorrect`` (``no candidates`` when empty)."""
-    total = sum(counts.values())
-    if not total:
-        return "no candidates"
-    return f"{total} candidate{'s' if total != 1 else ''}: " + ", ".join(f"{n} {v}" for v, n in counts.items())
 
 
 # ----- the runs, read once ----------------------------------------------------------------------
