@@ -42,6 +42,7 @@ class SearchBudget(BaseModel):
     rounds: int = Field(default=5, ge=0)
     max_llm_calls: int | None = Field(default=200, ge=0)
     max_tokens: int | None = Field(default=2_000_000, ge=0)
+    max_cost_usd: float | None = Field(default=None, ge=0, description="USD the LLM may cost (needs prices)")
     wall_minutes: float | None = Field(default=30.0, gt=0)
     gpu_minutes: float | None = Field(default=20.0, gt=0)
     patience: int | None = Field(default=2, ge=1, description="rounds without a better best before stopping")
@@ -60,6 +61,7 @@ class StopKind(Enum):
     patience = "patience"  # rounds without a better best
     llm_calls = "llm_calls"  # the LLM request budget is spent
     tokens = "tokens"  # the LLM token budget is spent
+    cost = "cost"  # the LLM dollar budget is spent
     wall_minutes = "wall_minutes"  # the wall-clock budget is spent
     gpu_minutes = "gpu_minutes"  # the GPU-time budget is spent
     no_candidates = "no_candidates"  # the proposer gave no new candidate in a round
@@ -91,6 +93,8 @@ class Usage:
         self._lock = threading.Lock()  # the LLM proposer reports calls from several threads
         self.calls = 0
         self.tokens = 0
+        self.cached_tokens = 0  # prompt tokens the endpoint served from its cache
+        self.reasoning_tokens = 0  # completion tokens spent reasoning
         self.cost_usd: float | None = None  # where prices are configured
         self.gpu_s = 0.0
         self.proposer_calls = 0  # questions actually asked of the proposer (not reused answers)
@@ -111,6 +115,8 @@ class Usage:
         with self._lock:
             self.calls += max(1, int(getattr(call, "attempts", 0) or 0))
             self.tokens += call.usage.total_tokens
+            self.cached_tokens += call.usage.cached_tokens
+            self.reasoning_tokens += call.usage.reasoning_tokens
             if call.usage.cost_usd is not None:
                 self.cost_usd = (self.cost_usd or 0.0) + call.usage.cost_usd
         for fn in list(self.listeners):
@@ -121,6 +127,8 @@ class Usage:
         return cost | {
             "llm_calls": self.calls,
             "tokens": self.tokens,
+            "cached_tokens": self.cached_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
             "gpu_s": round(self.gpu_s, 3),
             "wall_s": round(self.wall_s, 3),
             "proposer_calls": self.proposer_calls,
@@ -129,12 +137,37 @@ class Usage:
         }
 
 
+def restore_llm_usage(usage: Usage, events: list[Any]) -> None:
+    """What a journal's ``llm_call`` events say was spent (a resumed search goes on from it): the
+    running totals of requests and tokens (the largest: calls made from threads may land out of
+    order), and the sums of the cached and reasoning tokens and the cost of every call."""
+    llm = [e for e in events if getattr(e, "type", "") == "llm_call"]
+    if not llm:
+        return
+    usage.calls, usage.tokens = max(e.calls for e in llm), max(e.tokens for e in llm)
+    for e in llm:
+        counts = e.record.get("usage") if isinstance(e.record, dict) else None
+        if not isinstance(counts, dict):
+            continue
+        usage.cached_tokens += _count(counts.get("cached_tokens"))
+        usage.reasoning_tokens += _count(counts.get("reasoning_tokens"))
+        cost = counts.get("cost_usd")
+        if isinstance(cost, (int, float)) and not isinstance(cost, bool) and 0 <= cost < 1e9:
+            usage.cost_usd = (usage.cost_usd or 0.0) + float(cost)
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**40 else 0
+
+
 def exhausted(budget: SearchBudget, usage: Usage) -> StopReason | None:
     """The first budget (other than rounds and patience) that is spent, as a stop reason."""
     if budget.max_llm_calls is not None and usage.calls >= budget.max_llm_calls:
         return StopReason(StopKind.llm_calls, f"budget: {usage.calls} LLM calls (max {budget.max_llm_calls})")
     if budget.max_tokens is not None and usage.tokens >= budget.max_tokens:
         return StopReason(StopKind.tokens, f"budget: {usage.tokens} tokens (max {budget.max_tokens})")
+    if budget.max_cost_usd is not None and (usage.cost_usd or 0.0) >= budget.max_cost_usd:
+        return StopReason(StopKind.cost, f"budget: ${usage.cost_usd or 0.0:.4f} of LLM cost (max ${budget.max_cost_usd:g})")
     return time_exhausted(budget, usage)
 
 

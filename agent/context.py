@@ -4,6 +4,8 @@ description (:func:`default_context`), or from nothing but its name (:func:`mini
 from __future__ import annotations
 
 from kerngen.agent.proposer import SearchContext
+from kerngen.harness.evaluator import EvalOptions
+from kerngen.harness.gpu.compare import REL_ERR_LIMITS
 from kerngen.harness.results import Baseline, GpuFacts
 from kerngen.problems.ref import ProblemRef
 
@@ -20,9 +22,11 @@ def default_context(problem: ProblemRef, gpu: GpuFacts, baseline: Baseline | Non
         for t in getattr(info, group, None) or []:
             tensors[t.name] = list(t.shape)
             dtypes[t.name] = str(t.dtype)
+    limits = {str(t.dtype): REL_ERR_LIMITS[str(t.dtype)] for t in info.outputs if str(t.dtype) in REL_ERR_LIMITS}
     return SearchContext(
         problem_name=info.name, problem_source=prob.source(), problem_summary=info.summary(),
         sizes=dict(getattr(info, "sizes", {}) or {}), tensors=tensors, dtypes=dtypes, gpu=gpu, baseline=baseline,
+        atol=info.atol, rtol=info.rtol, rel_err_limits=limits, check_sets=EvalOptions().seeds,
     )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from kerngen.agent.proposer import TriedIdea
+from kerngen.agent.proposer import UNREADABLE, TriedIdea
 from kerngen.agent.tree import Node, Tree
 
 
@@ -19,14 +19,16 @@ def repair_chain(tree: Tree, head: int) -> list[Node]:
     return chain
 
 def repair_target(tree: Tree, head: int) -> Node | None:
-    """The chain's latest node with a spec, if it failed and no node of the chain is correct."""
+    """What a repair of the chain starts from, when no node of it is correct: its latest node,
+    if that one failed its evaluation or is an answer that could not be read (a model's answer
+    goes back to it with the reason, as a failed kernel does). ``None``: nothing to repair (a
+    node not evaluated yet, or one without a spec for another reason: no answer came)."""
     chain = repair_chain(tree, head)
     if any(n.ok for n in chain):
         return None
-    with_spec = [n for n in chain if n.spec is not None]
-    if not with_spec:
-        return None
-    last = with_spec[-1]
+    last = chain[-1]
+    if last.spec is None:
+        return last if last.error.startswith(UNREADABLE) else None
     return last if last.failed else None
 
 

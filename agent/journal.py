@@ -40,7 +40,7 @@ from kerngen.agent.proposer import Branch, Idea, TriedIdea
 from kerngen.errors import JournalError
 from kerngen.version import __version__
 from kerngen.redact import redact
-from kerngen.harness.results import Baseline, EvalResult, GpuFacts
+from kerngen.harness.results import Baseline, EvalResult, GpuFacts, KernelProfile
 from kerngen.harness.spec.spec import KernelSpec
 from kerngen.harness.tune.outcome import TuneCurve, TuneOutcome, tune_seconds
 from kerngen.harness.atomic import write_atomic  # noqa: F401 - re-exported for the run folder writers
@@ -152,6 +152,7 @@ class NodeCreated(_Event):
     spec: KernelSpec | None = None
     error: str = ""
     notes: str = ""
+    answer: str = ""  # the proposer's raw answer when it could not be read (shown back in its repair)
     repair_of: int | None = None  # the node whose failure this repair answers (the chain's head)
     attempt: int = 0  # repair attempt, 1..R
 
@@ -180,6 +181,21 @@ class NodeTuned(_Event):
 
     def gpu_seconds(self) -> float:
         return tune_seconds(self.seconds, self.curve, self.result, self.evaluated)
+
+
+class NodeProfiled(_Event):
+    """Nsight Compute's metrics of a node at its best config (the best node of a round, once):
+    what the next prompts show of it. ``error``: why there are none (one line)."""
+
+    type: Literal["node_profiled"] = "node_profiled"
+    id: int
+    config: dict[str, int] = Field(default_factory=dict)
+    profiles: list[KernelProfile] = Field(default_factory=list)
+    error: str = ""
+    seconds: float = 0.0  # wall seconds the GPU was held (counted as GPU time)
+
+    def gpu_seconds(self) -> float:
+        return self.seconds
 
 
 class RoundFinished(_Event):
@@ -211,7 +227,7 @@ class RunFinished(_Event):
 Event = Annotated[
     Union[
         RunStarted, RunResumed, BaselineEvent, LLMCallEvent, RoundStarted, IdeasEvent, ImplementedEvent,
-        NodeCreated, NodeEvaluated, NodeTuned, RoundFinished, RunFinished,
+        NodeCreated, NodeEvaluated, NodeTuned, NodeProfiled, RoundFinished, RunFinished,
     ],
     Field(discriminator="type"),
 ]

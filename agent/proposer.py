@@ -13,7 +13,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, Field
 
-from kerngen.harness.results import Baseline, CompileInfo, EvalResult, GpuFacts
+from kerngen.harness.results import Baseline, CompileInfo, EvalResult, GpuFacts, KernelProfile
 from kerngen.harness.spec.spec import KernelSpec
 
 
@@ -44,6 +44,7 @@ class Branch(BaseModel):
     spec: KernelSpec | None = None
     notes: str = ""  # the proposer's own words on what it did
     error: str = ""  # set when the answer could not be turned into a valid spec
+    answer: str = ""  # the raw answer (its start) when it could not be read: its repair shows it back
 
 
 class NodeSummary(BaseModel):
@@ -56,6 +57,30 @@ class NodeSummary(BaseModel):
     speedup_eager: float | None = None
     speedup_compile: float | None = None
     pct_roofline: float | None = None
+    profile: list[KernelProfile] = Field(default_factory=list)  # Nsight Compute's metrics, where profiled
+
+
+# how a branch's error starts when the answer was there but could not be read as a kernel spec:
+# such a branch is repaired (the answer goes back to the model with the reason)
+UNREADABLE = "unreadable answer"
+
+
+class Failure(BaseModel):
+    """What a repair is asked to fix: a kernel that failed its evaluation (``spec`` and
+    ``result``), or an answer that could not be read as a kernel spec (``spec`` None: ``answer``
+    and ``error`` say what was written and why it was refused), with the idea it implements and
+    the parent it started from (so the repair keeps the point of the branch)."""
+
+    spec: KernelSpec | None = None
+    result: EvalResult | None = None
+    answer: str = ""
+    error: str = ""
+    idea: Idea | None = None
+    parent: NodeSummary | None = None
+
+    @property
+    def unreadable(self) -> bool:
+        return self.spec is None
 
 
 class TriedIdea(BaseModel):
@@ -74,6 +99,11 @@ class SearchContext(BaseModel):
     dtypes: dict[str, str] = Field(default_factory=dict)  # bindable name -> dtype
     gpu: GpuFacts
     baseline: Baseline | None = None
+    # the correctness check, as the harness applies it (the system prompt states it exactly)
+    atol: float | None = None
+    rtol: float | None = None
+    rel_err_limits: dict[str, float] = Field(default_factory=dict)  # output dtype -> ||out-ref||/||ref|| limit
+    check_sets: int = 3  # fresh random input sets per evaluation
     round: int = 0
     tried: list[TriedIdea] = Field(default_factory=list)
 
@@ -89,8 +119,9 @@ class Proposer(Protocol):
         """Up to ``m`` different implementations of ``idea`` applied to ``parent``."""
         ...
 
-    def repair(self, ctx: SearchContext, spec: KernelSpec, result: EvalResult, attempt: int) -> Branch:
-        """Fix ``spec`` given its failed ``result`` (compile log, max error and where, verdict)."""
+    def repair(self, ctx: SearchContext, failure: Failure, attempt: int) -> Branch:
+        """Fix what ``failure`` holds: a failed kernel (compile log, max error and where, verdict)
+        or an answer that could not be read (the reason, the answer)."""
         ...
 
 
@@ -98,9 +129,11 @@ __all__ = [
     "Branch",
     "Category",
     "CompileInfo",
+    "Failure",
     "Idea",
     "NodeSummary",
     "Proposer",
     "SearchContext",
     "TriedIdea",
+    "UNREADABLE",
 ]

@@ -16,7 +16,7 @@ import time
 from typing import Any, Sequence
 
 
-from kerngen.agent.proposer import Branch, Category, Idea, NodeSummary, SearchContext
+from kerngen.agent.proposer import Branch, Category, Failure, Idea, NodeSummary, SearchContext
 from kerngen.harness.evaluator import Candidate, EvalOptions, OnResult
 from kerngen.harness.results import (
     Baseline, CheckEvidence, CheckFailure, CompileInfo, EvalResult, GpuFacts, KernelResources, Timing, Verdict,
@@ -137,8 +137,11 @@ class ScriptedProposer:
             out.append(Branch(spec=spec, notes=f"branch {j} of: {idea.text[:60]}"))
         return out
 
-    def repair(self, ctx: SearchContext, spec: KernelSpec, result: EvalResult, attempt: int) -> Branch:
+    def repair(self, ctx: SearchContext, failure: Failure, attempt: int) -> Branch:
         self.calls["repair"] += 1
+        spec, result = failure.spec, failure.result
+        if spec is None or result is None:
+            return Branch(error="the scripted proposer repairs kernels, not unreadable answers")
         ms, bug, level = read_marker(spec)
         if bug is None:
             return Branch(spec=spec, notes="nothing to repair")

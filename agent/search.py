@@ -30,10 +30,12 @@ Entry points: :func:`run_search`, :func:`resume_search` (and :func:`kerngen.agen
 from __future__ import annotations
 
 import math
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from kerngen.agent.budget import StopKind, StopReason, Usage, exhausted
+from kerngen.agent.asking import Question, ask_wave
+from kerngen.agent.budget import StopKind, StopReason, Usage, exhausted, restore_llm_usage
 from kerngen.agent.context import default_context
 from kerngen.agent.idea_outcomes import repair_chain, repair_target, tried
 from kerngen.agent.journal import (
@@ -41,12 +43,12 @@ from kerngen.agent.journal import (
     RunResumed, RunStarted, has_journal, new_run_id, versions,
 )
 from kerngen.agent.problem_data import record_for_run, rerun_ref
-from kerngen.agent.proposer import Branch, Proposer, SearchContext
+from kerngen.agent.proposer import Branch, Failure, Idea, Proposer, SearchContext
 from kerngen.agent.run_files import write_derived
 from kerngen.agent.search_measure import Measurements
 from kerngen.agent.search_records import answer_items, answers_of, branch_of, gpu_seconds, ideas_of, node_key
 from kerngen.agent.search_settings import ContextFactory, SearchMode, SearchOutcome, SearchSettings, Tuner
-from kerngen.agent.tree import AnswerBook, Key, Run, Tree, ideas_key, implement_key, load_run, repair_key
+from kerngen.agent.tree import AnswerBook, Node, Run, Tree, ideas_key, implement_key, load_run, repair_key
 from kerngen.errors import JournalError, ProblemError
 from kerngen.harness.evaluator import Evaluator
 from kerngen.harness.spec.spec import KernelSpec
@@ -124,9 +126,7 @@ class Search:
                 self._on_event(ev)
             self.usage.prior_wall_s = self.record.elapsed_s()
             self.usage.gpu_s = gpu_seconds(events)
-            llm = [e for e in events if e.type == "llm_call"]
-            if llm:  # running totals; the largest (calls made from threads may land out of order)
-                self.usage.calls, self.usage.tokens = max(e.calls for e in llm), max(e.tokens for e in llm)
+            restore_llm_usage(self.usage, events)
             for fn in self.extra_listeners:  # let a live view catch up with what is recorded
                 for ev in events:
                     _safe(fn, ev)
@@ -181,13 +181,20 @@ class Search:
         return SearchOutcome(self.run_dir, self.run_dir.name, self.tree, reason, self.usage)
 
     def _limit_llm_requests(self) -> None:
-        """A proposer that can cap its own HTTP requests (the LLM proposer) gets what is left of
-        ``max_llm_calls``: the check before each question cannot see that question's retries or
-        parallel branches, the cap can (``usage.calls``: the requests journaled so far)."""
+        """A proposer that can cap its own HTTP requests and their cost (the LLM proposer) gets
+        what is left of ``max_llm_calls`` and ``max_cost_usd``: the check before each question
+        cannot see that question's retries or parallel branches, the caps can (``usage``: what
+        the journal holds so far)."""
+        if self.strict:
+            return
         limit = getattr(self.proposer, "limit_requests", None)
-        if callable(limit) and not self.strict:
+        if callable(limit):
             cap = self.budget.max_llm_calls
             limit(None if cap is None else max(0, cap - self.usage.calls))
+        limit_cost = getattr(self.proposer, "limit_cost", None)
+        if callable(limit_cost):
+            usd = self.budget.max_cost_usd
+            limit_cost(None if usd is None else max(0.0, usd - (self.usage.cost_usd or 0.0)))
 
     def _finish(self, reason: StopReason) -> None:
         if self.journal is None:
@@ -269,32 +276,33 @@ class Search:
         return [n.id for n in nodes] if nodes else [None]
 
     # ----- asking the proposer ----------------------------------------------------------------
-    def _ask(self, key: Key, fn: Callable[[], Any]) -> tuple[Any, bool]:
-        """(answer, already journaled here). ``None``: not asked (budget spent, or not recorded
-        in a strict replay)."""
-        if key in self.own:
-            self.usage.reused_answers += 1
-            return self.own.get(key), True
-        if key in self.external:
-            self.usage.reused_answers += 1
-            return self.external.get(key), False
+    def _ask_wave(self, questions: list[Question]) -> None:
+        """See :func:`kerngen.agent.asking.ask_wave`."""
+        ask_wave(questions, own=self.own, external=self.external, usage=self.usage, may_ask=self._may_ask,
+                 concurrency=max(1, int(getattr(self.proposer, "concurrency", 1) or 1)))
+
+    def _may_ask(self) -> bool:
         if self.strict:
-            return None, False
+            return False
         self._stop(exhausted(self.budget, self.usage))
-        if self.stop_reason:
-            return None, False
-        self.usage.proposer_calls += 1
-        return fn(), False
+        not_sent = getattr(self.proposer, "not_sent", None)  # the LLM client kept a request back: a budget
+        if not_sent is not None:
+            kind = StopKind.cost if getattr(not_sent, "kind", "") == "cost" else StopKind.llm_calls
+            self._stop(StopReason(kind, f"budget: {' '.join(str(not_sent).split())[:300]}"))
+        return self.stop_reason is None
 
     def _stop(self, reason: StopReason | None) -> None:
         """A budget ran out mid-round: the first reason is the one the search stops on."""
         if reason is not None and self.stop_reason is None:
             self.stop_reason = reason
 
-    @property
-    def _proposer(self) -> Proposer:
-        assert self.proposer is not None  # only a replay has none, and a replay asks nothing
-        return self.proposer
+    def _question(self, method: str, *args: Any) -> Callable[[], Any]:
+        """How to ask the proposer's ``method`` (only called when the answer is not recorded: a
+        replay, which has no proposer, never calls it)."""
+        def ask() -> Any:
+            assert self.proposer is not None  # only a replay has none, and a replay asks nothing
+            return getattr(self.proposer, method)(*args)
+        return ask
 
     def _summary(self, node_id: int | None):
         return self.tree.summary(self.tree.nodes[node_id]) if node_id is not None else None
@@ -305,27 +313,35 @@ class Search:
 
     # ----- a round ----------------------------------------------------------------------------
     def _round(self, r: int, beam: list[int | None]) -> int:
+        """Ideas for every beam node (one wave), implementations of every idea (one wave), then
+        the nodes, created in a fixed order (beam, idea, branch) whatever order answers came in."""
         ctx = self._ctx(r)
+        parents = {pid: self._summary(pid) for pid in beam}
+        ideas: dict[int | None, list[Idea]] = {}
+        branches: dict[tuple[int | None, int], list[Branch]] = {}
+
+        def got_ideas(pid: int | None, answer: Any, journaled: bool) -> None:
+            if answer is not None:
+                ideas[pid] = ideas_of(answer, self.config.ideas)
+                if not journaled:
+                    self._write(IdeasEvent(round=r, parent=pid, ideas=ideas[pid]))
+
+        def got_branches(pid: int | None, i: int, answer: Any, journaled: bool) -> None:
+            if answer is not None:
+                branches[pid, i] = [branch_of(b) for b in answer_items(answer)[: self.config.branches]]
+                if not journaled:
+                    self._write(ImplementedEvent(round=r, parent=pid, idea_index=i, branches=branches[pid, i]))
+
+        self._ask_wave([(ideas_key(r, pid), self._question("ideas", ctx, parents[pid], self.config.ideas),
+                         partial(got_ideas, pid)) for pid in beam])
+        self._ask_wave([(implement_key(r, pid, i),
+                         self._question("implement", ctx, parents[pid], idea, self.config.branches),
+                         partial(got_branches, pid, i))
+                        for pid in beam for i, idea in enumerate(ideas.get(pid, []))])
         heads: list[int] = []
         for pid in beam:
-            parent = self._summary(pid)
-            ideas, journaled = self._ask(ideas_key(r, pid),
-                                         lambda: self._proposer.ideas(ctx, parent, self.config.ideas))
-            if ideas is None:
-                continue
-            ideas = ideas_of(ideas, self.config.ideas)
-            if not journaled:
-                self._write(IdeasEvent(round=r, parent=pid, ideas=ideas))
-            for i, idea in enumerate(ideas):
-                key = implement_key(r, pid, i)
-                branches, journaled = self._ask(
-                    key, lambda: self._proposer.implement(ctx, parent, idea, self.config.branches))
-                if branches is None:
-                    continue
-                branches = [branch_of(b) for b in answer_items(branches)[: self.config.branches]]
-                if not journaled:
-                    self._write(ImplementedEvent(round=r, parent=pid, idea_index=i, branches=branches))
-                for j, br in enumerate(branches):
+            for i, idea in enumerate(ideas.get(pid, [])):
+                for j, br in enumerate(branches.get((pid, i), [])):
                     heads.append(self._create(("branch", r, pid, i, j), parent=pid, round=r, kind="branch",
                                               idea=idea, idea_index=i, branch_index=j, branch=br))
         self._measure(heads, r)
@@ -342,6 +358,7 @@ class Search:
         self._repairs(r, heads)
         if self.stop_reason is None or self.stop_reason.kind is not StopKind.harness:
             self._stop(self.measurements.tune_survivors(heads))
+            self.measurements.profile_best(r)  # where ncu is: the metrics the next round's prompt shows
 
     def _evaluate(self, ids: list[int]) -> None:
         self._stop(self.measurements.evaluate(ids))
@@ -353,7 +370,8 @@ class Search:
         error = branch.error if branch.spec is None else ""
         if branch.spec is None and not error:
             error = "the proposer gave no spec"
-        self._write(NodeCreated(id=nid, spec=branch.spec, error=error, notes=branch.notes, **fields))
+        self._write(NodeCreated(id=nid, spec=branch.spec, error=error, notes=branch.notes,
+                                answer=branch.answer if branch.spec is None else "", **fields))
         return nid
 
     def _repairs(self, r: int, heads: list[int]) -> None:
@@ -364,34 +382,49 @@ class Search:
             max_attempts = max([k[2] for k in self.external.answers if k[0] == "repair"] + [0])
         ctx = self._ctx(r)
         for attempt in range(1, max_attempts + 1):
-            wave: list[int] = []
+            wave: dict[int, int] = {}  # head -> its repair node of this attempt
+            answers: dict[int, Branch] = {}
+            questions: list[Question] = []
             for head in heads:
                 key = repair_key(head, attempt)
                 if ("repair", head, attempt) in self.node_by_key:  # resumed: created, maybe not evaluated
-                    wave.append(self.node_by_key[("repair", head, attempt)])
+                    wave[head] = self.node_by_key[("repair", head, attempt)]
                     continue
+                done = partial(self._got_repair, answers, head)
                 if self.strict:
                     # follow the record: repair what was repaired, whatever the new verdicts
-                    if key not in self.external:
-                        continue
-                    answer, _ = self._ask(key, lambda: None)
-                else:
-                    target = repair_target(self.tree, head)
-                    if target is None:
-                        continue
-                    spec, result = target.spec, target.result
-                    answer, _ = self._ask(key, lambda: self._proposer.repair(ctx, spec, result, attempt))
-                if answer is None:
+                    if key in self.external:
+                        questions.append((key, lambda: None, done))
                     continue
-                answer = branch_of(answer)
-                last = repair_chain(self.tree, head)[-1]
-                h = self.tree.nodes[head]
-                wave.append(self._create(("repair", head, attempt), parent=last.id, round=r, kind="repair",
-                                         idea=h.idea, idea_index=h.idea_index, branch_index=h.branch_index,
-                                         repair_of=head, attempt=attempt, branch=answer))
+                target = repair_target(self.tree, head)
+                if target is not None:
+                    questions.append((key, self._question("repair", ctx, self._failure(target, head), attempt),
+                                      done))
+            self._ask_wave(questions)
+            for head in heads:  # created in the order of the heads, whatever order the answers came in
+                if head in answers:
+                    last = repair_chain(self.tree, head)[-1]
+                    h = self.tree.nodes[head]
+                    wave[head] = self._create(("repair", head, attempt), parent=last.id, round=r, kind="repair",
+                                              idea=h.idea, idea_index=h.idea_index, branch_index=h.branch_index,
+                                              repair_of=head, attempt=attempt, branch=answers[head])
             if not wave:
                 break
-            self._evaluate(wave)
+            self._evaluate([wave[h] for h in heads if h in wave])
+
+    @staticmethod
+    def _got_repair(answers: dict[int, Branch], head: int, answer: Any, journaled: bool) -> None:
+        if answer is not None:
+            answers[head] = branch_of(answer)
+
+    def _failure(self, target: Node, head: int) -> Failure:
+        """What the repair of ``head``'s chain is shown: the failed kernel and its evidence, or
+        the unreadable answer and why; the idea and the parent of the branch."""
+        h = self.tree.nodes[head]
+        parent = self._summary(h.parent) if h.parent is not None else None
+        if target.spec is None:
+            return Failure(answer=target.answer, error=target.error, idea=h.idea, parent=parent)
+        return Failure(spec=target.spec, result=target.result, idea=h.idea, parent=parent)
 
     def write_derived(self) -> None:
         write_derived(self.run_dir, self.tree)

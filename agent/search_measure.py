@@ -8,21 +8,29 @@ otherwise run minutes past it). Nodes not evaluated when the time (wall or GPU) 
 result: a resume evaluates them. The tuner is told what is left of the wall-clock budget, less a
 margin, for the same reason. A replay evaluates every node and re-measures each recorded tuned
 config: no chunks, no budget, no new tuning.
+
+After a round, the best node of the round is profiled (:meth:`Measurements.profile_best`) where
+the evaluator can (:class:`~kerngen.harness.evaluator.Profiler`: Nsight Compute on the GPU host):
+once per node, in rounds this session runs (a resume re-profiles nothing), its seconds counted as
+GPU time. Without a profiler, or where the host has no ncu, the search is what it was before.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Callable
 
 from kerngen.agent.budget import StopKind, StopReason, Usage, remaining_wall_s, time_exhausted
 from kerngen.agent.idea_outcomes import repair_chain
-from kerngen.agent.journal import NodeEvaluated, NodeTuned
+from kerngen.agent.journal import NodeEvaluated, NodeProfiled, NodeTuned
 from kerngen.agent.search_settings import SearchSettings, Tuner
 from kerngen.agent.tree import Node, Tree
 from kerngen.harness.evaluator import Candidate, Evaluator
-from kerngen.harness.results import EvalResult, Verdict
+from kerngen.harness.results import EvalResult, KernelProfile, ProfileOutcome, Verdict
 from kerngen.harness.tune.outcome import TuneOutcome, TunePoint
+
+log = logging.getLogger(__name__)
 
 
 class Measurements:
@@ -32,6 +40,8 @@ class Measurements:
 
     # seconds one candidate is assumed to take (compile, check, bench on one GPU) before any was timed
     PRIOR_EVAL_S = 5.0
+    PROFILE_TIMEOUT_S = 120.0  # the most one profile may take (ncu replays every kernel per metric pass)
+    PROFILE_MIN_S = 20.0  # under a wall-clock budget: with less left than this, no profile is started
 
     def __init__(self, settings: SearchSettings, evaluator: Evaluator, tuner: Tuner | None, usage: Usage,
                  tree: Tree, write: Callable[[Any], Any]) -> None:
@@ -43,6 +53,7 @@ class Measurements:
         self.write = write
         self.eval_s = 0.0  # wall seconds spent in evaluator.evaluate() by this session ...
         self.eval_n = 0  # ... and the candidates it evaluated in them
+        self.profiling = True  # False once the evaluator said this host cannot profile
 
     # ----- evaluation -------------------------------------------------------------------------
     def evaluate(self, ids: list[int]) -> StopReason | None:
@@ -149,3 +160,55 @@ class Measurements:
         self.write(NodeTuned(id=node.id, config=dict(rec.config), result=res, evaluated=1,
                              curve=[TunePoint(evals=1, config=dict(rec.config), ms=res.ms if res.ok else None,
                                               verdict=res.verdict.value, wall_s=res.wall_s)]))
+
+    # ----- profiling --------------------------------------------------------------------------
+    def profile_best(self, round_: int) -> None:
+        """Profile the fastest correct node of ``round_`` at its best config, once, and journal
+        it (:class:`~kerngen.agent.journal.NodeProfiled`): the next prompts show its metrics.
+        Nothing happens in a replay, without a profiler, for a node already profiled, in a round
+        an earlier session finished, or when the time budget is spent; a host that cannot profile
+        (no ncu) is logged once and not asked again. Never raises."""
+        s = self.settings
+        profile = getattr(self.evaluator, "profile", None)
+        if not callable(profile) or not self.profiling or s.replaying or round_ in self.tree.rounds_finished:
+            return
+        node = self.round_best(round_)
+        if node is None or node.profile is not None or node.spec is None:
+            return
+        if time_exhausted(s.budget, self.usage):
+            return
+        timeout = self.PROFILE_TIMEOUT_S
+        left = remaining_wall_s(s.budget, self.usage)
+        if left is not None:  # the profile ends inside the budget, less the margin tuning keeps
+            timeout = min(timeout, left - max(2.0, 0.05 * (s.budget.wall_minutes or 0.0) * 60.0))
+            if timeout < self.PROFILE_MIN_S:
+                return
+        config = dict(node.config)
+        started = time.monotonic()
+        try:
+            outcome = _outcome(profile(s.problem, node.spec, config, timeout_s=timeout))
+        except Exception as exc:  # noqa: BLE001 - profiling is feedback: its fault never stops a search
+            outcome = ProfileOutcome(error=f"profiler error: {type(exc).__name__}: {exc}"[:300])
+        if not outcome.available:
+            self.profiling = False
+            log.warning("no profiler feedback in this search: %s", outcome.error or "ncu not available")
+            return
+        seconds = outcome.seconds or round(time.monotonic() - started, 3)
+        self.usage.gpu_s += seconds
+        self.write(NodeProfiled(id=node.id, config=config, profiles=outcome.profiles,
+                                error=" ".join(outcome.error.split())[:400], seconds=seconds))
+
+    def round_best(self, round_: int) -> Node | None:
+        """The fastest correct node created in ``round_`` (ties: the older)."""
+        done = [n for n in self.tree.nodes.values() if n.round == round_ and n.ok]
+        return min(done, key=lambda n: (n.ms, n.id), default=None)
+
+
+def _outcome(value: Any) -> ProfileOutcome:
+    """What a profiler gave back as THE outcome type: a ProfileOutcome (or one alike), or a bare
+    list of kernel profiles."""
+    if isinstance(value, ProfileOutcome):
+        return value
+    if isinstance(value, (list, tuple)):
+        return ProfileOutcome(profiles=[KernelProfile.model_validate(p, from_attributes=True) for p in value])
+    return ProfileOutcome.model_validate(value, from_attributes=True)

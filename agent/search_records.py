@@ -8,9 +8,11 @@ from typing import Any
 
 
 from kerngen.agent.budget import SearchBudget, resume_budget
-from kerngen.agent.journal import IdeasEvent, ImplementedEvent, NodeCreated, NodeEvaluated, NodeTuned, RunResumed
+from kerngen.agent.journal import (
+    IdeasEvent, ImplementedEvent, NodeCreated, NodeEvaluated, NodeProfiled, NodeTuned, RunResumed,
+)
 from kerngen.agent.proposer import Branch, Idea
-from kerngen.agent.tree import Key, Run, ideas_key, implement_key, repair_key
+from kerngen.agent.tree import Key, Run, ideas_key, implement_key, repair_answer, repair_key
 
 
 def node_key(ev: NodeCreated) -> tuple:
@@ -27,7 +29,7 @@ def answers_of(ev: Any) -> list[tuple[Key, Any]]:
     if isinstance(ev, ImplementedEvent):
         return [(implement_key(ev.round, ev.parent, ev.idea_index), list(ev.branches))]
     if isinstance(ev, NodeCreated) and ev.kind == "repair" and ev.repair_of is not None:
-        return [(repair_key(ev.repair_of, ev.attempt), Branch(spec=ev.spec, notes=ev.notes, error=ev.error))]
+        return [(repair_key(ev.repair_of, ev.attempt), repair_answer(ev))]
     return []
 
 
@@ -37,6 +39,8 @@ def gpu_seconds(events: list[Any]) -> float:
         if isinstance(e, NodeEvaluated):
             total += e.result.wall_s
         elif isinstance(e, NodeTuned) and e.result is not None:
+            total += e.gpu_seconds()
+        elif isinstance(e, NodeProfiled):
             total += e.gpu_seconds()
     return total
 

@@ -18,8 +18,8 @@ from typing import Any, Iterable
 from pydantic import BaseModel, Field
 
 from kerngen.agent.journal import (
-    BaselineEvent, IdeasEvent, ImplementedEvent, NodeCreated, NodeEvaluated, NodeTuned, RoundFinished,
-    RoundStarted, RunFinished, RunResumed, RunStarted, has_journal, read_events, started_at,
+    BaselineEvent, IdeasEvent, ImplementedEvent, NodeCreated, NodeEvaluated, NodeProfiled, NodeTuned,
+    RoundFinished, RoundStarted, RunFinished, RunResumed, RunStarted, has_journal, read_events, started_at,
 )
 from kerngen.agent.proposer import Branch, Idea, NodeSummary, TriedIdea
 from kerngen.errors import JournalError
@@ -44,10 +44,12 @@ class Node(BaseModel):
     spec: KernelSpec | None = None
     error: str = ""
     notes: str = ""
+    answer: str = ""  # the raw answer when it could not be read
     repair_of: int | None = None
     attempt: int = 0
     result: EvalResult | None = None
     tuned: Tuned | None = None
+    profile: NodeProfiled | None = None  # Nsight Compute's metrics at its best config (or why none)
     children: list[int] = Field(default_factory=list)
 
     @property
@@ -136,6 +138,8 @@ class Tree:
             self._node(ev.id, ev).result = ev.result
         elif isinstance(ev, NodeTuned):
             self._node(ev.id, ev).tuned = ev
+        elif isinstance(ev, NodeProfiled):
+            self._node(ev.id, ev).profile = ev
         elif isinstance(ev, RoundFinished):
             self.rounds_finished[ev.round] = ev
             self.tried.extend(ev.tried)
@@ -196,7 +200,8 @@ class Tree:
         f = self.figures(node)
         return NodeSummary(node_id=node.id, idea=node.idea, spec=spec, result=result,
                            speedup_eager=f["speedup_eager"], speedup_compile=f["speedup_compile"],
-                           pct_roofline=f["pct_roofline"])
+                           pct_roofline=f["pct_roofline"],
+                           profile=list(node.profile.profiles) if node.profile is not None else [])
 
     def lineage(self, node: Node) -> list[Node]:
         out, cur, seen = [], node, set()
@@ -220,6 +225,7 @@ class Tree:
                 "spec_hash": n.spec.content_hash() if n.spec else None,
                 "config": n.config, "tuned": n.tuned_ok, "children": n.children,
                 "registers": _registers(r), **self.figures(n),
+                "profile": _profile_json(n.profile),
             })
         return {
             "run_id": self.started.run_id if self.started else None,
@@ -233,6 +239,13 @@ class Tree:
             "finished": self.finished.reason if self.finished else None,
             "nodes": nodes,
         }
+
+
+def _profile_json(ev: NodeProfiled | None) -> dict[str, Any] | None:
+    if ev is None:
+        return None
+    return {"config": dict(ev.config), "error": ev.error, "seconds": ev.seconds,
+            "kernels": [p.model_dump(mode="json") for p in ev.profiles]}
 
 
 def _registers(result: EvalResult | None) -> int | None:
@@ -257,6 +270,11 @@ def repair_key(node_id: int, attempt: int) -> Key:
     return ("repair", node_id, attempt)
 
 
+def repair_answer(ev: NodeCreated) -> Branch:
+    """The proposer's answer a repair node records (the journal keeps repairs as nodes only)."""
+    return Branch(spec=ev.spec, notes=ev.notes, error=ev.error, answer=ev.answer)
+
+
 class AnswerBook:
     """Every proposer answer a journal holds, keyed by a deterministic key per question:
     ``("ideas", round, parent)``, ``("implement", round, parent, idea_index)``,
@@ -274,8 +292,7 @@ class AnswerBook:
             elif isinstance(ev, ImplementedEvent):
                 book.answers[implement_key(ev.round, ev.parent, ev.idea_index)] = list(ev.branches)
             elif isinstance(ev, NodeCreated) and ev.kind == "repair" and ev.repair_of is not None:
-                book.answers[repair_key(ev.repair_of, ev.attempt)] = Branch(spec=ev.spec, notes=ev.notes,
-                                                                             error=ev.error)
+                book.answers[repair_key(ev.repair_of, ev.attempt)] = repair_answer(ev)
         return book
 
     def get(self, key: Key) -> Any:

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from kerngen.problems.ref import ProblemRef
 
-from kerngen.harness.results import Baseline, EvalResult, GpuFacts
+from kerngen.harness.results import Baseline, EvalResult, GpuFacts, ProfileOutcome
 from kerngen.harness.spec.spec import KernelSpec
 
 
@@ -54,3 +54,17 @@ class Evaluator(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class Profiler(Protocol):
+    """An optional capability of an Evaluator: profile one (spec, config) with Nsight Compute.
+
+    The search looks it up with ``getattr(evaluator, "profile", None)``: an evaluator without it
+    (a test's, a dry run's) is searched exactly as before. The outcome holds one
+    :class:`~kerngen.harness.results.KernelProfile` per profiled launch, or an ``error`` line;
+    ``available`` False says this host cannot profile at all (no ncu, no counter access), so the
+    search stops asking. It never raises for the kernel's or the profiler's failure, and it takes
+    one GPU out of use while it runs (no timing shares the GPU it profiles on)."""
+
+    def profile(self, problem: ProblemRef, spec: KernelSpec, config: dict[str, int] | None = None, *,
+                timeout_s: float = 120.0) -> ProfileOutcome: ...

@@ -26,6 +26,8 @@ class Verdict(str, Enum):
     # not the candidate's doing: the harness itself could not evaluate it (its own buffers did not
     # fit in GPU memory); the search stops on it instead of blaming the kernel
     harness_error = "harness_error"
+    # compiled and statically checked, not run: ``kerngen generate --dry-run`` (no GPU)
+    not_run = "not_run"
 
 
 class CheckFailure(str, Enum):
@@ -129,6 +131,7 @@ class CheckEvidence(_Record):
     deterministic: bool = True
     failed: CheckFailure | None = None
     message: str = ""
+    pattern: str = ""  # where the wrong elements are and how wrong (rows, columns, scale): for the repair prompt
 
 
 class MemoryPlan(_Record):
@@ -219,3 +222,61 @@ class GpuFacts(_Record):
     copy_gbps: float | None = None  # measured device copy bandwidth (read + write bytes)
     fp32_tflops: float | None = None  # measured fp32 (no TF32) matmul rate
     bf16_tflops: float | None = None  # measured bf16 matmul rate
+
+
+# ----- profiler feedback (Nsight Compute) ----------------------------------------------------
+class StallShare(_Record):
+    """One warp-stall reason of a profiled kernel: warp cycles per issued instruction stalled on
+    it, and its share of all stall cycles (what a prompt reads)."""
+
+    reason: str  # e.g. "long_scoreboard" (global memory), "barrier", "mio_throttle"
+    cycles: float  # warp cycles stalled on it per issued instruction
+    pct: float  # % of the stall cycles of all reasons measured
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f}%"
+
+
+class KernelProfile(_Record):
+    """What Nsight Compute measured of one kernel launch of a plan (:mod:`kerngen.harness.gpu.profile`).
+    A metric the profiler did not report (another architecture, an older ncu) is None, never 0."""
+
+    name: str
+    launch: int = 0  # index among the profiled launches of one call of the plan
+    duration_ms: float | None = None
+    dram_pct: float | None = None  # achieved DRAM throughput, % of peak
+    l2_pct: float | None = None  # L2 (lts) throughput, % of peak
+    sm_pct: float | None = None  # SM throughput, % of peak
+    tensor_pct: float | None = None  # tensor pipe (HMMA, or GMMA on sm_90) active, % of peak
+    occupancy_pct: float | None = None  # achieved occupancy: active warps, % of the SM's maximum
+    theoretical_occupancy_pct: float | None = None
+    stalls: list[StallShare] = Field(default_factory=list)  # the largest first
+    local_bytes: int | None = None  # local-memory traffic (loads + stores): register spills, local arrays
+
+    def line(self) -> str:
+        """One line of the metrics that decide the next idea (prompt, show, report)."""
+        parts = [f"DRAM {_pct(self.dram_pct)} of peak, L2 {_pct(self.l2_pct)}, SM {_pct(self.sm_pct)}, "
+                 f"tensor pipe {_pct(self.tensor_pct)}"]
+        occ = f"occupancy {_pct(self.occupancy_pct)}"
+        if self.theoretical_occupancy_pct is not None:
+            occ += f" (theoretical {_pct(self.theoretical_occupancy_pct)})"
+        parts.append(occ)
+        if self.stalls:
+            parts.append("top stalls (% of stall cycles): "
+                         + ", ".join(f"{s.reason} {s.pct:.0f}%" for s in self.stalls))
+        if self.local_bytes is not None:
+            parts.append(f"local-memory traffic {self.local_bytes:,} B (register spills or local arrays)"
+                         if self.local_bytes else "no local-memory spills")
+        return "; ".join(parts)
+
+
+class ProfileOutcome(_Record):
+    """The outcome of profiling one (spec, config): kernels, or why none (``error``: one line).
+    ``available`` False: this host cannot profile at all (no ncu, no access to the GPU's
+    counters); nothing was run and the search stops asking."""
+
+    profiles: list[KernelProfile] = Field(default_factory=list)
+    error: str = ""
+    available: bool = True
+    seconds: float = 0.0  # wall seconds the GPU was held for it (counted as GPU time)

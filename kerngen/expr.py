@@ -6,6 +6,12 @@ Parsed with :mod:`ast` and walked over a whitelist: integer and float literals, 
 bound tensor name (dotted names such as ``conv.weight`` resolve as one name). Nothing is ever
 passed to ``eval``.
 
+Two spellings models carry over from C and Python are understood as well: ``ceil(a / b)`` and
+``floor(a / b)`` give integers (exact when ``a`` and ``b`` are integers, not rounded through a
+float), and ``sizeof(T)`` of a C/CUDA type in :data:`SIZEOF` (``sizeof(float)``,
+``sizeof(long long)``, ``sizeof(__half)``, ``sizeof(float4)``...) is replaced by its size in bytes
+before the text is parsed, so ``"BLOCK * sizeof(float)"`` is a valid shared-memory size.
+
 An expression comes from a model's answer, so it is bounded in everything it can make the
 evaluator do (every failure is an :class:`~kerngen.errors.ExprError` naming it):
 
@@ -25,6 +31,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Mapping
@@ -57,6 +64,14 @@ def _round_up(a: int, b: int) -> int:
     return _cdiv(a, b) * b
 
 
+def _ceil(x: Number) -> int:
+    return math.ceil(x)  # a float beyond 2**256 fails the value bound afterwards, inf/nan raise
+
+
+def _floor(x: Number) -> int:
+    return math.floor(x)
+
+
 FUNCTIONS: dict[str, Callable[..., Number]] = {
     "cdiv": _cdiv,
     "ceil_div": _cdiv,
@@ -68,7 +83,35 @@ FUNCTIONS: dict[str, Callable[..., Number]] = {
     "float": float,
     "log2": lambda x: int(math.log2(x)) if float(x).is_integer() and x > 0 else math.log2(x),
     "sqrt": math.sqrt,
+    "ceil": _ceil,
+    "floor": _floor,
 }
+_EXACT_DIV = {"ceil": _cdiv, "floor": operator.floordiv}  # ceil(a / b) of integers, without a float
+
+# sizeof(T) of the C/CUDA types a kernel's shared memory is made of (LP64, as NVRTC compiles)
+SIZEOF: dict[str, int] = {
+    **dict.fromkeys(("char", "signed char", "unsigned char", "bool", "int8_t", "uint8_t", "char1", "uchar1"), 1),
+    **dict.fromkeys(("short", "short int", "unsigned short", "unsigned short int", "int16_t", "uint16_t", "half",
+                     "__half", "bfloat16", "__nv_bfloat16", "nv_bfloat16", "char2", "uchar2", "short1",
+                     "ushort1"), 2),
+    **dict.fromkeys(("int", "signed", "signed int", "unsigned", "unsigned int", "int32_t", "uint32_t", "float",
+                     "half2", "__half2", "__nv_bfloat162", "nv_bfloat162", "char4", "uchar4", "short2", "ushort2",
+                     "int1", "uint1", "float1"), 4),
+    **dict.fromkeys(("long", "long int", "unsigned long", "unsigned long int", "long long", "long long int",
+                     "unsigned long long", "unsigned long long int", "int64_t", "uint64_t", "size_t", "ptrdiff_t",
+                     "double", "float2", "int2", "uint2", "short4", "ushort4", "longlong1", "ulonglong1",
+                     "double1"), 8),
+    **dict.fromkeys(("float3", "int3", "uint3"), 12),
+    **dict.fromkeys(("float4", "int4", "uint4", "double2", "longlong2", "ulonglong2"), 16),
+    **dict.fromkeys(("double3",), 24),
+    **dict.fromkeys(("double4", "longlong4", "ulonglong4"), 32),
+}
+_SIZEOF_SHOWN = ", ".join(("float", "double", "half", "__half", "__nv_bfloat16", "int", "unsigned", "long long",
+                            "int64_t", "char", "short", "float2", "float4", "int4", "T*"))
+_POINTER_BYTES = 8
+_QUALIFIERS = {"const", "volatile", "__restrict__"}
+# the argument of sizeof up to its closing parenthesis; [^()]* cannot backtrack quadratically
+_SIZEOF = re.compile(r"\bsizeof\s*\(([^()]*)\)")
 
 _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
@@ -99,6 +142,7 @@ MAX_INT_BITS = 256  # every integer, intermediate ones included, has |v| < 2**25
 MAX_POW = MAX_INT_BITS  # |exponent| of ** (the value bound decides first for an integer base > 1)
 MAX_SHIFT = 64  # right operand of <<
 _MAX_SHOWN = 80  # characters of an expression quoted in a message
+_MAX_NAMES = 24  # names listed in an "unknown name" message
 
 
 def shown(text: object) -> str:
@@ -120,10 +164,28 @@ def parse(text: str) -> ast.Expression:
     return _parse(text)
 
 
+def _sizeof_replaced(text: str) -> str:
+    """``text`` with each ``sizeof(T)`` replaced by the size of ``T`` in bytes (linear)."""
+    if "sizeof" not in text:
+        return text
+
+    def size(match: re.Match[str]) -> str:
+        words = [w for w in match.group(1).replace("*", " * ").split() if w not in _QUALIFIERS]
+        if words and words[-1] == "*":
+            return str(_POINTER_BYTES)  # sizeof(float*) and the like
+        name = " ".join(words)
+        if name not in SIZEOF:
+            raise ExprError(f"unknown type {shown(name)} in sizeof in {shown(text)} (known: {_SIZEOF_SHOWN}, ...)")
+        return str(SIZEOF[name])
+
+    return _SIZEOF.sub(size, text)
+
+
 @lru_cache(maxsize=4096)
 def _parse(text: str) -> ast.Expression:
+    source = _sizeof_replaced(text)
     try:
-        tree = ast.parse(text.strip(), mode="eval")
+        tree = ast.parse(source.strip(), mode="eval")
     except SyntaxError as exc:  # also "too many nested parentheses", null bytes, huge literals
         raise ExprError(f"cannot parse expression {shown(text)}: {_first_line(exc.msg)}") from None
     except ValueError as exc:  # older Pythons: null bytes
@@ -164,7 +226,9 @@ _ALLOWED = (
 
 def _check_node(node: ast.AST, text: str) -> None:
     if not isinstance(node, _ALLOWED):
-        raise ExprError(f"{type(node).__name__} is not allowed in expression {shown(text)}")
+        hint = " (several values, e.g. a grid's x, y, z, are a list of expressions)" if isinstance(
+            node, (ast.Tuple, ast.List)) else ""
+        raise ExprError(f"{type(node).__name__} is not allowed in expression {shown(text)}{hint}")
     if isinstance(node, ast.BinOp) and type(node.op) not in _BINOPS:
         raise ExprError(f"operator {type(node.op).__name__} is not allowed in {shown(text)}")
     if isinstance(node, ast.Constant):
@@ -173,7 +237,9 @@ def _check_node(node: ast.AST, text: str) -> None:
         _number(node.value, text)
     if isinstance(node, ast.Call):
         if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS:
-            raise ExprError(f"unknown function in {shown(text)} (allowed: {', '.join(FUNCTIONS)})")
+            called = node.func.id if isinstance(node.func, ast.Name) else (_dotted(node.func) or "this call")
+            raise ExprError(f"unknown function {shown(called)} in {shown(text)} "
+                            f"(allowed: {', '.join(FUNCTIONS)}, and sizeof(T) of a C type)")
         if node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
             raise ExprError(f"keyword or starred arguments are not allowed in {shown(text)}")
     if isinstance(node, ast.Name) and node.id.startswith("__"):
@@ -288,8 +354,16 @@ class _Eval(ast.NodeVisitor):
 
     def _lookup(self, name: str) -> Any:
         if name not in self.env:
-            raise ExprError(f"unknown name {name!r} in expression {shown(self.text)}")
+            raise ExprError(f"unknown name {name!r} in expression {shown(self.text)} ({self._known()})")
         return self.env[name]
+
+    def _known(self) -> str:
+        """What the expression could have named (a few dozen at most: a message stays short)."""
+        names = sorted(str(n) for n in self.env)
+        if not names:
+            return "no names are bound here: only numbers, operators and functions"
+        more = f", ... ({len(names)} in all)" if len(names) > _MAX_NAMES else ""
+        return f"known names: {', '.join(names[:_MAX_NAMES])}{more}"
 
     def visit_Attribute(self, node: ast.Attribute) -> Any:
         dotted = _dotted(node)
@@ -301,7 +375,7 @@ class _Eval(ast.NodeVisitor):
                 value = getattr(base, node.attr)
                 return tuple(value) if node.attr == "shape" else value
         shown_name = dotted if dotted is not None else node.attr
-        raise ExprError(f"unknown name {shown_name!r} in expression {shown(self.text)}")
+        raise ExprError(f"unknown name {shown_name!r} in expression {shown(self.text)} ({self._known()})")
 
     def visit_Subscript(self, node: ast.Subscript) -> Any:
         base = self.visit(node.value)
@@ -357,6 +431,12 @@ class _Eval(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call) -> Any:
         name = node.func.id  # type: ignore[union-attr]
+        if name in _EXACT_DIV and len(node.args) == 1:
+            arg = node.args[0]
+            if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Div):
+                a, b = self.num(self.visit(arg.left)), self.num(self.visit(arg.right))
+                if isinstance(a, int) and isinstance(b, int):  # ceil(N / 256): exact, however large N is
+                    return self.num(_EXACT_DIV[name](a, b))
         args = [self.visit(a) for a in node.args]
         if name in ("min", "max") and len(args) == 1 and isinstance(args[0], tuple):
             args = list(args[0])  # min(x.shape): the shape's elements

@@ -4,52 +4,95 @@ An endpoint with structured output answers with bare JSON. One without answers i
 from which :func:`parse_answer` takes, in order:
 
 1. the whole text as JSON (after dropping ``<think>...</think>`` reasoning);
-2. each fenced block (```` ```json ````, or unlabelled) that holds a JSON value;
-3. the first balanced ``{...}`` (or ``[...]``) that decodes, anywhere in the text.
+2. each fenced block: ```` ```json ```` (or ``jsonc``/``json5``/unlabelled) that holds a JSON
+   value, ```` ```yaml ```` (or an unlabelled block that starts like a mapping of the model's
+   fields) that holds a YAML mapping;
+3. the whole text as a bare YAML mapping, when it starts like one (``name: ...``, ``source: |``);
+4. the first balanced ``{...}`` (or ``[...]``) that decodes, anywhere in the text.
 
-For a kernel spec the CUDA source may come apart from the JSON, in a ```` ```cuda ```` (or
-``c``/``cpp``/``cu``) block, with a JSON launch plan that lacks ``source`` (or says e.g.
-``"see above"``): the code block is put in as ``source``. A JSON list answered where a model with
-one list field is expected (``IdeaList``) is wrapped. Anything that still does not validate
-raises :class:`AnswerError` with one clear line: the search records it as an invalid node and
-goes on.
+JSON is read as models write it (:mod:`.answer_forms`): raw newlines in strings, ``//`` and
+``/* */`` comments, trailing commas, JSON5. For a kernel spec the CUDA source may come apart from
+the JSON (or YAML), in a ```` ```cuda ```` (or ``c``/``cpp``/``cu``) block, with a launch plan that
+lacks ``source`` (or says e.g. ``"see above"``, or holds the code broken by an unescaped quote):
+the code block is put in as ``source``. A JSON list answered where a model with one list field
+is expected (``IdeaList``) is wrapped.
+
+Anything that still does not validate raises :class:`AnswerError` with one clear line that names
+the cause, and a machine-readable :class:`AnswerProblem` (``kind``) with which the caller decides
+what to do: ask again with a larger output budget when the answer was cut off (``truncated``:
+JSON or a code block still open where the answer ends), show the model its mistake when it was
+not valid, and so on (a short prose answer that opens like "I'm sorry, I can't ..." is
+``refused``). Lines in messages count the answer's lines. The search records it as an invalid
+node and goes on.
 
 An answer is untrusted text: reading it is linear in its size (no regular expression that
-backtracks, each character is decoded as JSON at most a bounded number of times), and whatever it
-provokes (nesting deeper than the JSON parser goes, a number of more than 4,300 digits, a lone
-surrogate ``"\\ud800"`` that no journal could write) is an :class:`AnswerError` naming the cause.
-When the JSON is broken, that is the error reported, not a fragment of it that happened to decode.
+backtracks, each character is decoded as JSON a bounded number of times, the pure-Python JSON5
+and YAML parsers get bounded pieces only), and whatever it provokes (nesting deeper than a parser
+goes, a number of more than 4,300 digits, a lone surrogate ``"\\ud800"`` that no journal could
+write, a YAML alias bomb) is an :class:`AnswerError` naming the cause. When the JSON is broken,
+that is the error reported, not a fragment of it that happened to decode.
 """
 
 from __future__ import annotations
 
-import json
-import re
-import sys
+from enum import StrEnum
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
+from kerngen.agent.llm.answer_forms import (
+    Decoded,
+    Fence,
+    LineCounter,
+    SlowBudget,
+    decode_json,
+    decode_yaml,
+    drop_thinking,
+    fences,
+    is_jsonish,
+    top_level_spans,
+    yaml_mapping_start,
+)
 from kerngen.agent.proposer import Idea
 from kerngen.errors import KerngenError
 
 M = TypeVar("M", bound=BaseModel)
 
-_THINK_OPEN = re.compile(r"<think>", re.I)
-_THINK_CLOSE = re.compile(r"</think>", re.I)
-_LANG = re.compile(r"[ \t]*([A-Za-z0-9_+-]*)")
-_JSONISH = re.compile(r'\{\s*["}]|\[\s*[\[{"\]]')  # how a JSON object or array of them starts
 _CODE_LANGS = {"cuda", "cu", "c", "cpp", "c++", "cxx", "h", "hpp"}
-_JSON_LANGS = {"json", "jsonc", "json5", ""}
+_JSON_LANGS = {"json", "jsonc", "json5", "javascript", "js", ""}
+_YAML_LANGS = {"yaml", "yml"}
 _MAX_SHOWN = 200
+_MAX_ERRORS_SHOWN = 3  # validation errors named in one message
+_REFUSAL_WINDOW = 160  # characters at the start of a prose answer looked at for a refusal
+_REFUSAL_MAX = 2000  # a longer prose answer is not taken for a refusal
+_REFUSALS = ("i'm sorry", "i am sorry", "i apologize", "i cannot", "i can't", "i can not", "i won't",
+             "i will not", "i'm unable", "i am unable", "i'm not able", "i am not able", "as an ai",
+             "i must decline", "unable to comply", "cannot assist", "can't assist", "can't help with")
+
+
+class AnswerProblem(StrEnum):
+    """What is wrong with an answer, for a caller that decides what to do about it."""
+
+    empty = "empty"  # nothing (or only <think> reasoning) was answered
+    no_json = "no_json"  # prose or code, but no JSON or YAML object
+    invalid_json = "invalid_json"  # JSON (or YAML) that does not decode
+    truncated = "truncated"  # cut off: the JSON ends with brackets or a string still open
+    not_valid = "not_valid"  # decodes, but does not validate as the expected model
+    refused = "refused"  # the model declined
 
 
 class AnswerError(KerngenError):
-    """A model's answer could not be read as the expected model. ``str()`` is one line."""
+    """A model's answer could not be read as the expected model. ``str()`` is one line;
+    ``text`` is the answer, ``kind`` what is wrong with it."""
 
-    def __init__(self, message: str, text: str = "") -> None:
-        super().__init__(message)
+    def __init__(self, message: str, text: str = "",
+                 kind: AnswerProblem | str = AnswerProblem.not_valid) -> None:
+        super().__init__(" ".join(message.splitlines()))  # one line, whatever a caller passes
         self.text = text
+        self.kind = AnswerProblem(kind)
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled (a worker, a thread pool): text and kind kept
+        return (type(self), (str(self), self.text, self.kind))
 
 
 class IdeaList(BaseModel):
@@ -62,187 +105,148 @@ def parse_answer(text: str | None, model_cls: type[M]) -> M:
     """Read ``text`` as ``model_cls``; raise :class:`AnswerError` if it cannot be done."""
     name = model_cls.__name__
     if text is None or not text.strip():
-        raise AnswerError(f"empty answer (expected a {name} as JSON)", text or "")
-    body = _drop_thinking(text).strip()
-    blocks = _fences(body)
-    code = _code_block(blocks)
-    candidates: list[Any] = []
-    decode_errors: list[str] = []
-
-    def consider(raw: str) -> None:
-        value, error = _decode(raw)
-        if error:
-            decode_errors.append(error)
-        else:
-            candidates.append(value)
-
-    if body[:1] in ("{", "["):
-        consider(body)
-    for lang, content in blocks:
-        if lang in _JSON_LANGS and content.strip()[:1] in ("{", "["):
-            consider(content.strip())
-    embedded = False
+        raise AnswerError(f"empty answer (expected a {name} as JSON)", text or "", AnswerProblem.empty)
+    unstripped = drop_thinking(text)
+    body = unstripped.strip()
+    if not body:
+        raise AnswerError(f"the answer holds only <think> reasoning, no {name}", text, AnswerProblem.empty)
+    # messages count the answer's lines (after <think> spans): the body starts below its blank lines
+    skipped = unstripped.count("\n", 0, len(unstripped) - len(unstripped.lstrip()))
+    reader = _Reader(body, model_cls, skipped)
+    candidates, problems, embedded = reader.read()
     if not candidates:
-        found, errors = _embedded_json(body)
-        candidates.extend(found)
-        decode_errors.extend(errors)
-        embedded = True
-    if not candidates:
-        if decode_errors:
-            raise AnswerError(f"invalid JSON in the answer: {decode_errors[0]}", text)
-        raise AnswerError(f"no JSON found in the answer (expected a {name} in a ```json block)", text)
+        if problems:
+            raise _decode_error(problems[0], text)
+        raise _nothing_found(body, reader.blocks, name, text)
 
     first_error = ""
     for data in candidates:
-        data = _adapt(data, model_cls, code)
+        data = _adapt(data, model_cls, reader.code)
         try:
             return model_cls.model_validate(data)
         except ValidationError as exc:
-            first_error = first_error or _describe(exc)
+            first_error = first_error or _describe(exc, model_cls)
         except RecursionError:  # deeper than any model is: the validator gave up
             first_error = first_error or "nested too deeply"
-    if embedded and decode_errors:
+    if embedded and problems:
         # the JSON the model meant is broken; a fragment that decoded is not what it meant
-        raise AnswerError(f"invalid JSON in the answer: {decode_errors[0]}", text)
-    raise AnswerError(f"answer is not a valid {name}: {first_error}", text)
+        raise _decode_error(problems[0], text)
+    raise AnswerError(f"answer is not a valid {name}: {first_error}", text, AnswerProblem.not_valid)
 
 
-def _decode(raw: str) -> tuple[Any, str]:
-    """(value, "") or (None, why it is not JSON)."""
-    try:
-        return _valid_unicode(json.loads(raw, strict=False)), ""
-    except json.JSONDecodeError as exc:
-        msg = exc.msg
-        if raw[exc.pos:exc.pos + 1] in ("}", "]") and raw[:exc.pos].rstrip().endswith(","):
-            msg = f"trailing comma before {raw[exc.pos]!r}"  # what Python 3.11 calls "Expecting ..."
-        return None, f"{msg} at line {exc.lineno} column {exc.colno}"
-    except RecursionError:
-        return None, "nested too deeply"
-    except ValueError as exc:  # int('9' * 5000): Python's limit on integer digits
-        if "digits" in str(exc):
-            return None, f"a number has more than {sys.get_int_max_str_digits()} digits"
-        return None, _one_line(exc)
+class _Reader:
+    """The values an answer holds, in the order of the module's docstring, and why the pieces
+    that looked like JSON or YAML did not decode."""
+
+    def __init__(self, body: str, model_cls: type[BaseModel], skipped_lines: int) -> None:
+        self.body = body
+        self.skipped = skipped_lines
+        self.fields = set(model_cls.model_fields)
+        self.wraps_lists = len(_list_fields(model_cls)) == 1
+        self.blocks = fences(body)
+        self.code = _code_block(self.blocks)
+        self.budget = SlowBudget()
+        self.candidates: list[Any] = []
+        self.problems: list[Decoded] = []
+
+    def read(self) -> tuple[list[Any], list[Decoded], bool]:
+        if self.body[:1] in ("{", "["):
+            self._consider(decode_json(self.body, self.budget, code_given=self.code is not None,
+                                       first_line=1 + self.skipped))
+        for block in self.blocks:
+            content = block.content.strip()
+            leading = len(block.content) - len(block.content.lstrip())
+            first = self.skipped + block.line + block.content.count("\n", 0, leading)
+            if block.lang in _JSON_LANGS and content[:1] in ("{", "["):
+                self._consider(decode_json(content, self.budget, code_given=self.code is not None,
+                                           first_line=first, at_end=not block.closed))
+            elif block.lang in _YAML_LANGS or (block.lang == "" and yaml_mapping_start(content, self.fields)):
+                self._consider(decode_yaml(content, self.budget, first_line=first), mapping=True)
+        if not self.candidates and not self.problems and yaml_mapping_start(self.body, self.fields):
+            self._consider(decode_yaml(self.body, self.budget, first_line=1 + self.skipped), mapping=True)
+        if self.candidates:
+            return self.candidates, self.problems, False
+        self._embedded()
+        return self.candidates, self.problems, True
+
+    def _consider(self, decoded: Decoded, *, mapping: bool = False) -> None:
+        if not decoded.ok:
+            self.problems.append(decoded)
+        elif not mapping or isinstance(decoded.value, dict):
+            self.candidates.append(decoded.value)
+
+    def _embedded(self) -> None:
+        """Every top-level ``{...}`` or ``[...]`` that decodes to a non-empty object (or array,
+        where the model wraps one), objects first; why the JSON-looking others did not decode.
+
+        Only the outermost spans are decoded, each once, so the work is linear in the text. A
+        span that does not decode is not searched for smaller ones inside it: a fragment of
+        broken JSON is not an answer."""
+        spans, unclosed = top_level_spans(self.body)
+        lines = LineCounter(self.body)
+        found: list[Any] = []
+        for start, end in spans:
+            jsonish = is_jsonish(self.body, start, end)  # not C code such as "{ int i = 0; }"
+            decoded = decode_json(self.body[start:end], self.budget, code_given=self.code is not None,
+                                  first_line=self.skipped + lines.line_of(start))
+            if not decoded.ok:
+                if jsonish:
+                    self.problems.append(decoded)
+            elif isinstance(decoded.value, dict) and decoded.value:
+                found.append(decoded.value)
+            elif isinstance(decoded.value, list) and decoded.value and self.wraps_lists:
+                found.append(decoded.value)
+        if unclosed >= 0:  # JSON that never closes: the answer was cut off inside it
+            self.problems.append(decode_json(self.body[unclosed:], self.budget,
+                                             first_line=self.skipped + lines.line_of(unclosed)))
+        found.sort(key=lambda v: isinstance(v, list))  # objects first
+        self.candidates.extend(found)
 
 
-def _valid_unicode(value: Any) -> Any:
-    """``value`` with lone surrogates (JSON ``"\\ud800"``) replaced in every string: text that
-    cannot be encoded as UTF-8 would break the journal that records it."""
-    if isinstance(value, str):
-        try:
-            value.encode()
-            return value
-        except UnicodeEncodeError:
-            return value.encode("utf-8", "replace").decode()
-    if isinstance(value, list):
-        return [_valid_unicode(v) for v in value]
-    if isinstance(value, dict):
-        return {_valid_unicode(k): _valid_unicode(v) for k, v in value.items()}
-    return value
+def _decode_error(problem: Decoded, text: str) -> AnswerError:
+    if problem.truncated:
+        return AnswerError(problem.error, text, AnswerProblem.truncated)
+    return AnswerError(f"invalid {problem.form} in the answer: {problem.error}", text, AnswerProblem.invalid_json)
 
 
-def _drop_thinking(text: str) -> str:
-    """``text`` without its ``<think>...</think>`` spans (an unclosed one is kept). Linear."""
-    out: list[str] = []
-    pos = 0
-    while True:
-        start = _THINK_OPEN.search(text, pos)
-        if start is None:
-            break
-        end = _THINK_CLOSE.search(text, start.end())
-        if end is None:
-            break
-        out.append(text[pos:start.start()])
-        pos = end.end()
-    out.append(text[pos:])
-    return "".join(out)
+def _nothing_found(body: str, blocks: list[Fence], name: str, text: str) -> AnswerError:
+    if blocks and not blocks[-1].closed and blocks[-1].lang in _CODE_LANGS:
+        return AnswerError(f"the answer was cut off inside its ```{blocks[-1].lang} block, before any JSON "
+                           f"launch plan (expected a {name})", text, AnswerProblem.truncated)
+    refusal = _refusal(body, blocks)
+    if refusal:
+        return AnswerError(f"the model declined: {refusal!r} (no JSON found, expected a {name})", text,
+                           AnswerProblem.refused)
+    return AnswerError(f"no JSON found in the answer (expected a {name} in a ```json block)", text,
+                       AnswerProblem.no_json)
 
 
-def _fences(text: str) -> list[tuple[str, str]]:
-    """(language, content) of each ```-fenced block; an unclosed last block runs to the end.
-    Linear: every search starts where the previous one ended."""
-    blocks: list[tuple[str, str]] = []
-    pos = 0
-    while True:
-        start = text.find("```", pos)
-        if start < 0:
-            break
-        newline = text.find("\n", start + 3)
-        if newline < 0:
-            break  # no line after the opening fence: no block
-        lang = _LANG.match(text, start + 3, newline)
-        end = text.find("```", newline + 1)
-        stop = len(text) if end < 0 else end
-        blocks.append(((lang.group(1) if lang else "").lower(), text[newline + 1:stop]))
-        if end < 0:
-            break
-        pos = end + 3
-    return blocks
+def _refusal(body: str, blocks: list[Fence]) -> str:
+    """The first line of a short prose answer that declines, else ""."""
+    if blocks or len(body) > _REFUSAL_MAX:
+        return ""
+    head = body[:_REFUSAL_WINDOW].lower().replace("\u2019", "'")
+    if not any(phrase in head for phrase in _REFUSALS):
+        return ""
+    first = body.strip().splitlines()[0]
+    return first if len(first) <= 120 else first[:117] + "..."
 
 
-def _code_block(blocks: list[tuple[str, str]]) -> str | None:
-    for lang, content in blocks:
-        if lang in _CODE_LANGS and content.strip():
-            return content.strip("\n") + "\n"
+def _code_block(blocks: list[Fence]) -> str | None:
+    for block in blocks:
+        if block.lang in _CODE_LANGS and block.content.strip():
+            return block.content.strip("\n") + "\n"
     return None
 
 
-def _embedded_json(text: str) -> tuple[list[Any], list[str]]:
-    """Every top-level ``{...}`` or ``[...]`` of the text that decodes to a non-empty object or
-    array (objects first), and why the others did not decode.
-
-    One pass pairs the brackets (skipping JSON strings inside them); only the outermost spans
-    are decoded, each once, so the work is linear in the text. A span that does not decode is
-    not searched for smaller ones inside it: a fragment of broken JSON is not an answer."""
-    found: list[Any] = []
-    errors: list[str] = []
-    for start, end in _top_level_spans(text):
-        value, error = _decode(text[start:end])
-        if error:
-            if _JSONISH.match(text, start, end):  # not C code such as "{ int i = 0; }"
-                errors.append(error)
-        elif isinstance(value, (dict, list)) and value:
-            found.append(value)
-    found.sort(key=lambda v: isinstance(v, list))  # objects first
-    return found, errors
-
-
-def _top_level_spans(text: str) -> list[tuple[int, int]]:
-    """(start, end) of each outermost balanced bracket pair, in order. Quotes count only inside
-    brackets (prose may hold an apostrophe or a lone quote); an opening bracket never closed
-    leaves the spans closed inside it as the outermost ones."""
-    closing = {"}": "{", "]": "["}
-    stack: list[tuple[str, int]] = []
-    pairs: list[tuple[int, int]] = []
-    in_string = escaped = False
-    for i, ch in enumerate(text):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch in "{[":
-            stack.append((ch, i))
-        elif ch in "}]":
-            if stack and stack[-1][0] == closing[ch]:
-                _, start = stack.pop()
-                pairs.append((start, i + 1))
-        elif ch == '"' and stack:
-            in_string = True
-    # pairs close inner-first: keep those not inside a later (enclosing) pair
-    spans: list[tuple[int, int]] = []
-    for start, end in sorted(pairs):
-        if spans and start < spans[-1][1]:
-            continue  # inside the previous outermost span
-        spans.append((start, end))
-    return spans
+def _list_fields(model_cls: type[BaseModel]) -> list[str]:
+    return [n for n, f in model_cls.model_fields.items() if getattr(f.annotation, "__origin__", None) is list]
 
 
 def _adapt(data: Any, model_cls: type[BaseModel], code: str | None) -> Any:
     fields = model_cls.model_fields
     if isinstance(data, list):
-        list_fields = [n for n, f in fields.items() if getattr(f.annotation, "__origin__", None) is list]
+        list_fields = _list_fields(model_cls)
         if len(list_fields) == 1:
             data = {list_fields[0]: data}
     if isinstance(data, dict) and code is not None:
@@ -258,19 +262,25 @@ def _needs_source(data: dict) -> bool:
     return not isinstance(source, str) or "__global__" not in source
 
 
-def _one_line(exc: BaseException) -> str:
-    lines = str(exc).splitlines()
-    return lines[0][:_MAX_SHOWN] if lines else type(exc).__name__
+def _describe(exc: ValidationError, model_cls: type[BaseModel]) -> str:
+    """The first few validation errors, each as ``where: why``; an unknown top-level field
+    lists the fields the model has (a model that wrote ``launch`` for ``steps`` sees both)."""
+    errors = exc.errors()
+    parts: list[str] = []
+    for err in errors[:_MAX_ERRORS_SHOWN]:
+        loc = tuple(err.get("loc", ()))
+        where = ".".join(str(p) for p in loc)
+        if err.get("type") == "extra_forbidden":
+            msg = "unknown field"
+            if len(loc) == 1:
+                msg += f" ({model_cls.__name__} has: {', '.join(model_cls.model_fields)})"
+        else:
+            msg = str(err.get("msg", "invalid")).replace("\n", " ").removeprefix("Value error, ")
+        if len(msg) > _MAX_SHOWN:
+            msg = msg[:_MAX_SHOWN] + "..."
+        parts.append(f"{where}: {msg}" if where else msg)
+    more = len(errors) - len(parts)
+    return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
 
 
-def _describe(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err.get("loc", ()))
-    msg = str(err.get("msg", "invalid")).replace("\n", " ").removeprefix("Value error, ")
-    if len(msg) > _MAX_SHOWN:
-        msg = msg[:_MAX_SHOWN] + "..."
-    more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return f"{where}: {msg}{more}" if where else f"{msg}{more}"
-
-
-__all__ = ["AnswerError", "IdeaList", "parse_answer"]
+__all__ = ["AnswerError", "AnswerProblem", "IdeaList", "parse_answer"]

@@ -3,10 +3,18 @@
 - Structured output: with a ``response_model`` the request carries ``response_format`` =
   ``json_schema`` with the model's schema (``strict`` when the schema can be made strict:
   every object closed and free of open dicts, e.g. ``IdeaList``; ``KernelSpec`` has open dicts
-  and goes non-strict). An endpoint that refuses it (HTTP 400/422 naming ``response_format``,
-  ``json_schema``, "structured" or "guided") is remembered and asked again in plain text, and
-  every answer goes through :func:`kerngen.agent.llm.answers.parse_answer`, which also reads
-  fenced JSON out of free text. So a server that ignores ``response_format`` works too.
+  and goes non-strict). Any HTTP 400/422 to such a request is asked again once without it
+  (providers word their refusal every which way); when that plain request succeeds the endpoint
+  is remembered as refusing ``response_format``, when it fails too it was a bad request. Every
+  answer goes through :func:`kerngen.agent.llm.answers.parse_answer`, which also reads fenced
+  JSON out of free text, so a server that ignores ``response_format`` works too.
+- A cut-off answer (``finish_reason == "length"`` and unreadable) is asked again once with twice
+  the output budget (``max_completion_tokens``: twice the configured one, else twice what the
+  endpoint counted and at least 8192, at most ``max_output_tokens_cap`` and what the context
+  leaves), in the same :class:`LLMCall`; the :class:`AnswerError` of an answer still cut off has
+  ``truncated = True``.
+- Request fields: ``reasoning_effort`` and ``extra_body`` go in every request (the SDK's
+  ``extra_body``); ``timeout_s`` is per HTTP request.
 - Retries (tenacity, the SDK's own retries off): 429, 408, 409, 5xx, timeouts and connection
   errors, exponential backoff with jitter from ``backoff_base_s``, at least the server's
   ``Retry-After`` / ``retry-after-ms`` (capped at ``retry_after_max_s``). 401/403, 404 and
@@ -16,9 +24,14 @@
   (``bad_reply``): a recorded failed call, never another exception.
 - Concurrency: a semaphore bounds the requests in flight over all threads to
   ``max_concurrency`` (held per HTTP request, not during backoff).
-- Budget: :meth:`LLMClient.limit_requests` caps the HTTP requests the client makes over its
-  life (every attempt and retry counts, the ``check`` included); a request over it is not sent
-  and the call fails with kind ``budget``.
+- Budgets: :meth:`LLMClient.limit_requests` caps the HTTP requests the client makes over its
+  life (every attempt and retry counts, the ``check`` included; kind ``budget``);
+  ``max_cost_usd`` caps what they cost (:class:`~kerngen.agent.llm.cost.CostMeter`: a request
+  that would break it with the ones in flight is not sent; kind ``cost``).
+- Context: :meth:`LLMClient.check` also asks the endpoint for the model's context window
+  (:mod:`kerngen.agent.llm.endpoint`); :meth:`LLMClient.warn_if_context_small` says when a
+  prompt will not fit, and a reply that counted far fewer prompt tokens than the prompt has
+  adds a line to :attr:`LLMClient.warnings` (once).
 - Secrets: every message text goes through :func:`kerngen.redact.redact` before it is
   sent or recorded, and the API key is registered with it (so no log that quotes a secret of
   the environment is ever sent to the endpoint).
@@ -31,15 +44,15 @@
 :class:`LLMError` carries ``kind``: ``auth``, ``not_found``, ``bad_request``,
 ``no_endpoint`` (a 404 that is not about the model: a wrong base_url), ``context_length``,
 ``unreachable``, ``gave_up`` (retries spent), ``bad_reply`` (malformed replies until the retries
-were spent), ``budget`` (the request budget is spent: nothing was sent); ``fatal`` is
-true for the kinds after which no other request can succeed either.
+were spent), ``budget`` (the request budget is spent: nothing was sent), ``cost`` (the USD
+budget would be exceeded: nothing was sent); ``fatal`` is true for the kinds after which no
+other request can succeed either.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-import re
 import threading
 import time
 from typing import Any, Callable, Sequence
@@ -48,34 +61,20 @@ import openai
 from pydantic import BaseModel, Field
 from tenacity import Retrying, retry_if_exception, stop_after_attempt
 
-from kerngen.agent.llm.answers import AnswerError, parse_answer
-from kerngen.agent.llm.replies import Message
+from kerngen.agent.llm.answers import AnswerError, AnswerProblem, parse_answer
 from kerngen.agent.llm.config import LLMConfig, scrub
-from kerngen.agent.llm.replies import BadReply, Reply, error_text, one_line, read_reply, redacted_messages, response_schema, retry_after, root_cause, transient
+from kerngen.agent.llm.cost import BudgetSpent, CostMeter, CostSpent, LLMUsage, Reservation
+from kerngen.agent.llm.endpoint import ContextInfo, context_warning, probe_context, prompt_chars, truncation_warning
+from kerngen.agent.llm.replies import (FATAL_KINDS, BadReply, Message, Reply, describe, error_text, one_line,
+                                       read_reply, redact_json, redacted_messages, response_schema, retry_after,
+                                       to_llm_error, transient)
 from kerngen.errors import LLMError
 from kerngen.redact import redact, register_secret
 
 log = logging.getLogger("kerngen.llm")
 
-FATAL_KINDS = frozenset({"auth", "not_found", "no_endpoint", "bad_request"})
-_MAX_ERROR_CHARS = 300
-_STRUCTURED_REFUSAL = re.compile(r"response_format|json_schema|structured|guided|json mode", re.I)
-_CONTEXT_LENGTH = re.compile(r"context.?length|maximum context|too many tokens|context window|prompt is too long", re.I)
-_MODEL_MISSING = re.compile(r"model.*(not found|does not exist|not exist|unknown)|(unknown|invalid) model", re.I)
-
-
-class LLMUsage(BaseModel):
-    """Token counts (and cost where prices are configured) of one call or a whole run."""
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    calls: int = 0
-    failed_calls: int = 0
-    cost_usd: float | None = None
-
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
+NOT_SENT_KINDS = frozenset({"budget", "cost"})  # the request was refused here, before it was sent
+CUT_OFF_MIN_TOKENS = 8192  # the least output budget a cut-off answer is asked again with
 
 
 class LLMCall(BaseModel):
@@ -87,16 +86,11 @@ class LLMCall(BaseModel):
     response_text: str = ""
     structured: bool = False  # answered under response_format json_schema
     finish_reason: str = ""
-    usage: LLMUsage = Field(default_factory=LLMUsage)
+    usage: LLMUsage = Field(default_factory=LLMUsage)  # summed over its requests (a cut-off retry included)
     latency_ms: float = 0.0  # wall time of the call, retries and backoff included
     attempts: int = 0  # HTTP requests made
     error: str = ""  # one line; empty when the answer was read
     started_at: float = 0.0  # unix time
-
-
-
-class _BudgetSpent(Exception):
-    """The request budget is spent: the request was not sent."""
 
 
 class LLMClient:
@@ -118,8 +112,17 @@ class LLMClient:
         self._slots = threading.BoundedSemaphore(config.max_concurrency)
         self._lock = threading.Lock()
         self._usage = LLMUsage(cost_usd=0.0 if config.has_prices else None)
+        self._meter = CostMeter(config)
         self._structured_ok = config.structured
+        self._tokens_field = "max_completion_tokens"  # "max_tokens" for an endpoint that knows no other
+        extra = redact_json(config.extra_body)  # a secret of the environment pasted there is not sent
+        if config.reasoning_effort is not None:
+            extra["reasoning_effort"] = config.reasoning_effort
+        self._extra_body: dict[str, Any] = extra
         self._sleep: Callable[[float], None] = time.sleep
+        self.context = ContextInfo()  # what check() learnt of the model's context window
+        self.warnings: list[str] = []  # one line each, for the user: what the endpoint's replies suggest
+        self._truncation_warned = False
 
     def __repr__(self) -> str:
         return f"LLMClient(model={self.config.model!r}, base_url={self.config.base_url!r})"
@@ -136,6 +139,12 @@ class LLMClient:
         with self._lock:
             return self._requests
 
+    @property
+    def cost_committed_usd(self) -> float:
+        """USD spent, as the cost budget counts it (replies read, and the estimate of those
+        probably billed but unreadable), plus the estimates of the requests in flight."""
+        return self._meter.spent_usd + self._meter.reserved_usd
+
     def limit_requests(self, total: int | None) -> None:
         """Make at most ``total`` HTTP requests over the client's life, those made already
         included (``None``: no limit). A request over it is not sent: its call fails with an
@@ -143,10 +152,25 @@ class LLMClient:
         with self._lock:
             self._max_requests = None if total is None else max(0, int(total))
 
+    def limit_cost(self, usd: float | None) -> None:
+        """Spend at most ``usd`` from now on (``None``: no limit): the search gives what is left
+        of ``--max-cost``. A request over it is not sent: its call fails with kind ``cost``."""
+        self._meter.set_limit(None if usd is None else self._meter.spent_usd + max(0.0, usd))
+
     @property
     def structured_supported(self) -> bool:
         """False once the endpoint refused ``response_format`` (or when configured off)."""
         return self._structured_ok
+
+    @property
+    def context_tokens(self) -> int | None:
+        """The model's context window as the endpoint told :meth:`check` (None: unknown)."""
+        return self.context.tokens
+
+    def warn_if_context_small(self, prompt_chars: int) -> str | None:
+        """One line when a prompt of ``prompt_chars`` characters (about chars / 3.5 tokens) will
+        not fit the model's known context (or an Ollama server's default one), else None."""
+        return context_warning(self.context, prompt_chars, self.config.model, self.config.base_url)
 
     def complete(
         self,
@@ -165,7 +189,8 @@ class LLMClient:
 
     def check(self) -> LLMCall:
         """One cheap request, so that a search fails at once with a clear line when the endpoint
-        is unreachable, the key is wrong or the model unknown."""
+        is unreachable, the key is wrong or the model unknown; then the model's context window
+        is asked of the endpoint (best-effort: :attr:`context_tokens`)."""
         messages = [{"role": "user", "content": "Reply with the single word OK."}]
         attempts = min(2, self.config.max_retries + 1)
         call = LLMCall(purpose="check", model=self.config.model, messages=messages)
@@ -174,8 +199,13 @@ class LLMClient:
         except LLMError as exc:  # an endpoint that does not know max_completion_tokens
             if getattr(exc, "kind", "") != "bad_request" or "max_completion_tokens" not in str(exc):
                 raise
+            self._tokens_field = "max_tokens"  # the older name, for the output budgets sent later
             call = LLMCall(purpose="check", model=self.config.model, messages=messages)
             _, call = self._run(call, None, max_attempts=attempts)
+        self.context = probe_context(self._sdk, self.config)
+        if self.context.tokens is not None:
+            log.info("%s at %s: context of %d tokens (%s)", self.config.model, self.config.base_url,
+                     self.context.tokens, self.context.source)
         return call
 
     # ----- the call -------------------------------------------------------------------------
@@ -189,8 +219,56 @@ class LLMClient:
     ) -> tuple[BaseModel | str, LLMCall]:
         call.started_at = time.time()
         t0 = time.perf_counter()
-        failure: LLMError | None = None
+        extra = dict(extra or {})
+        result: BaseModel | str = ""
+        answer_error: AnswerError | None = None
         reply: Reply | None = None
+        retried = False  # a cut-off answer is asked again once
+        while True:
+            got, failure = self._exchange(call, response_model, extra, max_attempts)
+            if failure is not None:
+                if answer_error is not None:  # the cut-off retry failed: the call ends with the cut-off answer
+                    answer_error = self._answer_error(
+                        call, f"{answer_error}; asked again with {self._tokens_field}="
+                              f"{extra.get(self._tokens_field)}: {failure}", AnswerProblem.truncated)
+                    failure = None
+                break
+            reply = got
+            self._take_reply(call, reply)
+            result, answer_error = self._read_answer(call, reply, response_model)
+            cut_off = answer_error is not None and getattr(answer_error, "truncated", False)
+            budget = self._larger_budget(reply, extra) if cut_off and not retried else None
+            if budget is None:
+                break
+            log.info("LLM %s answer cut off after %d tokens; asking again with %s=%d", call.purpose,
+                     reply.completion_tokens, self._tokens_field, budget)
+            extra = {**extra, self._tokens_field: budget}
+            retried = True
+        call.latency_ms = (time.perf_counter() - t0) * 1e3
+
+        if failure is not None:
+            call.error = str(failure)
+            failure.call = call  # type: ignore[attr-defined]
+            if getattr(failure, "kind", "") in NOT_SENT_KINDS and call.attempts == 0:
+                log.info("LLM %s call not sent: %s", call.purpose, call.error)
+            else:
+                self._account(call, failed=True)
+                log.warning("LLM %s call failed: %s", call.purpose, call.error)
+            raise failure  # raised here, outside the SDK exception's context
+
+        assert reply is not None  # a round either read a reply or failed
+        self._watch_prompt(call, reply)
+        self._account(call, failed=answer_error is not None)
+        if answer_error is not None:
+            answer_error.call = call  # type: ignore[attr-defined]
+            log.info("LLM %s answer unreadable: %s", call.purpose, call.error)
+            raise answer_error
+        return result, call
+
+    def _exchange(self, call: LLMCall, response_model: type[BaseModel] | None, extra: dict[str, Any],
+                  max_attempts: int) -> tuple[Reply | None, LLMError | None]:
+        """One request and its retries (transient errors): the reply read, or the error (built
+        outside the SDK exception's context, so that it cannot carry the SDK's text along)."""
         retryer = Retrying(
             stop=stop_after_attempt(max_attempts),
             wait=self._wait,
@@ -199,61 +277,87 @@ class LLMClient:
             before_sleep=lambda rs: self._log_retry(call, rs),
             reraise=True,
         )
+        failure: BaseException | None = None
         try:
             for attempt in retryer:
                 with attempt:
-                    reply = read_reply(self._request(call, response_model, extra or {}), self.config.base_url)
-        except (openai.OpenAIError, BadReply, _BudgetSpent) as exc:
-            failure = self._to_llm_error(exc, call.attempts)
-        call.latency_ms = (time.perf_counter() - t0) * 1e3
+                    return self._request(call, response_model, extra), None
+        except (openai.OpenAIError, BadReply, BudgetSpent, CostSpent) as exc:
+            failure = exc
+        assert failure is not None  # the retryer either returned a reply or raised
+        return None, to_llm_error(failure, call.attempts, self.config)
 
-        if failure is not None:
-            call.error = str(failure)
-            failure.call = call  # type: ignore[attr-defined]
-            if getattr(failure, "kind", "") == "budget" and call.attempts == 0:
-                log.info("LLM %s call not sent: %s", call.purpose, call.error)
-            else:
-                self._account(call, failed=True)
-                log.warning("LLM %s call failed: %s", call.purpose, call.error)
-            raise failure  # raised here, outside the SDK exception's context
-
-        assert reply is not None  # the retryer either read a reply or raised
+    def _take_reply(self, call: LLMCall, reply: Reply) -> None:
+        """Record ``reply`` in ``call`` (its tokens added to those of an earlier, cut-off one)."""
+        call.error = ""
         call.response_text = self._clean(reply.text)
         call.finish_reason = reply.finish_reason
-        call.usage = LLMUsage(prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens, calls=1)
-        call.usage.cost_usd = self.config.cost_usd(call.usage.prompt_tokens, call.usage.completion_tokens)
+        usage = LLMUsage(prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens,
+                         cached_tokens=reply.cached_tokens, reasoning_tokens=reply.reasoning_tokens,
+                         cost_usd=self.config.cost_usd(reply.prompt_tokens, reply.completion_tokens, reply.cached_tokens))
+        call.usage.add_tokens(usage)
+        call.usage.calls = 1
 
-        result: BaseModel | str = call.response_text
-        answer_error: AnswerError | None = None
-        if response_model is not None:
-            try:
-                result = parse_answer(call.response_text, response_model)
-            except AnswerError as exc:
-                why = str(exc)
-                if reply.refusal:
-                    why = f"the model refused: {one_line(self._clean(reply.refusal))}"
-                elif call.finish_reason == "length":
-                    why += " (answer cut off: finish_reason=length)"
-                answer_error = AnswerError(why, call.response_text)
-                call.error = why
-        self._account(call, failed=answer_error is not None)
-        if answer_error is not None:
-            answer_error.call = call  # type: ignore[attr-defined]
-            log.info("LLM %s answer unreadable: %s", call.purpose, call.error)
-            raise answer_error
-        return result, call
+    def _read_answer(self, call: LLMCall, reply: Reply,
+                     response_model: type[BaseModel] | None) -> tuple[BaseModel | str, AnswerError | None]:
+        if response_model is None:
+            return call.response_text, None
+        try:
+            return parse_answer(call.response_text, response_model), None
+        except AnswerError as exc:
+            why, kind = str(exc), exc.kind
+        if reply.refusal:
+            return call.response_text, self._answer_error(
+                call, f"the model refused: {one_line(self._clean(reply.refusal))}", AnswerProblem.refused)
+        if reply.finish_reason == "length":
+            return call.response_text, self._answer_error(call, f"{why} (answer cut off: finish_reason=length)",
+                                                          AnswerProblem.truncated)
+        # the parser may see a cut-off answer the endpoint reported as "stop": asked again too
+        return call.response_text, self._answer_error(call, why, kind)
+
+    @staticmethod
+    def _answer_error(call: LLMCall, why: str, kind: AnswerProblem) -> AnswerError:
+        err = AnswerError(why, call.response_text, kind=kind)
+        err.truncated = kind is AnswerProblem.truncated  # type: ignore[attr-defined]  # cut off by the output budget
+        call.error = why
+        return err
+
+    def _larger_budget(self, reply: Reply, extra: dict[str, Any]) -> int | None:
+        """The output budget to ask a cut-off answer again with, None when none larger can be."""
+        cfg = self.config
+        asked = extra.get(self._tokens_field) or cfg.max_output_tokens
+        wanted = 2 * asked if asked else max(CUT_OFF_MIN_TOKENS, 2 * reply.completion_tokens)
+        cap = cfg.max_output_tokens_cap
+        if self.context.tokens and self.context.served and reply.prompt_tokens:  # what the context leaves
+            cap = min(cap, self.context.tokens - reply.prompt_tokens)
+        budget = min(wanted, cap)
+        return budget if budget > (asked or reply.completion_tokens) else None
+
+    def _watch_prompt(self, call: LLMCall, reply: Reply) -> None:
+        """Warn once when the endpoint counted far fewer prompt tokens than the prompt has."""
+        if self._truncation_warned:
+            return
+        line = truncation_warning(prompt_chars(call.messages), reply.prompt_tokens)
+        if line is None:
+            return
+        with self._lock:
+            if self._truncation_warned:
+                return
+            self._truncation_warned = True
+            self.warnings.append(line)
+        log.warning("%s", line)
 
     def _clean(self, text: str) -> str:
         """Text from the endpoint as it may be recorded: valid UTF-8, no key, no secret."""
         text = text.encode("utf-8", "replace").decode()  # a lone surrogate ("\\ud800") cannot be written
         return redact(scrub(text, self.config.api_key))
 
-    def _request(self, call: LLMCall, response_model: type[BaseModel] | None, extra: dict[str, Any]) -> Any:
+    def _request(self, call: LLMCall, response_model: type[BaseModel] | None, extra: dict[str, Any]) -> Reply:
         kwargs: dict[str, Any] = {"model": self.config.model, "messages": call.messages}
         if self.config.temperature is not None:
             kwargs["temperature"] = self.config.temperature
         if self.config.max_output_tokens is not None:
-            kwargs["max_completion_tokens"] = self.config.max_output_tokens
+            kwargs[self._tokens_field] = self.config.max_output_tokens
         kwargs.update(extra)
         structured = response_model is not None and self._structured_ok
         if structured:
@@ -264,36 +368,72 @@ class LLMClient:
                 "json_schema": {"name": response_model.__name__[:64], "schema": schema, "strict": strict},
             }
         try:
-            response = self._send(call, kwargs)
+            reply = self._send(call, kwargs)
         except (openai.BadRequestError, openai.UnprocessableEntityError) as exc:
-            if not (structured and _STRUCTURED_REFUSAL.search(error_text(exc))):
+            if not structured:
                 raise
+            # any 400/422: providers word a refusal of response_format every which way, so the
+            # plain request decides; if it fails as well, its error is the one raised
+            refusal = f"HTTP {exc.status_code}: {one_line(scrub(error_text(exc), self.config.api_key), 160)}"
+            del kwargs["response_format"]
+            reply = self._send(call, kwargs)
             with self._lock:
                 if self._structured_ok:
-                    log.info("endpoint %s refused response_format; using fenced-JSON answers", self.config.base_url)
+                    log.info("endpoint %s refused response_format (%s); using fenced-JSON answers",
+                             self.config.base_url, redact(refusal))
                 self._structured_ok = False
-            del kwargs["response_format"]
             structured = False
-            response = self._send(call, kwargs)
         call.structured = structured
-        return response
+        return reply
 
-    def _send(self, call: LLMCall, kwargs: dict[str, Any]) -> Any:
+    def _send(self, call: LLMCall, kwargs: dict[str, Any]) -> Reply:
         with self._slots:
-            with self._lock:
-                if self._max_requests is not None and self._requests >= self._max_requests:
-                    raise _BudgetSpent(f"LLM request budget spent ({self._requests} requests made, "
-                                       f"at most {self._max_requests})")
-                self._requests += 1
+            self._count_request(None)
+            # may wait for requests in flight to settle: not under the client's lock
+            reservation = self._meter.reserve({**kwargs, **self._extra_body})
+            self._count_request(reservation)
             call.attempts += 1
+            reply: Reply | None = None
+            billed = False  # sent, and possibly billed, without a reply read: its estimate counts
             try:
-                return self._sdk.chat.completions.create(**kwargs)
+                response = self._sdk.chat.completions.create(
+                    **kwargs, extra_body=self._extra_body or None, timeout=self.config.timeout_s)
+                reply = read_reply(response, self.config.base_url)
+                return reply
+            except openai.APITimeoutError:
+                billed = True
+                raise
             except openai.OpenAIError:
+                raise
+            except BadReply:
+                billed = True
                 raise
             except Exception as exc:  # noqa: BLE001 - the reply is untrusted: whatever the SDK trips
                 # on while reading it (a truncated or non-UTF-8 body, ...) is a malformed reply,
                 # retried and then recorded as a failed call, never a crash of the search
+                billed = True
                 raise BadReply(f"unreadable reply ({type(exc).__name__}: {one_line(str(exc), 120)})") from None
+            finally:
+                self._settle(reservation, reply, billed)
+
+    def _count_request(self, reservation: Reservation | None) -> None:
+        """Raise :class:`BudgetSpent` when the request budget is spent (then a reservation made
+        is given back); with a reservation, count the request as sent."""
+        with self._lock:
+            if self._max_requests is not None and self._requests >= self._max_requests:
+                if reservation is not None:
+                    self._meter.settle(reservation, 0.0)
+                raise BudgetSpent(f"LLM request budget spent ({self._requests} requests made, "
+                                  f"at most {self._max_requests})")
+            if reservation is not None:
+                self._requests += 1
+
+    def _settle(self, reservation: Reservation, reply: Reply | None, billed: bool) -> None:
+        if reply is not None:
+            cost = self.config.cost_usd(reply.prompt_tokens, reply.completion_tokens, reply.cached_tokens)
+            self._meter.settle(reservation, cost, completion_tokens=reply.completion_tokens)
+        else:
+            self._meter.settle(reservation, None if billed else 0.0)
 
     # ----- retries ----------------------------------------------------------------------------
     def _wait(self, retry_state: Any) -> float:
@@ -314,89 +454,21 @@ class LLMClient:
             "LLM %s attempt %d failed (%s); retrying in %.2fs",
             call.purpose,
             retry_state.attempt_number,
-            self._describe(exc),
+            describe(exc, self.config),
             wait,
         )
 
     def _account(self, call: LLMCall, *, failed: bool) -> None:
         with self._lock:
             u = self._usage
-            u.prompt_tokens += call.usage.prompt_tokens
-            u.completion_tokens += call.usage.completion_tokens
+            u.add_tokens(call.usage)
             u.calls += 1
             u.failed_calls += int(failed)
-            if u.cost_usd is not None and call.usage.cost_usd is not None:
-                u.cost_usd += call.usage.cost_usd
         if self.on_call is not None:
             try:
                 self.on_call(call)
             except Exception:  # a journaling hook must not break the search
                 log.exception("on_call hook failed")
 
-    # ----- errors -----------------------------------------------------------------------------
-    def _describe(self, exc: BaseException | None) -> str:
-        """One scrubbed line for any SDK error."""
-        if exc is None:
-            return "unknown error"
-        if isinstance(exc, (BadReply, _BudgetSpent)):
-            return one_line(redact(scrub(str(exc), self.config.api_key)))
-        if isinstance(exc, openai.APITimeoutError):
-            return f"timed out after {self.config.timeout_s:g}s"
-        if isinstance(exc, openai.APIConnectionError):
-            return scrub(root_cause(exc), self.config.api_key)
-        if isinstance(exc, openai.APIStatusError):
-            return f"HTTP {exc.status_code}: {one_line(scrub(error_text(exc), self.config.api_key))}"
-        return one_line(scrub(str(exc), self.config.api_key)) or type(exc).__name__
 
-    def _classify(self, exc: BaseException) -> str:
-        if isinstance(exc, BadReply):
-            return "bad_reply"
-        if isinstance(exc, _BudgetSpent):
-            return "budget"
-        status = getattr(exc, "status_code", None)
-        text = error_text(exc) if isinstance(exc, openai.APIStatusError) else ""
-        code = str(getattr(exc, "code", "") or "")
-        if isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)):
-            return "auth"
-        if isinstance(exc, openai.NotFoundError) or code == "model_not_found":
-            return "not_found" if (code == "model_not_found" or "model" in text.lower()) else "no_endpoint"
-        if status in (400, 413, 422):
-            if code == "context_length_exceeded" or _CONTEXT_LENGTH.search(text):
-                return "context_length"
-            if _MODEL_MISSING.search(text):
-                return "not_found"
-            return "bad_request"
-        if isinstance(exc, openai.APITimeoutError):
-            return "gave_up"
-        if isinstance(exc, openai.APIConnectionError):
-            return "unreachable"
-        return "gave_up" if transient(exc) else "bad_request"
-
-    def _to_llm_error(self, exc: BaseException, attempts: int) -> LLMError:
-        cfg = self.config
-        what = self._describe(exc)
-        model, url = cfg.model, cfg.base_url
-        status = getattr(exc, "status_code", None)
-        kind = self._classify(exc)
-        msg = {
-            "auth": f"authentication failed at {url} (check OPENAI_API_KEY): {what}",
-            "not_found": f"model {model!r} not found at {url}: {what}",
-            "no_endpoint": f"{url}/chat/completions not found (check base_url; it usually ends in /v1): {what}",
-            "context_length": f"prompt too long for model {model!r} (context length exceeded): {what}",
-            "bad_request": f"bad request to {url}: {what}",
-            "unreachable": f"cannot reach {url}: {what}",
-            "gave_up": f"LLM endpoint {url} failing: {what}",
-            "bad_reply": what if what.startswith(url) else f"{url} sent a malformed reply: {what}",
-            "budget": what,
-        }[kind]
-        if transient(exc) and attempts > 1:
-            msg += f" (after {attempts} attempts)"
-        err = LLMError(one_line(redact(scrub(msg, cfg.api_key)), limit=2 * _MAX_ERROR_CHARS))
-        err.kind = kind  # type: ignore[attr-defined]
-        err.fatal = kind in FATAL_KINDS  # type: ignore[attr-defined]
-        err.status = status  # type: ignore[attr-defined]
-        err.attempts = attempts  # type: ignore[attr-defined]
-        return err
-
-
-__all__ = ["FATAL_KINDS", "LLMCall", "LLMClient", "LLMUsage", "Message", "response_schema"]
+__all__ = ["FATAL_KINDS", "NOT_SENT_KINDS", "LLMCall", "LLMClient", "LLMUsage", "Message", "response_schema"]

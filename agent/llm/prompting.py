@@ -19,7 +19,7 @@ from typing import Any
 import jinja2
 from pydantic import BaseModel
 
-TEMPLATES = ("system", "ideas", "implement", "repair")
+TEMPLATES = ("system", "ideas", "implement", "repair", "repair_answer")
 LOG_LIMIT = 4000  # characters of a compile / runtime log a prompt shows
 
 

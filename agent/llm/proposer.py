@@ -23,11 +23,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from kerngen.agent.llm.answers import AnswerError, IdeaList
-from kerngen.agent.llm.client import LLMCall, LLMClient, Message
+from kerngen.agent.llm.client import NOT_SENT_KINDS, LLMCall, LLMClient, Message
 from kerngen.agent.llm.prompting import render
-from kerngen.agent.proposer import Branch, Category, Idea, NodeSummary, SearchContext
+from kerngen.agent.proposer import UNREADABLE, Branch, Category, Failure, Idea, NodeSummary, SearchContext
 from kerngen.errors import LLMError
-from kerngen.harness.results import EvalResult
+from kerngen.harness.compile.source_policy import ALLOWED_HEADERS
 from kerngen.harness.spec.spec import KernelSpec
 
 log = logging.getLogger("kerngen.llm")
@@ -66,6 +66,16 @@ class LLMProposer:
     def __init__(self, client: LLMClient, on_call: Callable[[LLMCall], None] | None = None) -> None:
         self.client = client
         self.on_call = on_call
+        # why a request was not sent (a budget: kind ``budget`` or ``cost``), for the search to stop on
+        self.not_sent: LLMError | None = None
+        self._context_warned = False
+        self._warnings: list[str] = []
+
+    @property
+    def warnings(self) -> list[str]:
+        """What the user should hear of the endpoint once the search is over: a context smaller
+        than the prompts, a prompt the endpoint seems to have truncated (its token count)."""
+        return [*self._warnings, *(w for w in self.client.warnings if w not in self._warnings)]
 
     # ----- Proposer ---------------------------------------------------------------------------
     def ideas(self, ctx: SearchContext, parent: NodeSummary | None, k: int) -> list[Idea] | None:
@@ -93,6 +103,8 @@ class LLMProposer:
                 self._journal(exc)
                 if getattr(exc, "fatal", True):
                     raise
+                if getattr(exc, "kind", "") in NOT_SENT_KINDS:
+                    self.not_sent = exc
                 log.warning("no ideas from the LLM: %s", exc)
                 return None
             self._report(call)
@@ -128,33 +140,59 @@ class LLMProposer:
             return None  # nothing could be sent: no answer (a resume with more budget asks again)
         return [b if b is not None else Branch(error=f"LLM call not sent: {_BUDGET_SPENT}") for b in branches]
 
-    def repair(self, ctx: SearchContext, spec: KernelSpec, result: EvalResult, attempt: int) -> Branch | None:
-        user = render("repair", ctx=ctx, spec=spec, result=result, attempt=attempt)
+    def repair(self, ctx: SearchContext, failure: Failure, attempt: int) -> Branch | None:
+        """A failed kernel goes back with its evidence (``repair.j2``); an answer that could not be
+        read goes back with the reason and its start (``repair_answer.j2``). Both show the idea
+        and the parent of the branch, so that the fix keeps its point."""
+        if failure.unreadable:
+            user = render("repair_answer", ctx=ctx, failure=failure, attempt=attempt,
+                          answer=_clipped(failure.answer, 12_000))
+        else:
+            user = render("repair", ctx=ctx, failure=failure, attempt=attempt)
         return self._spec_call(self._messages(ctx, user), purpose="repair")
+
+    @property
+    def concurrency(self) -> int:
+        """Questions the search may ask at once: every request of a wave is in flight together,
+        up to ``--llm-concurrency`` (the client's semaphore bounds the HTTP requests)."""
+        return self.client.config.max_concurrency
 
     def limit_requests(self, total: int | None) -> None:
         """At most ``total`` HTTP requests over the client's life (see
         :meth:`LLMClient.limit_requests`); the search sets it from ``--max-llm-calls``."""
         self.client.limit_requests(total)
 
+    def limit_cost(self, usd: float | None) -> None:
+        """Spend at most ``usd`` more (see :meth:`LLMClient.limit_cost`); the search sets it from
+        ``--max-cost`` less what its journal says was spent."""
+        self.client.limit_cost(usd)
+
     # ----- helpers ----------------------------------------------------------------------------
     def system_prompt(self, ctx: SearchContext) -> str:
-        return render("system", ctx=ctx, spec_schema=_schema_text(KernelSpec))
+        return render("system", ctx=ctx, spec_schema=_schema_text(KernelSpec), headers=ALLOWED_HEADERS)
 
     def _messages(self, ctx: SearchContext, user: str) -> list[Message]:
-        return [{"role": "system", "content": self.system_prompt(ctx)}, {"role": "user", "content": user}]
+        system = self.system_prompt(ctx)
+        if not self._context_warned:  # said once: a prompt larger than the endpoint's context
+            warning = self.client.warn_if_context_small(len(system) + len(user))
+            if warning:
+                self._context_warned = True
+                self._warnings.append(warning)
+                log.warning("%s", warning)
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
     def _spec_call(self, messages: list[Message], *, purpose: str) -> Branch | None:
         try:
             spec, call = self.client.complete(messages, KernelSpec, purpose=purpose)
         except AnswerError as exc:
             self._journal(exc)
-            return Branch(error=f"unreadable answer: {exc}", notes=_notes(exc.text))
+            return Branch(error=f"{UNREADABLE}: {exc}", notes=_notes(exc.text), answer=_clipped(exc.text))
         except LLMError as exc:
             self._journal(exc)
             if getattr(exc, "fatal", True):
                 raise
-            if getattr(exc, "kind", "") == "budget":
+            if getattr(exc, "kind", "") in NOT_SENT_KINDS:  # a budget kept it from being sent
+                self.not_sent = exc
                 return None
             return Branch(error=f"LLM call failed: {exc}")
         self._report(call)

@@ -13,13 +13,21 @@ from typing import Any, Sequence
 import openai
 from pydantic import BaseModel
 
+from kerngen.agent.llm.config import LLMConfig, scrub
+from kerngen.agent.llm.cost import BudgetSpent, CostSpent
+from kerngen.errors import LLMError
 from kerngen.redact import redact
 
 _MAX_ERROR_CHARS = 300
+FATAL_KINDS = frozenset({"auth", "not_found", "no_endpoint", "bad_request"})
+_CONTEXT_LENGTH = re.compile(r"context.?length|maximum context|too many tokens|context window|prompt is too long", re.I)
+_MODEL_MISSING = re.compile(r"model.*(not found|does not exist|not exist|unknown)|(unknown|invalid) model", re.I)
 
 
 class BadReply(Exception):
     """The endpoint answered 200 with something that is not a readable chat completion."""
+
+
 Message = dict[str, Any]
 
 
@@ -131,6 +139,76 @@ def root_cause(exc: BaseException) -> str:
     return one_line(text) or "connection error"
 
 
+def describe(exc: BaseException | None, config: LLMConfig) -> str:
+    """One scrubbed line for any SDK error."""
+    if exc is None:
+        return "unknown error"
+    if isinstance(exc, (BadReply, BudgetSpent, CostSpent)):
+        return one_line(redact(scrub(str(exc), config.api_key)))
+    if isinstance(exc, openai.APITimeoutError):
+        return f"timed out after {config.timeout_s:g}s"
+    if isinstance(exc, openai.APIConnectionError):
+        return scrub(root_cause(exc), config.api_key)
+    if isinstance(exc, openai.APIStatusError):
+        return f"HTTP {exc.status_code}: {one_line(scrub(error_text(exc), config.api_key))}"
+    return one_line(scrub(str(exc), config.api_key)) or type(exc).__name__
+
+def classify(exc: BaseException) -> str:
+    """The :class:`LLMError` kind of an error of a request (see the client's docstring)."""
+    if isinstance(exc, BadReply):
+        return "bad_reply"
+    if isinstance(exc, BudgetSpent):
+        return "budget"
+    if isinstance(exc, CostSpent):
+        return "cost"
+    status = getattr(exc, "status_code", None)
+    text = error_text(exc) if isinstance(exc, openai.APIStatusError) else ""
+    code = str(getattr(exc, "code", "") or "")
+    if isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)):
+        return "auth"
+    if isinstance(exc, openai.NotFoundError) or code == "model_not_found":
+        return "not_found" if (code == "model_not_found" or "model" in text.lower()) else "no_endpoint"
+    if status in (400, 413, 422):
+        if code == "context_length_exceeded" or _CONTEXT_LENGTH.search(text):
+            return "context_length"
+        if _MODEL_MISSING.search(text):
+            return "not_found"
+        return "bad_request"
+    if isinstance(exc, openai.APITimeoutError):
+        return "gave_up"
+    if isinstance(exc, openai.APIConnectionError):
+        return "unreachable"
+    return "gave_up" if transient(exc) else "bad_request"
+
+def to_llm_error(exc: BaseException, attempts: int, config: LLMConfig) -> LLMError:
+    """The one-line, scrubbed :class:`LLMError` of a request's error, built anew (not chained)."""
+    cfg = config
+    what = describe(exc, config)
+    model, url = cfg.model, cfg.base_url
+    status = getattr(exc, "status_code", None)
+    kind = classify(exc)
+    msg = {
+        "auth": f"authentication failed at {url} (check OPENAI_API_KEY): {what}",
+        "not_found": f"model {model!r} not found at {url}: {what}",
+        "no_endpoint": f"{url}/chat/completions not found (check base_url; it usually ends in /v1): {what}",
+        "context_length": f"prompt too long for model {model!r} (context length exceeded): {what}",
+        "bad_request": f"bad request to {url}: {what}",
+        "unreachable": f"cannot reach {url}: {what}",
+        "gave_up": f"LLM endpoint {url} failing: {what}",
+        "bad_reply": what if what.startswith(url) else f"{url} sent a malformed reply: {what}",
+        "budget": what,
+        "cost": what,
+    }[kind]
+    if transient(exc) and attempts > 1:
+        msg += f" (after {attempts} attempts)"
+    err = LLMError(one_line(redact(scrub(msg, cfg.api_key)), limit=2 * _MAX_ERROR_CHARS))
+    err.kind = kind  # type: ignore[attr-defined]
+    err.fatal = kind in FATAL_KINDS  # type: ignore[attr-defined]
+    err.status = status  # type: ignore[attr-defined]
+    err.attempts = attempts  # type: ignore[attr-defined]
+    return err
+
+
 def redacted_messages(messages: Sequence[Message]) -> list[Message]:
     """The messages as they may be sent and recorded: every text redacted (no secret of the
     environment, no API key), whatever a prompt quoted (a compile log, a problem file)."""
@@ -138,6 +216,17 @@ def redacted_messages(messages: Sequence[Message]) -> list[Message]:
     for m in messages:
         out.append({k: redact(v) if isinstance(v, str) else v for k, v in dict(m).items()})
     return out
+
+
+def redact_json(value: Any) -> Any:
+    """``value`` (decoded JSON) with every string, keys included, redacted."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, list):
+        return [redact_json(v) for v in value]
+    if isinstance(value, dict):
+        return {redact(str(k)): redact_json(v) for k, v in value.items()}
+    return value
 
 
 class Reply(BaseModel):
@@ -148,6 +237,8 @@ class Reply(BaseModel):
     finish_reason: str = ""
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0  # of prompt_tokens, read from the endpoint's prompt cache
+    reasoning_tokens: int = 0  # of completion_tokens, spent thinking
 
 
 def read_reply(response: Any, base_url: str) -> Reply:
@@ -181,7 +272,22 @@ def read_reply(response: Any, base_url: str) -> Reply:
     usage = getattr(response, "usage", None)
     reply.prompt_tokens = _count(getattr(usage, "prompt_tokens", 0))
     reply.completion_tokens = _count(getattr(usage, "completion_tokens", 0))
+    # OpenAI (and vLLM, OpenRouter, ...) nest the details; DeepSeek reports its cache hits flat
+    cached = _count(_field(_field(usage, "prompt_tokens_details"), "cached_tokens"))
+    cached = cached or _count(_field(usage, "prompt_cache_hit_tokens"))
+    reply.cached_tokens = min(cached, reply.prompt_tokens) if reply.prompt_tokens else cached
+    reply.reasoning_tokens = _count(_field(_field(usage, "completion_tokens_details"), "reasoning_tokens"))
     return reply
+
+
+def _field(obj: Any, name: str) -> Any:
+    """``obj.name`` of an SDK object or ``obj[name]`` of a dict (a detail the SDK did not type
+    stays a dict), None when absent."""
+    if obj is None:
+        return None
+    if isinstance(obj, dict):
+        return obj.get(name)
+    return getattr(obj, name, None)
 
 
 def _count(value: Any) -> int:

@@ -6,7 +6,7 @@ from typing import Any
 
 from jinja2 import TemplateError
 
-from kerngen.agent.proposer import Branch, Idea, NodeSummary, SearchContext
+from kerngen.agent.proposer import Branch, Failure, Idea, NodeSummary, SearchContext
 from kerngen.expr import TensorFacts
 from kerngen.errors import SpecError
 from kerngen.harness.results import GpuFacts
@@ -199,9 +199,11 @@ class PlaybookProposer:
         return [Branch(error=f"playbook: {why}" if why else
                        f"playbook: no configuration of {entry.variant} admits this problem's shapes")]
 
-    def repair(self, ctx: SearchContext, spec: KernelSpec, result: Any, attempt: int) -> Branch:
-        """A safer variant when one exists (the bounds-checked GEMM), else no repair."""
-        if self.match is not None and attempt == 0 and self.match.family == "matmul" and variant_of_spec(spec) == "tiled":
+    def repair(self, ctx: SearchContext, failure: Failure, attempt: int) -> Branch:
+        """A safer variant when one exists (the bounds-checked GEMM), at the first attempt, else
+        no repair."""
+        spec = failure.spec
+        if self.match is not None and attempt == 1 and self.match.family == "matmul" and variant_of_spec(spec) == "tiled":
             offered = self._offer(ctx).get("simple")
             safe = builders.build(self.match, "simple", offered.defaults) if offered is not None else None
             if safe is not None and self._fits(safe, ctx):

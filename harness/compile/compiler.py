@@ -3,8 +3,11 @@
 :func:`compile_job` is the one function that turns source into a module. It raises
 :class:`~kerngen.errors.CompileError` (one-line message, the FULL NVRTC log in ``.log``)
 for a source the policy refuses (message ``source refused: ...``, see :mod:`.source_policy`), a
+source that redefines a name the job passes with ``-D`` (message ``tunable NAME is redefined ...``,
+see :mod:`.source_checks`; checked before the cache is asked, so no cached success can hide it), a
 compile error, a compile that timed out or died in its sandbox, a forbidden module (message
-``forbidden: ...``, see :mod:`.cubin`) or a kernel of the launch plan that the module lacks.
+``forbidden: ...``, see :mod:`.cubin`) or a kernel of the launch plan that the module lacks
+(message ``kernel 'NAME' not found in the module: ...`` with the source's ``__global__`` names).
 Everything else here prepares jobs (:func:`build_options`, :func:`job_for`) or runs many of them
 (:func:`compile_many`).
 
@@ -31,9 +34,9 @@ from pydantic import BaseModel
 
 from kerngen.errors import CompileError
 
-from kerngen.harness.compile import headers, sandbox, source_policy
+from kerngen.harness.compile import headers, sandbox, source_checks, source_policy
 from kerngen.harness.compile.cache import CompileCache
-from kerngen.harness.compile.cubin import check_cubin
+from kerngen.harness.compile.cubin import Cubin, check_cubin
 from kerngen.harness.compile.nvrtc_info import nvrtc_version
 from kerngen.harness.spec.plan import ResolvedPlan
 from kerngen.harness.compile.ptxas import parse_ptxas
@@ -57,6 +60,9 @@ class CompileJob(BaseModel):
     options: list[str]
     arch: str
     kernels: list[str] = []  # entry functions that must exist in the module
+    # the -D names that are tunables (the others are the spec's defines): only for messages, so
+    # not part of the cache key (which covers the options, and so every -D name and value)
+    tunables: list[str] = []
 
 
 class _UseDefaultCache:
@@ -108,7 +114,45 @@ def build_options(spec: KernelSpec, plan: ResolvedPlan, arch: str) -> list[str]:
 
 def job_for(spec: KernelSpec, plan: ResolvedPlan, arch: str) -> CompileJob:
     kernels = list(dict.fromkeys(launch.kernel for launch in plan.launches))
-    return CompileJob(source=spec.source, options=build_options(spec, plan, arch), arch=arch, kernels=kernels)
+    return CompileJob(source=spec.source, options=build_options(spec, plan, arch), arch=arch, kernels=kernels,
+                      tunables=sorted(plan.config))
+
+
+def _macro_names(options: list[str]) -> frozenset[str]:
+    """The names the options define (``-DNAME=value`` / ``-DNAME``)."""
+    return frozenset(o[2:].split("=", 1)[0] for o in options if o.startswith("-D") and len(o) > 2)
+
+
+def check_job_source(job: CompileJob) -> None:
+    """The checks of the source against the job that NVRTC would not fail on: a tunable or define
+    redefined or undefined in the source (:mod:`.source_checks`). Raises :class:`CompileError`."""
+    source_checks.check_macros(job.source, _macro_names(job.options), frozenset(job.tunables))
+
+
+def _check_kernels(cubin: Cubin, job: CompileJob, log: str) -> None:
+    """Every kernel the plan launches is an entry of the module, else a :class:`CompileError`
+    whose message says what the source declares instead (a typo, or a missing ``extern "C"``)."""
+    missing = [k for k in job.kernels if k not in cubin.entries]
+    if not missing:
+        return
+    name = missing[0]
+    declared = source_checks.global_functions(job.source)
+    mangled = [e for e in cubin.entries if f"{len(name)}{name}" in e and e.startswith("_Z")]
+    if name in declared:
+        why = (f"the source declares __global__ {name} without extern \"C\", so the module has it as "
+               f"{mangled[0] if mangled else 'a C++ mangled name'}; declare it extern \"C\"")
+    else:
+        shown = ", ".join(declared[:8]) + (f" (+{len(declared) - 8} more)" if len(declared) > 8 else "")
+        why = (f"the source's __global__ functions are {shown} (a typo in the launch plan?)" if declared
+               else "the source declares no __global__ function")
+    more = f" (+{len(missing) - 1} more missing)" if len(missing) > 1 else ""
+    found = ", ".join(cubin.entries) or "none"
+    raise CompileError(
+        f"kernel '{name}' not found in the module: {why}{more}",
+        f"kernels named by the launch plan but not in the module: {', '.join(missing)}\n"
+        f"entry functions found: {found}\n__global__ functions in the source: {', '.join(declared) or 'none'}"
+        f"\n\n{log}".rstrip() + "\n",
+    )
 
 
 def _options_for(job: CompileJob) -> list[str]:
@@ -181,6 +225,9 @@ def compile_job(
 ) -> CompiledKernel:
     """Source -> checked cubin, served from ``cache`` when it holds the key. Raises
     :class:`CompileError` (cached failures re-raise with their stored log)."""
+    # before the cache: a source that compiled (with a warning) before this check existed has a
+    # cached success; and the scan is cheap (memoised per source), so nothing of it is cached
+    check_job_source(job)
     cache = _resolve_cache(cache)
     key = CompileCache.key_for(job)
     if cache is not None:
@@ -189,7 +236,7 @@ def compile_job(
             if not entry.ok:
                 raise CompileError(entry.message, entry.log)
             assert entry.info is not None
-            check_cubin(entry.cubin, job.kernels, entry.info.log, job.source)
+            _check_kernels(check_cubin(entry.cubin, [], entry.info.log, job.source), job, entry.info.log)
             info = entry.info.model_copy(update={"cached": True, "seconds": 0.0})
             return CompiledKernel(cubin=entry.cubin, info=info)
     start = time.perf_counter()
@@ -201,7 +248,7 @@ def compile_job(
         raise
     seconds = time.perf_counter() - start
     try:
-        check_cubin(cubin, [], log, job.source)  # forbidden globals / calls: a property of the key
+        module = check_cubin(cubin, [], log, job.source)  # forbidden globals / calls: a property of the key
     except CompileError as exc:
         _put(cache, "put_failure", key, str(exc), exc.log)
         raise
@@ -216,7 +263,7 @@ def compile_job(
         kernels=parse_ptxas(log),
     )
     _put(cache, "put", key, cubin, info)
-    check_cubin(cubin, job.kernels, log, job.source)  # a missing kernel depends on the job, not the key
+    _check_kernels(module, job, log)  # a missing kernel depends on the job, not the key
     return CompiledKernel(cubin=cubin, info=info)
 
 

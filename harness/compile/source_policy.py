@@ -57,6 +57,7 @@ _FORBIDDEN_IDENTS = {
 }
 _RESERVED = re.compile(r"^(__|_[A-Z])")
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_IDENT_TAIL = re.compile(r"[A-Za-z0-9_]+")
 
 
 def header_allowed(name: str) -> bool:
@@ -142,9 +143,17 @@ class _Scan:
                 continue
             m = _IDENT.match(text, i)
             if m:
-                tokens.append(("ident", m.group()))
-                code.append(m.group())
-                i = m.end()
+                word, i = m.group(), m.end()
+                # a continuation inside an identifier joins its halves (phase 2 comes before tokens)
+                while text.startswith("\\\n", i):
+                    tail = _IDENT_TAIL.match(text, i + 2)
+                    if tail is None:
+                        break
+                    word += tail.group()
+                    line_no += 1
+                    i = tail.end()
+                tokens.append(("ident", word))
+                code.append(word)
                 continue
             if c == "%" and i + 1 < n and text[i + 1] == ":":  # digraph for '#'
                 tokens.append(("punct", "#"))
@@ -157,6 +166,12 @@ class _Scan:
         if code or tokens:
             out.append((start_line, "".join(code), tokens))
         return out
+
+
+def logical_lines(source: str) -> list[tuple[int, str, list[tuple[str, str]]]]:
+    """The source as the preprocessor sees it, one logical line at a time: (first physical line,
+    code with comments removed, tokens). Shared with :mod:`.source_checks`."""
+    return _Scan(source).logical_lines()
 
 
 def check_source(source: str) -> None:

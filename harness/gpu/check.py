@@ -214,12 +214,14 @@ def _check_one_set(state, module, plan, stream, seed, i, sync, evidence: CheckEv
             c = compare(out, ref, atol=evidence.atol, rtol=evidence.rtol, poison=pois, name=name, device=state.device)
             _record(evidence, c, name)
             if not c.ok:
-                _fail(evidence, c.failed, f"seed {seed}, run {when} the reference: {c.message}")
+                _fail(evidence, c.failed, f"seed {seed}, run {when} the reference: {c.message}", c.pattern)
         if not _equal(out1, out2):
             evidence.deterministic = False
             c = compare(out2, out1, atol=evidence.atol, rtol=evidence.rtol, name=name, device=state.device)
             if not c.ok:
-                _fail(evidence, CheckFailure.nondeterministic, f"seed {seed}: two runs disagree: {c.message}")
+                # the pattern reads the first run as the reference: where the second one differs
+                _fail(evidence, CheckFailure.nondeterministic, f"seed {seed}: two runs disagree: {c.message}",
+                      f"the runs differ: {c.pattern}" if c.pattern else "")
     return bound
 
 
@@ -272,9 +274,12 @@ def _record(evidence: CheckEvidence, c: Comparison, name: str) -> None:
     evidence.mismatches = max(evidence.mismatches, c.mismatches)
 
 
-def _fail(evidence: CheckEvidence, failed: CheckFailure | None, message: str) -> None:
+def _fail(evidence: CheckEvidence, failed: CheckFailure | None, message: str, pattern: str = "") -> None:
+    """End the check with this evidence. ``pattern`` is the failed comparison's (where the wrong
+    elements are and how wrong, :mod:`.error_pattern`): the repair prompt shows it."""
     evidence.failed = failed or CheckFailure.mismatch
     evidence.message = message
+    evidence.pattern = pattern
     raise CandidateFailed(evidence)
 
 
@@ -289,7 +294,7 @@ def verify_timed_outputs(state: ProblemState, sets: list[BoundSet]) -> CheckEvid
             for name, buf, ref in zip(names, bound.outputs.values(), bound.refs):
                 c = compare(buf.view, ref, atol=evidence.atol, rtol=evidence.rtol, name=name)
                 if not c.ok:
-                    _fail(evidence, CheckFailure.timed_output_mismatch, f"timed input set {k}: {c.message}")
+                    _fail(evidence, CheckFailure.timed_output_mismatch, f"timed input set {k}: {c.message}", c.pattern)
     except CandidateFailed as failure:
         return failure.evidence
     return None

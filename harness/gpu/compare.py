@@ -2,7 +2,10 @@
 where it is, the relative error ||out - ref|| / ||ref||, and whether unmatched elements were
 never written (still poison). Pure torch: runs on CPU in tests, on GPU in the harness; chunk by
 chunk, so that comparing a 15 GB output needs no 60 GB of fp64 temporaries, and a reference kept
-in host memory (the memory plan of a large problem) is compared on the GPU."""
+in host memory (the memory plan of a large problem) is compared on the GPU.
+
+A failed comparison also says where the wrong elements are and how wrong (``pattern``, see
+:mod:`.error_pattern`): a second pass over the chunks, paid only by a candidate that failed."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ import torch
 from pydantic import BaseModel
 
 from kerngen.harness.gpu.buffers import still_poisoned
+from kerngen.harness.gpu.error_pattern import describe
 from kerngen.harness.results import CheckFailure
 
 
@@ -19,8 +23,23 @@ from kerngen.harness.results import CheckFailure
 REL_ERR_LIMITS = {"float32": 1e-5, "float64": 1e-10, "float16": 5e-3, "bfloat16": 1e-2}
 
 
+# Above these, an output within atol/rtol is WRONG, not imprecise (CheckFailure.mismatch, not
+# precision_loss). Rounding every value of an fp32 output to bf16, the coarsest 16-bit format,
+# moves it by at most 2**-9 ~ 2e-3 of itself (~1.1e-3 for ||out-ref||/||ref||); fp16 by 2**-12. So
+# 1e-2 is five times anything a lower precision inside an fp32/fp64 kernel gives: a kernel 3% off
+# (softmax rows of 65536 values ~1.5e-5 each pass atol=1e-4 whatever they hold) has a logic error
+# (a scale, a normalisation, a missed term), and the model must be told so, not "lower precision".
+# A half-precision output gets five times its own limit: past that no honest rounding lands.
+GROSS_REL_ERR = {"float32": 1e-2, "float64": 1e-2, "float16": 2.5e-2, "bfloat16": 5e-2}
+
+
 def rel_err_limit(dtype: torch.dtype) -> float:
     return REL_ERR_LIMITS.get(str(dtype).removeprefix("torch."), 0.0)
+
+
+def gross_rel_err(dtype: torch.dtype) -> float:
+    """The relative error above which a within-tolerance output is a mismatch (0: none)."""
+    return GROSS_REL_ERR.get(str(dtype).removeprefix("torch."), 0.0)
 
 
 class Comparison(BaseModel):
@@ -33,6 +52,7 @@ class Comparison(BaseModel):
     expected: float | None = None
     rel_err: float = 0.0
     message: str = ""
+    pattern: str = ""  # where the wrong elements are and how wrong (failures only; see error_pattern)
 
 
 # elements compared at once: the fp64 copies and masks of a chunk stay near 1 GB whatever the size
@@ -61,7 +81,11 @@ def compare(
         )
     dev = device if device is not None else out.device
     if not (out.is_floating_point() or out.is_complex()):
-        return _compare_exact(out.to(dev), ref.to(dev), None if poison is None else poison.to(dev), name)
+        c = _compare_exact(out.to(dev), ref.to(dev), None if poison is None else poison.to(dev), name)
+        if not c.ok:
+            c.pattern = describe(out, ref, atol=0.0, rtol=0.0, poison=poison, exact=True, name=name, chunk=chunk,
+                                 device=dev)
+        return c
     acc = _Totals()
     o_all, r_all = out.reshape(-1), ref.reshape(-1)
     p_all = poison.reshape(-1) if poison is not None else None
@@ -73,16 +97,38 @@ def compare(
     shape = tuple(out.shape)
     if acc.nbad == 0:
         limit = rel_err_limit(ref.dtype)
-        if limit and rel > limit:
-            c = _result(False, CheckFailure.precision_loss, 0, acc.ok_worst, rel, name, shape, out.numel())
-            c.message = (f"{name}: within atol/rtol but ||out-ref||/||ref|| = {rel:.3g} exceeds {limit:g} for "
-                         f"{str(ref.dtype).removeprefix('torch.')} (lower precision inside?)")
-            return c
-        return _result(True, None, 0, acc.ok_worst, rel, name, shape, out.numel())
+        if not (limit and rel > limit):
+            return _result(True, None, 0, acc.ok_worst, rel, name, shape, out.numel())
+        return _too_far(out, ref, acc, rel, limit, atol, name, chunk, dev)
     failed = CheckFailure.nan_mismatch if acc.nonfinite_disagree else CheckFailure.mismatch
     if acc.unwritten:
         failed = CheckFailure.unwritten_output
-    return _result(False, failed, acc.nbad, acc.bad_worst, rel, name, shape, out.numel())
+    c = _result(False, failed, acc.nbad, acc.bad_worst, rel, name, shape, out.numel())
+    c.pattern = describe(out, ref, atol=atol, rtol=rtol, poison=poison, name=name, chunk=chunk, device=dev)
+    return c
+
+
+def _too_far(out: torch.Tensor, ref: torch.Tensor, acc: "_Totals", rel: float, limit: float, atol: float,
+             name: str, chunk: int, dev: torch.device) -> Comparison:
+    """Every element within atol/rtol, but ||out-ref||/||ref|| over the dtype's limit: a mismatch
+    past :data:`GROSS_REL_ERR` (a logic error hidden by atol), else precision_loss. The pattern
+    calls an element wrong when it is off by more than the limit (of itself, or of the output's
+    RMS for elements near zero): for precision loss that is nearly all of them, by a little."""
+    dtype = str(ref.dtype).removeprefix("torch.")
+    gross = gross_rel_err(ref.dtype)
+    shape = tuple(out.shape)
+    rms = (acc.den2 / max(out.numel(), 1)) ** 0.5
+    pattern = describe(out, ref, atol=limit * rms, rtol=limit, name=name, chunk=chunk, device=dev)
+    if gross and rel > gross:
+        c = _result(False, CheckFailure.mismatch, 0, acc.ok_worst, rel, name, shape, out.numel())
+        c.message = (f"{name}: values wrong by {rel:.2%} (||out-ref||/||ref|| = {rel:.3g} > {gross:g} for {dtype}): "
+                     f"a logic error, not rounding; they pass atol={atol:g} only because they are small")
+    else:
+        c = _result(False, CheckFailure.precision_loss, 0, acc.ok_worst, rel, name, shape, out.numel())
+        c.message = (f"{name}: within atol/rtol but ||out-ref||/||ref|| = {rel:.3g} exceeds {limit:g} for "
+                     f"{dtype} (lower precision inside?)")
+    c.pattern = pattern
+    return c
 
 
 class _Totals:

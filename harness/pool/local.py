@@ -11,12 +11,14 @@ from typing import Sequence
 
 from kerngen.problems.ref import ProblemRef
 
-from kerngen.errors import CompileError, KerngenError, NoGPUError, SpecError
+from kerngen.errors import KerngenError, NoGPUError
 from kerngen.harness.evaluator import Candidate, EvalOptions, OnResult
-from kerngen.harness.spec.plan import ResolvedPlan, resolve
+from kerngen.harness.pool.static_stage import Ready, prepare
 from kerngen.harness.pool.protocol import BaselineRequest, EvaluateRequest, HelloRequest
-from kerngen.harness.results import Baseline, EvalResult, GpuFacts, Verdict
+from kerngen.harness.results import Baseline, EvalResult, GpuFacts, ProfileOutcome, Verdict
 from kerngen.harness.pool.worker_proc import WorkerDied, WorkerProcess, WorkerTimeout
+from kerngen.harness.gpu.profile import NCU_TIMEOUT_S, ProfileRequest, find_ncu, run_ncu
+from kerngen.harness.spec.spec import KernelSpec
 
 BASELINE_TIMEOUT_S = 900.0  # torch.compile of a new problem can take minutes
 
@@ -51,6 +53,7 @@ class WorkerPool:
         self._baselines: dict[str, Baseline] = {}
         self._problems: dict[str, object] = {}
         self._lock = threading.Lock()
+        self._ncu: str | None = None  # found on first use ("" : none on this host)
 
     # ----- Evaluator Protocol ------------------------------------------------------------------
     def gpu_facts(self) -> GpuFacts:
@@ -86,6 +89,34 @@ class WorkerPool:
         self._dispatch(problem, ready, options, results, on_result)
         return [r for r in results if r is not None]
 
+    def profile(self, problem: ProblemRef, spec: KernelSpec, config: dict[str, int] | None = None, *,
+                timeout_s: float = NCU_TIMEOUT_S) -> ProfileOutcome:
+        """The :class:`~kerngen.harness.evaluator.Profiler` capability: ncu, run from this process
+        on the GPU of a worker taken out of the free queue for the duration (no timing runs on
+        that GPU meanwhile; the worker itself stays idle and alive). Not through the worker: ncu
+        must start the process it profiles, and its time limit then kills only ncu, never a
+        worker with its problem state."""
+        if self._ncu is None:
+            self._ncu = find_ncu() or ""
+        if not self._ncu:
+            return ProfileOutcome(available=False, error="ncu (Nsight Compute) not found: no profiler feedback")
+        results: list[EvalResult | None] = [None]
+        try:
+            arch = self.gpu_facts().arch
+            ready = self._compile_all(problem, [Candidate(spec=spec, config=dict(config or {}))], arch, results, None)
+        except KerngenError as exc:  # no worker, a problem that does not load: an outcome, as always
+            return ProfileOutcome(error=f"not profiled: {' '.join(str(exc).split())}"[:400])
+        if not ready:
+            why = results[0].message if results[0] is not None else "no plan"
+            return ProfileOutcome(error=f"not profiled: {why}"[:400])
+        request = ProfileRequest(problem=problem, plan=ready[0].plan,
+                                 cubin_b64=ProfileRequest.encode(ready[0].compiled.cubin))
+        worker = self._free.get()
+        try:
+            return run_ncu(self._ncu, request, device=worker.device, arch=arch, timeout_s=timeout_s)
+        finally:
+            self._free.put(worker)
+
     def close(self) -> None:
         for w in self.workers:
             w.close()
@@ -105,39 +136,11 @@ class WorkerPool:
             self._problems[key] = load_problem(problem).info
         return self._problems[key]
 
-    def _compile_all(self, problem, candidates, arch, results, on_result):
-        from kerngen.harness.compile.compiler import compile_many, job_for
-
+    def _compile_all(self, problem, candidates, arch, results, on_result) -> list[Ready]:
+        """The static stage (:mod:`.static_stage`): failures land as verdicts, the rest is ready."""
         info = self.problem_info(problem)
-        sizes, tensors = info.sizes, info.tensor_facts()
-        plans: dict[int, ResolvedPlan] = {}
-        jobs = {}
-        for i, cand in enumerate(candidates):
-            plan = _plan_or_failure(cand, sizes, tensors)
-            if isinstance(plan, EvalResult):
-                self._land(i, plan, results, on_result)
-                continue
-            try:
-                jobs[i] = job_for(cand.spec, plan, arch)  # the -D options: a bad define is a CompileError
-            except CompileError as exc:
-                r = _static_failure(cand, str(exc), log=exc.log)
-                r.config = plan.config
-                self._land(i, r, results, on_result)
-                continue
-            plans[i] = plan
-        order = sorted(plans)
-        compiled = compile_many([jobs[i] for i in order])
-        ready = []
-        for i, out in zip(order, compiled):
-            if not isinstance(out, CompileError):
-                out = _with_launch_args_checked(out, plans[i])
-            if isinstance(out, CompileError):
-                r = _static_failure(candidates[i], str(out), log=out.log)
-                r.config = plans[i].config
-                self._land(i, r, results, on_result)
-            else:
-                ready.append((i, candidates[i], plans[i], out))
-        return ready
+        return prepare(candidates, sizes=info.sizes, tensors=info.tensor_facts(), arch=arch,
+                       land=lambda i, r: self._land(i, r, results, on_result))
 
     # ----- dispatch (one thread per worker) ---------------------------------------------------
     def _dispatch(self, problem, ready, options, results, on_result) -> None:
@@ -150,9 +153,10 @@ class WorkerPool:
             try:
                 while True:
                     try:
-                        i, cand, plan, compiled = jobs.get_nowait()
+                        item: Ready = jobs.get_nowait()
                     except queue.Empty:
                         return
+                    i, cand, plan, compiled = item.index, item.candidate, item.plan, item.compiled
                     try:
                         r = self._run_one(worker, problem, cand, plan, compiled, options)
                     except Exception as exc:  # noqa: BLE001 - a harness fault becomes this candidate's verdict
@@ -206,48 +210,6 @@ class WorkerPool:
             results[i] = r
             if on_result is not None:
                 on_result(i, r)
-
-
-def _with_launch_args_checked(compiled, plan: ResolvedPlan):
-    """The compiled module, or the CompileError of a launch whose arguments do not match its
-    kernel's parameters in number or size (:mod:`.kparams`): caught before any GPU time."""
-    from kerngen.harness.spec.kparams import check_launch_args
-
-    try:
-        check_launch_args(compiled.cubin, plan, compiled.info.log)
-    except CompileError as exc:
-        return exc
-    return compiled
-
-
-def _plan_or_failure(cand: Candidate, sizes, tensors) -> ResolvedPlan | EvalResult:
-    """The candidate's resolved plan, or its ``invalid_spec`` verdict with the precise reason
-    (what the model reads in its repair prompt)."""
-    try:
-        return resolve(cand.spec, sizes=sizes, tensors=tensors, config=cand.config)
-    except KerngenError as exc:  # SpecError, ExprError: what resolve raises for a bad spec
-        why = f"launch plan: {exc}"
-    except Exception as exc:  # noqa: BLE001 - the spec is a model's answer: a fault it provokes in
-        # resolve is a harness bug, but it must cost this candidate a verdict, not the search
-        why = f"launch plan: harness error {type(exc).__name__}: {exc}"
-    return _static_failure(cand, why, verdict=Verdict.invalid_spec)
-
-
-def _static_failure(cand: Candidate, message: str, log: str = "",
-                    verdict: Verdict = Verdict.compile_error) -> EvalResult:
-    first = message.splitlines()[0][:1000] if message else "compile error"
-    return EvalResult(
-        verdict=verdict, message=first, spec_hash=cand.spec.content_hash(),
-        config=cand.spec.full_config(cand.config) if _config_ok(cand) else dict(cand.config), log=log,
-    )
-
-
-def _config_ok(cand: Candidate) -> bool:
-    try:
-        cand.spec.check_config(cand.config)
-        return True
-    except SpecError:
-        return False
 
 
 __all__ = ["WorkerPool", "visible_devices"]

@@ -13,9 +13,10 @@ within 64 bits (or a finite float) and not named like a CUDA header's reserved n
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from pydantic import BaseModel
 
@@ -120,11 +121,11 @@ def resolve(
             raise SpecError(f"scratch {s.name!r} has {s.size} elements; at most 2**40")
         if s.name in tensors:
             raise SpecError(f"scratch {s.name!r} shadows a problem tensor")
-    known = set(tensors) | {s.name for s in scratch}
+    known = _Bindable(list(tensors), [s.name for s in scratch])
     steps: list[ResolvedLaunch | ResolvedMemset] = []
     for index, step in enumerate(spec.steps):
         if isinstance(step, Memset):
-            _require_tensor(step.tensor, known, index)
+            known.require(step.tensor, f"step {index}: memset")
             steps.append(ResolvedMemset(tensor=step.tensor, value=step.value))
         else:
             steps.append(_resolve_launch(step, env, known, index))
@@ -148,9 +149,30 @@ def _define(name: str, value: object, env: Mapping[str, object]) -> int | float:
     return v
 
 
-def _require_tensor(name: str, known: set[str], index: int) -> None:
-    if name not in known:
-        raise SpecError(f"step {index}: unknown tensor {name!r} (known: {', '.join(sorted(known))})")
+class _Bindable:
+    """The tensors a step may name: the problem's (inputs, parameters, outputs, in its order) and
+    the spec's scratch buffers. An unknown name is a :class:`SpecError` that lists them all (the
+    model reads it in its repair prompt) and suggests the closest one."""
+
+    SHOWN = 24  # names listed at most (a KernelBench model may have hundreds of parameters)
+
+    def __init__(self, problem: Sequence[str], scratch: Sequence[str]) -> None:
+        self.problem, self.scratch = list(problem), list(scratch)
+        self.names = set(self.problem) | set(self.scratch)
+
+    def require(self, name: str, where: str) -> None:
+        if name in self.names:
+            return
+        close = difflib.get_close_matches(name, sorted(self.names), n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        listed = self._listed(self.problem) or "none"
+        scratch = f"; scratch: {self._listed(self.scratch)}" if self.scratch else "; no scratch buffers"
+        raise SpecError(f"{where}: unknown tensor {name[:60]!r}{hint}; the tensors a step can bind are the "
+                        f"problem's: {listed}{scratch}")
+
+    def _listed(self, names: list[str]) -> str:
+        more = f" (+{len(names) - self.SHOWN} more)" if len(names) > self.SHOWN else ""
+        return ", ".join(names[: self.SHOWN]) + more
 
 
 def _dims(values: list, env: Mapping[str, object], what: str, index: int) -> tuple[int, int, int]:
@@ -160,7 +182,7 @@ def _dims(values: list, env: Mapping[str, object], what: str, index: int) -> tup
     return dims[0], dims[1], dims[2]
 
 
-def _resolve_launch(step: Launch, env: Mapping[str, object], known: set[str], index: int) -> ResolvedLaunch:
+def _resolve_launch(step: Launch, env: Mapping[str, object], known: _Bindable, index: int) -> ResolvedLaunch:
     grid = _dims(step.grid, env, "grid", index)
     block = _dims(step.block, env, "block", index)
     for d, (g, b) in enumerate(zip(grid, block)):
@@ -176,9 +198,9 @@ def _resolve_launch(step: Launch, env: Mapping[str, object], known: set[str], in
     if smem > MAX_SHARED_MEM:
         raise SpecError(f"step {index}: shared memory {smem} bytes is more than any GPU has")
     args: list[ResolvedArg] = []
-    for arg in step.args:
+    for pos, arg in enumerate(step.args):
         if isinstance(arg, TensorArg):
-            _require_tensor(arg.name, known, index)
+            known.require(arg.name, f"step {index}: kernel '{step.kernel}' argument {pos}")
             args.append(ResolvedArg(kind="tensor", name=arg.name))
         else:
             args.append(_resolve_scalar(arg, env, index))

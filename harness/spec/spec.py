@@ -10,6 +10,14 @@ the source (:data:`MAX_SOURCE_BYTES`, 1 MB), the number of tunables and of their
 steps, arguments, defines, constraints and scratch buffers, and every integer. Whatever a text
 provokes while it is read (bad JSON or YAML, a number of more than 4,300 digits, nesting too
 deep for the parser) is a :class:`SpecError` with one line.
+
+What models write loosely but unambiguously is read as meant (``mode="before"`` validators): a
+``grid`` or ``block`` of one expression (``"grid": "x.shape[0]"``) is a list of one; a tunable
+of one value (``"BLOCK": 256``) is a list of one, its values may be numeric strings or constant
+integer expressions (``"128"``, ``"2*64"``, read with :mod:`kerngen.expr` over no names), and a
+tunable written ``{"values": [...], "default": v}`` gives its default to ``defaults``; a default
+may be such a string too. Anything else is refused with the field and the value named
+(``tunables.BLOCK: values must be integers, got '256 threads'``).
 """
 
 from __future__ import annotations
@@ -21,7 +29,17 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from kerngen import expr
 from kerngen.errors import SpecError
@@ -46,6 +64,47 @@ INT_MIN, INT_MAX = -(2**63), 2**64 - 1  # a literal integer (it may end up as a 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+def _integer(value: Any, need: str) -> int:
+    """``value`` as an integer where that is unambiguous (an integral number, a numeric string,
+    a constant expression such as ``"2*64"``), else ``ValueError``: ``need``, and the value."""
+    if isinstance(value, bool):  # JSON true is no tunable value, though Python counts it an int
+        raise ValueError(f"{need}, got {_short(value)}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return expr.evaluate_int(value, {})  # bounded like every expression; names are refused
+        except SpecError:
+            raise ValueError(f"{need} (or constant expressions such as '2*64'), got {_short(value)}") from None
+    shown_value = _short(value) if isinstance(value, float) else f"a {type(value).__name__}"
+    raise ValueError(f"{need}, got {shown_value}")
+
+
+def _tunable_values(value: Any) -> Any:
+    """One value is a list of one; strings of integers become integers."""
+    items = value if isinstance(value, list) else [value]
+    if len(items) > MAX_TUNABLE_VALUES:
+        return items  # the count is reported by KernelSpec._tunables
+    return [_integer(v, "values must be integers") for v in items]
+
+
+def _default_value(value: Any) -> Any:
+    return _integer(value, "a default must be an integer")
+
+
+def _one_or_more(value: Any) -> Any:
+    """``"grid": "x.shape[0]"`` or ``"block": 256``: one dimension, a list of one."""
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        return [value]
+    return value
+
+
+TunableValues = Annotated[list[int], BeforeValidator(_tunable_values)]
+DefaultValue = Annotated[int, BeforeValidator(_default_value)]
 
 
 class TensorArg(_Model):
@@ -90,6 +149,11 @@ class Launch(_Model):
         "(or the launch fails), which a grid-wide barrier needs",
     )
 
+    @field_validator("grid", "block", mode="before")
+    @classmethod
+    def _dims(cls, value: Any) -> Any:
+        return _one_or_more(value)
+
 
 class Memset(_Model):
     """Set every byte of a tensor (usually scratch or an output accumulated with atomics) to
@@ -126,10 +190,10 @@ class KernelSpec(_Model):
     name: str = "candidate"
     description: str = ""
     source: str = Field(description='CUDA-C with extern "C" __global__ kernels; no host code')
-    tunables: dict[str, list[int]] = Field(
+    tunables: dict[str, TunableValues] = Field(
         default_factory=dict, description="name -> allowed values; each enters the source as -DNAME=value"
     )
-    defaults: dict[str, int] = Field(default_factory=dict, description="default config (else first values)")
+    defaults: dict[str, DefaultValue] = Field(default_factory=dict, description="default config (else first values)")
     constraints: list[str] = Field(
         default_factory=list, description="boolean expressions over tunables and sizes a config must satisfy"
     )
@@ -139,6 +203,29 @@ class KernelSpec(_Model):
     fast_math: bool = Field(default=False, description="compile with -use_fast_math")
     scratch: list[Scratch] = Field(default_factory=list)
     steps: list[Step] = Field(min_length=1, description="ordered launches and memsets of one call")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tunable_objects(cls, data: Any) -> Any:
+        """``"BLOCK": {"values": [128, 256], "default": 256}``: the values, and the default moved
+        to ``defaults`` (where an explicit default is not given already)."""
+        if not isinstance(data, dict):
+            return data
+        tunables, defaults = data.get("tunables"), data.get("defaults", {})
+        if not isinstance(tunables, dict) or len(tunables) > MAX_TUNABLES or not isinstance(defaults, dict):
+            return data  # the field validators say what is wrong
+        if not any(isinstance(v, dict) and "values" in v and set(v) <= {"values", "default"}
+                   for v in tunables.values()):
+            return data
+        lifted, new_defaults = {}, dict(defaults)
+        for name, value in tunables.items():
+            if isinstance(value, dict) and "values" in value and set(value) <= {"values", "default"}:
+                lifted[name] = value["values"]
+                if "default" in value:
+                    new_defaults.setdefault(name, value["default"])
+            else:
+                lifted[name] = value
+        return {**data, "tunables": lifted, "defaults": new_defaults}
 
     @field_validator("name", "description", "source")
     @classmethod
@@ -198,26 +285,31 @@ class KernelSpec(_Model):
         for index, step in enumerate(self.steps):
             if isinstance(step, Launch) and len(step.args) > MAX_ARGS:
                 raise ValueError(f"step {index}: {len(step.args)} arguments; at most {MAX_ARGS}")
-        for text in self._expressions():
+        for where, text in self._expressions():
             if isinstance(text, str):
                 try:
                     expr.parse(text)
                 except SpecError as exc:
-                    raise ValueError(str(exc)) from None
+                    raise ValueError(f"{where}: {exc}") from None
             elif not INT_MIN <= text <= INT_MAX:
-                raise ValueError(f"the integer {expr.shown(text)} does not fit 64 bits")
+                raise ValueError(f"{where}: the integer {expr.shown(text)} does not fit 64 bits")
         scratch_names = [s.name for s in self.scratch]
         if len(set(scratch_names)) != len(scratch_names):
             raise ValueError("two scratch buffers share a name")
         return self
 
-    def _expressions(self) -> list[Expr]:
-        out: list[Expr] = list(self.constraints) + list(self.defines.values())
-        out += [s.size for s in self.scratch]
-        for step in self.steps:
+    def _expressions(self) -> list[tuple[str, Expr]]:
+        """Every expression with where it is (``steps.0.grid.1``): a message names the field."""
+        out: list[tuple[str, Expr]] = [(f"constraints.{i}", c) for i, c in enumerate(self.constraints)]
+        out += [(f"defines.{name}", v) for name, v in self.defines.items()]
+        out += [(f"scratch.{i}.size", s.size) for i, s in enumerate(self.scratch)]
+        for index, step in enumerate(self.steps):
             if isinstance(step, Launch):
-                out += list(step.grid) + list(step.block) + [step.shared_mem]
-                out += [a.value for a in step.args if isinstance(a, ScalarArg)]
+                at = f"steps.{index}"
+                out += [(f"{at}.grid.{i}", g) for i, g in enumerate(step.grid)]
+                out += [(f"{at}.block.{i}", b) for i, b in enumerate(step.block)]
+                out.append((f"{at}.shared_mem", step.shared_mem))
+                out += [(f"{at}.args.{i}.value", a.value) for i, a in enumerate(step.args) if isinstance(a, ScalarArg)]
         return out
 
     # ----- configurations -------------------------------------------------------------------

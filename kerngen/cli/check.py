@@ -3,9 +3,10 @@
 The static checks of the harness, in the order a search applies them, stopping at the first that
 fails: the spec file is a valid :class:`~kerngen.harness.spec.spec.KernelSpec`; the problem loads (its
 tensors are meta tensors: no GPU, no big memory); ``--config`` names tunables and values of the
-spec; the launch plan resolves for the problem's sizes; the source compiles through the normal
-compile boundary (:func:`kerngen.harness.compile.compiler.compile_job`: the source policy, the sandboxed
-NVRTC, forbidden device state and the kernels the plan names); every launch passes as many
+spec; the launch plan resolves for the problem's sizes (every tensor it names exists); the source
+compiles through the normal compile boundary (:func:`kerngen.harness.compile.compiler.compile_job`:
+the source policy, no tunable or define redefined in the source, the sandboxed NVRTC, forbidden
+device state and the kernels the plan names); every launch passes as many
 arguments as its kernel has parameters, each of the parameter's size (:mod:`.kparams`); the
 compiled registers and shared memory fit a block of the target.
 

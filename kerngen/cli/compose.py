@@ -3,7 +3,8 @@ command asked for (``kerngen generate``, ``replay``, ``suite``, ``tune``).
 
 Evaluators (``--evaluator``, hidden): ``pool`` (the GPUs: :class:`kerngen.harness.pool.local.WorkerPool`)
 or ``scripted`` (:class:`kerngen.agent.scripted.ScriptedEvaluator`: deterministic, no GPU,
-made-up times). Proposers:
+made-up times); ``dry-run`` (``--dry-run``: :class:`kerngen.harness.pool.dry_run.DryRunEvaluator`,
+real compiles for a preset GPU, nothing run). Proposers:
 
 * ``llm``: :class:`kerngen.agent.llm.proposer.LLMProposer` over an OpenAI-compatible endpoint
   (``--model``, ``--base-url``, ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``); every call is reported
@@ -30,6 +31,7 @@ from kerngen.agent.scripted import ScriptedEvaluator, ScriptedProposer, Scripted
 from kerngen.agent.search_settings import ContextFactory, Tuner
 from kerngen.errors import KerngenError, LLMError
 from kerngen.harness.pool import local as pool
+from kerngen.harness.pool.dry_run import DryRunEvaluator
 from kerngen.harness.results import Baseline, EvalResult, GpuFacts
 from kerngen.harness.spec.spec import KernelSpec
 from kerngen.harness.tune.cache import TuneCache
@@ -39,15 +41,18 @@ from kerngen.problems.load import load_problem
 from kerngen.problems.ref import ProblemRef
 
 KINDS = ("auto", "llm", "playbook", "scripted")
-EVALUATORS = ("pool", "scripted")
+EVALUATORS = ("pool", "scripted", "dry-run")
 
 
 # ----- the evaluator and what the proposer is told -------------------------------------------
-def make_evaluator(kind: str, **pool_options: Any) -> Any:
+def make_evaluator(kind: str, *, gpu: str = "h100", **pool_options: Any) -> Any:
     """The evaluator ``--evaluator`` names; ``pool_options`` go to the WorkerPool (e.g.
-    ``timeout_s``). The pool raises NoGPUError where no GPU is visible."""
+    ``timeout_s``). The pool raises NoGPUError where no GPU is visible. ``dry-run``
+    (``--dry-run``): compiles for the preset ``gpu``, runs nothing."""
     if kind == "scripted":
         return ScriptedEvaluator()
+    if kind == "dry-run":
+        return DryRunEvaluator(gpu)
     if kind != "pool":
         raise KerngenError(f"unknown evaluator {kind!r} (choose from {', '.join(EVALUATORS)})")
     return pool.WorkerPool(**pool_options)
@@ -70,7 +75,7 @@ def make_context_factory(evaluator_kind: str) -> ContextFactory:
 
 def make_search_tuner(evaluator_kind: str, evaluator: Any, problem: ProblemRef, no_tune: bool) -> Tuner | None:
     """The tuner of a search's survivors (None: ``--no-tune``)."""
-    if no_tune:
+    if no_tune or evaluator_kind == "dry-run":  # a dry run has no correct kernel to tune
         return None
     if evaluator_kind == "scripted":
         return ScriptedTuner(evaluator)

@@ -36,6 +36,7 @@ from kerngen.problems.ref import parse_problem_ref
 from kerngen.results.live import LiveView
 from kerngen.results.replay_table import replay_table
 from kerngen.results.suite import expand_problems
+from kerngen.results.dry_run import dry_run_summary, render_dry_run
 from kerngen.results.show import list_runs, no_kernel_why, render, render_header, render_runs, run_json
 from kerngen.text import one_line
 
@@ -56,6 +57,21 @@ def generate(
                                              help="USD per million prompt tokens (to report cost)"),
     price_out: Optional[float] = typer.Option(None, "--price-out", min=0.0,
                                               help="USD per million completion tokens"),
+    price_cached_in: Optional[float] = typer.Option(None, "--price-cached-in", min=0.0,
+                                                    help="USD per million cached prompt tokens [--price-in]"),
+    max_cost: Optional[float] = typer.Option(None, "--max-cost", min=0.0,
+                                             help="USD the LLM may cost at most (needs --price-in/--price-out)"),
+    reasoning_effort: Optional[str] = typer.Option(None, "--reasoning-effort",
+                                                   help="reasoning models: minimal | low | medium | high"),
+    max_output_tokens: Optional[int] = typer.Option(None, "--max-output-tokens", min=1,
+                                                    help="output tokens per answer (reasoning included)"),
+    llm_timeout: Optional[float] = typer.Option(None, "--llm-timeout", min=1.0,
+                                                help="seconds per LLM request [120]"),
+    llm_extra: Optional[str] = typer.Option(None, "--llm-extra", metavar="JSON",
+                                            help="extra request fields, e.g. '{\"top_p\": 0.9}'"),
+    dry_run: bool = typer.Option(False, "--dry-run",
+                                 help="no GPU: real LLM calls and NVRTC compiles, nothing run; ends with a summary"),
+    gpu: str = typer.Option("h100", "--gpu", help="with --dry-run: the GPU to compile for (h100 h200 a100 l40s rtx4090)"),
     rounds: Optional[int] = typer.Option(None, "--rounds", min=0, help="rounds of the search [5]"),
     beam: Optional[int] = typer.Option(None, "--beam", min=1, help="best nodes expanded per round (B) [2]"),
     ideas: Optional[int] = typer.Option(None, "--ideas", min=1, help="ideas per beam node (K) [3]"),
@@ -84,18 +100,28 @@ def generate(
     running the same command again."""
     out = Console(highlight=False)
     given = {k: v for k, v in dict(rounds=rounds, max_llm_calls=max_llm_calls, max_tokens=max_tokens,
-                                   wall_minutes=minutes, gpu_minutes=gpu_minutes, patience=patience).items()
+                                   max_cost_usd=max_cost, wall_minutes=minutes, gpu_minutes=gpu_minutes,
+                                   patience=patience).items()
              if v is not None}
+    if max_cost is not None and (price_in is None or price_out is None):
+        raise KerngenError("--max-cost needs --price-in and --price-out (USD per million tokens)")
     make_budget(None, given)  # --minutes 0, --gpu-minutes -1 ...: one line and exit 2, before anything else
     usage = Usage()
-    knobs = {"max_concurrency": llm_concurrency, "price_in_per_mtok": price_in, "price_out_per_mtok": price_out}
+    knobs = {"max_concurrency": llm_concurrency, "price_in_per_mtok": price_in, "price_out_per_mtok": price_out,
+             "price_cached_in_per_mtok": price_cached_in,
+             "reasoning_effort": reasoning_effort, "max_output_tokens": max_output_tokens, "timeout_s": llm_timeout,
+             "extra_body": _extra_fields(llm_extra)}
+    if dry_run:
+        if resume:
+            raise KerngenError("a dry run is not resumed: run it again (it costs LLM calls, no GPU)")
+        evaluator_kind, runs_dir = "dry-run", runs_dir / "dry-run"  # kept apart from the runs that measured
     problems = list(problems or [])
     if len(problems) > 1 and resume:
         raise KerngenError("--resume continues one run; for several problems run the same command again")
     problem = problems[0] if problems else None
     defaults = SearchConfig()
     asked = _Asked(proposer=proposer, model=model, base_url=base_url, knobs=knobs, given=given, force=force,
-                   no_playbook_seed=no_playbook_seed, runs_dir=runs_dir,
+                   no_playbook_seed=no_playbook_seed, runs_dir=runs_dir, gpu=gpu,
                    config=SearchConfig(beam=beam or defaults.beam, ideas=ideas or defaults.ideas,
                                        branches=branches or defaults.branches,
                                        repairs=repairs if repairs is not None else defaults.repairs,
@@ -118,7 +144,7 @@ def generate(
         prop, settings = _new_settings(ref, asked, usage, KernelSpec.load(kernel) if kernel else None)
     run_dir = settings.run_dir
     try:
-        evaluator = make_evaluator(evaluator_kind)
+        evaluator = make_evaluator(evaluator_kind, gpu=gpu)
         try:
             tuner = make_search_tuner(evaluator_kind, evaluator, ref, no_tune or not settings.config.tune)
             view = LiveView(total_rounds=settings.budget.rounds)
@@ -132,10 +158,14 @@ def generate(
     except KeyboardInterrupt:
         _say_interrupted(run_dir, runs_dir)
         raise typer.Exit(130) from None
+    for warning in getattr(prop, "warnings", []):  # e.g. the endpoint's context is smaller than the prompts
+        Console(stderr=True, highlight=False, soft_wrap=True).print(one_line(f"warning: {warning}"), markup=False)
     run = load_run(result.run_dir)
     out.print(render_header(run))
     out.print(one_line(f"stopped: {result.reason}"), markup=False)  # a reason may quote a model's text
-    if run.best is not None:
+    if dry_run:
+        out.print(render_dry_run(dry_run_summary(run)))
+    elif run.best is not None:
         out.print(f"best kernel: {result.run_dir / 'best' / 'spec.json'}")
     else:
         out.print(one_line(no_kernel_why(run)), markup=False)
@@ -154,6 +184,7 @@ class _Asked:
     force: bool
     no_playbook_seed: bool
     runs_dir: Path
+    gpu: str = "h100"  # the preset a dry run compiles for
 
 
 def _resume_settings(rec: Any, ref: Any, asked: _Asked, usage: Usage) -> tuple[Any, SearchSettings]:
@@ -183,7 +214,7 @@ def _generate_many(problems: list[str], asked: _Asked, *, fresh: bool, as_json: 
     names = expand_problems(problems)  # a missing file or an empty folder: one line, before any GPU work
     batch, path = batch_mod.open_batch(names, runs_dir, asked.given.get("wall_minutes"), fresh)
     t0 = time.monotonic()
-    evaluator = make_evaluator(evaluator_kind)
+    evaluator = make_evaluator(evaluator_kind, gpu=asked.gpu)
 
     def search_one(source: str, resume_dir: Path | None, started) -> Path:
         usage = Usage()
@@ -231,6 +262,19 @@ def _say_interrupted(run_dir: Path, runs_dir: Path) -> None:
         name, where = str(run_dir), ""
     err.print(one_line(f"interrupted: run {run_dir.name} is saved in {run_dir}; continue it with: "
                         f"kerngen generate --resume {shlex.quote(name)}{where}"), markup=False)
+
+
+def _extra_fields(text: str | None) -> dict[str, Any] | None:
+    """``--llm-extra``: a JSON object of request fields (one line and exit 2 when it is not)."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, RecursionError, ValueError) as exc:
+        raise KerngenError(f"--llm-extra is not JSON: {one_line(str(exc), 120)}") from None
+    if not isinstance(value, dict):
+        raise KerngenError("--llm-extra must be a JSON object of request fields, e.g. '{\"top_p\": 0.9}'")
+    return value
 
 
 def _check_problem(ref: Any, evaluator_kind: str) -> None:

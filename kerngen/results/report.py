@@ -18,9 +18,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from kerngen.agent.journal import DEMO_LABEL, NodeEvaluated, NodeTuned, RoundFinished, write_atomic
+from kerngen.agent.journal import DEMO_LABEL, NodeEvaluated, NodeProfiled, NodeTuned, RoundFinished, write_atomic
 from kerngen.results.report_charts import Point, RooflineData, Series
-from kerngen.results.show import spent_wall_s
+from kerngen.results.show import profile_text, spent_wall_s
 from kerngen.agent.tree import Node, Run
 from kerngen.errors import KerngenError, ProblemError
 from kerngen.redact import printable
@@ -68,6 +68,8 @@ def progress_series(run: Run) -> tuple[Series, Series]:
             ok = ev.result is not None and ev.result.ok
             if ok:
                 by_gpu.points.append(Point(x=gpu_s, y=_score(run, ev.result.ms), label=f"#{ev.id} tuned"))
+        elif isinstance(ev, NodeProfiled):
+            gpu_s += ev.gpu_seconds()  # as the search counts it: the GPU was held for the profile
     return by_round, by_gpu
 
 
@@ -198,6 +200,7 @@ def node_view(run: Run, n: Node, best_id: int | None, seen: set[int] | None = No
         "registers": worst.registers if worst else None, "spills": worst.spill_stores if worst else None,
         "config": n.config, "source": n.spec.source if n.spec else "",
         "plan": plan_text(n.spec) if n.spec else "", "notes": n.notes,
+        "profile": profile_text(n.profile) if n.profile is not None else "",
         "diff": [(_diff_class(l), l) for l in diff],
         "children": [node_view(run, run.nodes[c], best_id, seen) for c in sorted(set(n.children))
                      if c in run.nodes and c not in seen],

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.tree import Tree as RichTree
 
 from kerngen.text import strict_json
-from kerngen.agent.journal import DEMO_LABEL, is_appending
+from kerngen.agent.journal import DEMO_LABEL, NodeProfiled, is_appending
 from kerngen.agent.tree import Node, Run, Tree, load_run, run_folders
 from kerngen.redact import printable
 
@@ -67,6 +67,16 @@ def node_label(tree: Tree, n: Node, best_id: int | None = None) -> str:
     return " ".join(parts)
 
 
+def profile_text(ev: NodeProfiled) -> str:
+    """A profiled node in one line (show, report): Nsight Compute's metrics per kernel, or why none."""
+    if not ev.profiles:
+        return f"profile (ncu): none: {ev.error or 'no kernel reported'}"
+    many = len(ev.profiles) > 1
+    kernels = [(f"{p.name} " if many else "") + (f"{p.duration_ms:.4g} ms: " if p.duration_ms is not None else "")
+               + p.line() for p in ev.profiles]
+    return "profile (ncu): " + " | ".join(kernels)
+
+
 def _short(text: str, width: int) -> str:
     line = " ".join(printable(text or "").split())
     return line if len(line) <= width else line[: width - 3] + "..."
@@ -78,6 +88,8 @@ def _add_chain(tree: Tree, branch: Any, n: Node, best_id: int | None, seen: set[
         return
     seen.add(n.id)
     sub = branch.add(node_label(tree, n, best_id))
+    if n.profile is not None:
+        sub.add(f"[dim]{_say(profile_text(n.profile))}[/]")
     for cid in n.children:
         c = tree.nodes.get(cid)
         if c is not None and c.kind == "repair":

@@ -19,7 +19,7 @@ from kerngen.agent.budget import SearchBudget, SearchConfig, StopKind, Usage
 from kerngen.agent.llm.client import LLMCall, LLMClient
 from kerngen.agent.llm.config import LLMConfig
 from kerngen.agent.llm.proposer import LLMProposer
-from kerngen.agent.proposer import Branch, Category, Idea
+from kerngen.agent.proposer import Branch, Category, Failure, Idea
 from kerngen import expr
 from kerngen.errors import ExprError, KerngenError, LLMError, SpecError
 from kerngen.harness.evaluator import Candidate
@@ -239,18 +239,18 @@ def test_pool_turns_every_unresolvable_plan_into_an_invalid_spec_verdict(tmp_pat
 
 def test_pool_turns_a_define_the_compiler_refuses_into_a_verdict(tmp_path, monkeypatch):
     """Defense in depth: should building the -D options fail, that is the candidate's verdict."""
-    import kerngen.harness.compile.compiler as compile_mod
+    import kerngen.harness.pool.static_stage as stage_mod
     from kerngen.errors import CompileError
 
     monkeypatch.setenv("KERNGEN_CACHE_DIR", str(tmp_path))
-    real = compile_mod.job_for
+    real = stage_mod.job_for
 
     def job_for(spec, plan, arch):
         if spec.name == "refused":
             raise CompileError("define value does not fit 64 bits")
         return real(spec, plan, arch)
 
-    monkeypatch.setattr(compile_mod, "job_for", job_for)
+    monkeypatch.setattr(stage_mod, "job_for", job_for)
     cands = [Candidate(spec=KernelSpec.model_validate(good_spec(name="refused"))),
              Candidate(spec=KernelSpec.model_validate(good_spec()))]
     with _Pool.make() as pool:
@@ -265,7 +265,7 @@ def test_repair_prompt_shows_the_invalid_spec_verdict_and_its_message():
 
     ctx, parent, _ = make_context()
     result = EvalResult(verdict=Verdict.invalid_spec, message="launch plan: expression '(-8)**0.5' has a complex value")
-    text = render("repair", ctx=ctx, spec=parent.spec, result=result, attempt=1)
+    text = render("repair", ctx=ctx, failure=Failure(spec=parent.spec, result=result), attempt=1)
     assert "verdict: invalid_spec" in text and "'(-8)**0.5' has a complex value" in text
 
 
@@ -312,10 +312,10 @@ def test_parsing_scales_linearly():
 @pytest.mark.parametrize(
     "text,needle",
     [
-        (json.dumps(softmax_spec_dict())[:-1] + ",}", "trailing comma before '}'"),
-        ("Here it is:\n```json\n" + json.dumps(softmax_spec_dict())[:-1] + ",\n}\n```\n", "trailing comma"),
-        (json.dumps(softmax_spec_dict()).replace('"BLOCK": [128', '"BLOCK": [128,]', 1)
-         .replace("[128,]", "[128, ]"), "trailing comma before ']'"),
+        # (trailing commas and comments are read now: what models write)
+        (json.dumps(softmax_spec_dict())[:-40], "the answer was cut off mid-JSON"),
+        ("Here it is:\n```json\n" + json.dumps(softmax_spec_dict())[:-40], "the answer was cut off mid-JSON"),
+        (json.dumps(softmax_spec_dict()).replace('\\"C\\"', '"C"'), "the JSON string `source` is broken at line 1"),
         ('{"name": "x", "source": ' + "9" * 5000 + "}", "more than 4300 digits"),
         ("[" * 100_000, "nested too deeply"),
         ('{"ideas": ' + "[" * 5000 + "]" * 5000 + "}", "nested too deeply"),
@@ -412,7 +412,7 @@ def test_the_proposer_never_raises_on_malformed_replies(server):
     assert proposer.ideas(ctx, parent, k=2) is None  # no answer: nothing journaled, a resume asks again
     branches = proposer.implement(ctx, parent, Idea(text="x", category=Category.compute), m=2)
     assert len(branches) == 2 and all(b.spec is None and "malformed reply" in b.error for b in branches)
-    repaired = proposer.repair(ctx, parent.spec, failing, attempt=1)
+    repaired = proposer.repair(ctx, Failure(spec=parent.spec, result=failing), attempt=1)
     assert repaired.spec is None and "malformed reply" in repaired.error
     assert len(calls) == 4 and all(c.error and c.attempts == 2 for c in calls)
 
@@ -480,7 +480,7 @@ def _answers() -> list[tuple[str, object, str, str]]:
          "invalid_spec", "overflows"),
         ("4300 digits", spec_text(defines={"D": 0}).replace('"D": 0', '"D": ' + "9" * 5000), "node", "4300 digits"),
         ("deep nesting", "[" * 100_000 + "]" * 100_000, "node", "nested too deeply"),
-        ("trailing comma", spec_text()[:-1] + ",}", "node", "trailing comma"),
+        ("cut off", spec_text()[:-30], "node", "cut off mid-JSON"),
         ("400 kB of braces", "{" * N, "node", "invalid JSON"),
         ("truncated reply", MALFORMED["truncated body"][0], "node", "malformed reply"),
         ("content is a number", MALFORMED["content is a number"][0], "node", "malformed reply"),

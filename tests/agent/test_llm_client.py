@@ -12,30 +12,16 @@ import pytest
 from pydantic import SecretStr
 
 from kerngen.agent.llm.answers import AnswerError, IdeaList
-from kerngen.agent.llm.client import LLMCall, LLMClient, response_schema
+from kerngen.agent.llm.client import LLMCall, response_schema
 from kerngen.agent.llm.config import LLMConfig, scrub
 from kerngen.errors import LLMError
 from kerngen.harness.spec.spec import KernelSpec
-from tests.fakes.llm_server import ChatServer, Reply, closed_port, softmax_spec_dict
-
-KEY = "sk-test-SUPERSECRET-0123456789abcdef"
-IDEAS = {"ideas": [{"text": "vectorize loads", "category": "memory_access", "expected_effect": "1.3x"}]}
+from tests.fakes.llm_server import Reply, closed_port, softmax_spec_dict, TEST_IDEAS, TEST_KEY, make_test_client, user_messages
 
 
-@pytest.fixture
-def server():
-    with ChatServer() as s:
-        yield s
 
-
-def make_client(url: str, **knobs) -> LLMClient:
-    base = dict(backoff_base_s=0.001, backoff_max_s=0.01, timeout_s=5.0)
-    base.update(knobs)
-    return LLMClient(LLMConfig(model="test-model", base_url=url, api_key=SecretStr(KEY), **base))
-
-
-def user(text: str = "hello") -> list[dict[str, str]]:
-    return [{"role": "system", "content": "be brief"}, {"role": "user", "content": text}]
+make_client = make_test_client  # the shared fixture ``server`` is in conftest.py
+KEY, IDEAS, user = TEST_KEY, TEST_IDEAS, user_messages
 
 
 def assert_no_key(*texts: str) -> None:
@@ -103,14 +89,28 @@ def test_text_completion_without_model(server):
 
 
 def test_unreadable_answer_raises_answer_error_with_call(server):
-    server.push(Reply.completion("{not json", finish_reason="length"))
+    server.push(Reply.completion("{not json"))
     client = make_client(server.url)
     with pytest.raises(AnswerError) as info:
         client.complete(user(), IdeaList, purpose="ideas")
-    assert "invalid JSON" in str(info.value) and "finish_reason=length" in str(info.value)
+    assert "invalid JSON" in str(info.value) and not info.value.truncated
     call = info.value.call
     assert isinstance(call, LLMCall) and call.error == str(info.value) and call.attempts == 1
     assert client.usage_total.failed_calls == 1
+
+
+def test_answer_still_cut_off_after_the_retry(server):
+    server.push(Reply.completion("{not json", finish_reason="length", completion_tokens=5),
+                Reply.completion('{"ideas": [', finish_reason="length", completion_tokens=8192))
+    client = make_client(server.url)
+    with pytest.raises(AnswerError) as info:
+        client.complete(user(), IdeaList, purpose="ideas")
+    err = info.value
+    assert "finish_reason=length" in str(err) and err.truncated
+    assert err.call.attempts == 2 and err.call.usage.completion_tokens == 5 + 8192 and err.call.error == str(err)
+    # nothing configured: twice what the endpoint counted, at least 8192
+    assert [r.body.get("max_completion_tokens") for r in server.chat_requests] == [None, 8192]
+    assert client.usage_total.failed_calls == 1 and client.usage_total.calls == 1
 
 
 # ----- retries -----------------------------------------------------------------------------------
@@ -166,8 +166,15 @@ def test_errors_that_cannot_succeed_abort_at_once(server, status, message, kind,
     with pytest.raises(LLMError) as info:
         client.complete(user(), IdeaList, purpose="ideas")
     err = info.value
-    assert len(server.chat_requests) == 1 and err.attempts == 1 and err.call.attempts == 1
+    # a 400 to a structured request is asked once more without response_format, which fails too
+    sent = 2 if status == 400 else 1
+    assert len(server.chat_requests) == sent and err.attempts == sent and err.call.attempts == sent
     assert err.kind == kind and needle in str(err) and "\n" not in str(err)
+    assert ("response_format" in server.chat_requests[-1].body) == (sent == 1)
+    assert client.structured_supported  # the plain request failed too: response_format was not the cause
+    with pytest.raises(LLMError):
+        client.complete(user(), None, purpose="chat")  # no response_format: no second request
+    assert len(server.chat_requests) == sent + 1
 
 
 def test_unreachable_endpoint_one_line():

@@ -11,7 +11,7 @@ from pydantic import SecretStr
 from kerngen.agent.llm.client import LLMCall, LLMClient
 from kerngen.agent.llm.config import LLMConfig
 from kerngen.agent.llm.proposer import LLMProposer
-from kerngen.agent.proposer import Category, Idea, Proposer
+from kerngen.agent.proposer import Category, Failure, Idea, Proposer
 from kerngen.errors import LLMError
 from tests.fakes.llm_server import ChatServer, Reply, make_context, softmax_spec_dict
 
@@ -135,7 +135,7 @@ def test_repair_one_call_with_the_evidence(server, ctx):
     fixed = softmax_spec_dict("fixed")
     server.push(Reply.completion(json.dumps(fixed)))
     p, calls = proposer(server)
-    branch = p.repair(context, parent.spec, failing, attempt=1)
+    branch = p.repair(context, Failure(spec=parent.spec, result=failing), attempt=1)
     assert branch.spec is not None and branch.spec.name == "fixed"
     assert len(server.chat_requests) == 1 and calls[0].purpose == "repair"
     text = user_text(server.chat_requests[0])
@@ -147,7 +147,7 @@ def test_repair_unreadable_answer_is_a_branch_error(server, ctx):
     context, parent, failing = ctx
     server.push(Reply.completion("I think the bug is in line 3."))
     p, _ = proposer(server)
-    branch = p.repair(context, parent.spec, failing, attempt=2)
+    branch = p.repair(context, Failure(spec=parent.spec, result=failing), attempt=2)
     assert branch.spec is None and "no JSON found" in branch.error and "line 3" in branch.notes
 
 

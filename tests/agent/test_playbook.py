@@ -15,7 +15,7 @@ from kerngen.agent.playbook.catalog import CATALOG
 from kerngen.agent.playbook.render import MAX_SMEM
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.proposer import variant_of_spec
-from kerngen.agent.proposer import Category, NodeSummary, SearchContext, TriedIdea
+from kerngen.agent.proposer import Category, Failure, NodeSummary, SearchContext, TriedIdea
 from kerngen.harness.spec import plan
 from kerngen.expr import TensorFacts
 from kerngen.harness.results import EvalResult, GpuFacts, Verdict
@@ -375,7 +375,7 @@ def test_proposer_rounds(name):
         if not more:
             break
     fail = EvalResult(verdict=Verdict.incorrect)
-    rep = prop.repair(ctx, branches[0].spec, fail, 0)
+    rep = prop.repair(ctx, Failure(spec=branches[0].spec, result=fail), 1)
     assert rep.error == "playbook cannot repair" or rep.spec is not None
 
 
@@ -405,9 +405,10 @@ def test_matmul_repair_offers_the_safe_gemm():
     prop = PlaybookProposer(_kb("suite_matmul"))
     ctx = _ctx(prop.match)
     tiled = builders.build(prop.match, "tiled")
-    rep = prop.repair(ctx, tiled, EvalResult(verdict=Verdict.incorrect), 0)
+    failed = Failure(spec=tiled, result=EvalResult(verdict=Verdict.incorrect))
+    rep = prop.repair(ctx, failed, 1)  # the search's first attempt is 1
     assert rep.spec is not None and rep.spec.name == "playbook-matmul-simple"
-    assert prop.repair(ctx, tiled, EvalResult(verdict=Verdict.incorrect), 1).error == "playbook cannot repair"
+    assert prop.repair(ctx, failed, 2).error == "playbook cannot repair"
 
 
 def test_seed_specs():

@@ -15,7 +15,7 @@ from kerngen.agent.playbook import PlaybookProposer, seed_specs
 from kerngen.agent.playbook import builders
 from kerngen.agent.playbook.catalog import CATALOG
 from kerngen.agent.playbook.coverage import closest, offer
-from kerngen.agent.proposer import Idea, SearchContext
+from kerngen.agent.proposer import Failure, Idea, SearchContext
 from kerngen.errors import KerngenError
 from kerngen.harness.results import GpuFacts
 from kerngen.harness.spec import plan
@@ -190,7 +190,7 @@ def test_one_variant_admits_nothing_the_other_is_offered(tmp_path):
     ctx = SearchContext(problem_name="p", problem_source="", problem_summary="", gpu=GpuFacts(name="H100"),
                         tensors={k: list(s) for k, s in prop.match.tensors().items()})
     assert {prop._by_text[i.text].variant for i in prop.ideas(ctx, None, 10)} == {"simple"}
-    rep = prop.repair(ctx, builders.build(prop.match, "tiled"), None, 0)
+    rep = prop.repair(ctx, Failure(spec=builders.build(prop.match, "tiled")), 1)
     assert rep.spec is not None and rep.spec.name == "playbook-matmul-simple"
 
 

@@ -11,7 +11,8 @@ import pytest
 from kerngen.agent.llm.answers import IdeaList
 from kerngen.agent.llm.proposer import BRANCH_APPROACHES, CATEGORY_HELP, LLMProposer
 from kerngen.agent.llm.prompting import TEMPLATES, render, trim_log
-from kerngen.agent.proposer import Category, Idea
+from kerngen.agent.proposer import Category, Failure, Idea
+from kerngen.harness.compile.source_policy import ALLOWED_HEADERS
 from kerngen.harness.spec.spec import KernelSpec
 from tests.fakes.llm_server import make_context
 
@@ -30,14 +31,14 @@ def schema_text(model) -> str:
 
 def render_all(ctx):
     context, parent, failing = ctx
-    system = render("system", ctx=context, spec_schema=schema_text(KernelSpec))
+    system = render("system", ctx=context, spec_schema=schema_text(KernelSpec), headers=ALLOWED_HEADERS)
     return {
         "system": system,
         "ideas": render("ideas", ctx=context, parent=parent, k=5, answer_schema=schema_text(IdeaList),
                         categories=[(c.value, CATEGORY_HELP[c]) for c in Category]),
         "implement": render("implement", ctx=context, parent=parent, idea=IDEA, branch=1, m_branches=4,
                             approach=BRANCH_APPROACHES[1]),
-        "repair": render("repair", ctx=context, spec=parent.spec, result=failing, attempt=2),
+        "repair": render("repair", ctx=context, failure=Failure(spec=parent.spec, result=failing), attempt=2),
     }
 
 
@@ -111,7 +112,7 @@ def test_repair_prompt_compile_error(ctx):
     context, parent, _ = ctx
     result = EvalResult(verdict=Verdict.compile_error, message="NVRTC failed",
                         log='kernel.cu(3): error: identifier "INFINITY" is undefined\n1 error detected')
-    text = render("repair", ctx=context, spec=parent.spec, result=result, attempt=1)
+    text = render("repair", ctx=context, failure=Failure(spec=parent.spec, result=result), attempt=1)
     assert "## Log (NVRTC)" in text and 'identifier "INFINITY" is undefined' in text
     assert "max abs error" not in text
 

@@ -138,9 +138,9 @@ class _MeteredProposer(ScriptedProposer):
         self._tick()
         return super().implement(ctx, parent, idea, m)
 
-    def repair(self, ctx, spec, result, attempt):
+    def repair(self, ctx, failure, attempt):
         self._tick()
-        return super().repair(ctx, spec, result, attempt)
+        return super().repair(ctx, failure, attempt)
 
 
 def test_llm_call_and_token_budgets(tmp_path):

@@ -8,6 +8,16 @@
 A scripted entry is a :class:`Reply` or a function ``(Request) -> Reply`` (to answer according to
 the request: echo its Authorization header, refuse ``response_format``, ...). Every request is
 recorded in ``server.requests``.
+
+The script (and ``default``) answers the chat-completions requests. Any other path (the probes of
+a model's context: ``/v1/models``, Ollama's ``/api/version``, ``/api/show``, ...) is answered by
+``server.routes[path]`` (a :class:`Reply` or a function, keyed by the path without its query),
+else 404, and never takes an entry of the script:
+
+    server.routes["/v1/models"] = Reply.models({"id": "test-model", "max_model_len": 32768})
+
+``server.delay_s`` delays every reply (on top of a reply's own ``delay_s``); ``server.in_flight``
+and ``server.max_in_flight`` count the requests being answered at once.
 """
 
 from __future__ import annotations
@@ -49,7 +59,23 @@ class Reply:
         finish_reason: str = "stop",
         model: str = "test-model",
         delay_s: float = 0.0,
+        cached_tokens: int | None = None,
+        reasoning_tokens: int | None = None,
+        usage_extra: dict[str, Any] | None = None,
     ) -> "Reply":
+        """A chat completion; ``cached_tokens`` / ``reasoning_tokens`` go in the usage details as
+        OpenAI reports them, ``usage_extra`` is merged into ``usage`` (e.g. DeepSeek's
+        ``prompt_cache_hit_tokens``)."""
+        usage: dict[str, Any] = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+        if cached_tokens is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+        if reasoning_tokens is not None:
+            usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+        usage.update(usage_extra or {})
         return Reply(
             200,
             {
@@ -64,14 +90,16 @@ class Reply:
                         "finish_reason": finish_reason,
                     }
                 ],
-                "usage": {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": completion_tokens,
-                    "total_tokens": prompt_tokens + completion_tokens,
-                },
+                "usage": usage,
             },
             delay_s=delay_s,
         )
+
+    @staticmethod
+    def models(*entries: dict[str, Any]) -> "Reply":
+        """An OpenAI-compatible model listing (``GET /v1/models``) of ``entries``."""
+        data = [{"object": "model", "owned_by": "test", "created": 0, **e} for e in entries]
+        return Reply(200, {"object": "list", "data": data})
 
     @staticmethod
     def error(
@@ -88,6 +116,8 @@ class ChatServer:
         self.script: deque[Script] = deque()
         self.default: Script | None = None
         self.requests: list[Request] = []
+        self.routes: dict[str, Script] = {}  # non-chat paths (without the query) -> their answer
+        self.delay_s = 0.0  # added to every reply
         self._lock = threading.Lock()
         self.in_flight = 0
         self.max_in_flight = 0
@@ -113,13 +143,14 @@ class ChatServer:
                 except json.JSONDecodeError:
                     body = raw
                 req = Request(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
-                reply = server._next(req)
                 with server._lock:
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
                 try:
-                    if reply.delay_s:
-                        time.sleep(reply.delay_s)
+                    reply = server._next(req)
+                    delay = reply.delay_s + server.delay_s
+                    if delay:
+                        time.sleep(delay)
                 finally:
                     with server._lock:
                         server.in_flight -= 1
@@ -153,16 +184,25 @@ class ChatServer:
         return self
 
     def _next(self, req: Request) -> Reply:
+        path = req.path.split("?", 1)[0]
         with self._lock:
             self.requests.append(req)
-            entry = self.script.popleft() if self.script else self.default
+            if path.endswith("/chat/completions"):
+                entry = self.script.popleft() if self.script else self.default
+            else:  # a probe: the script is for the chat requests
+                entry = self.routes.get(path, Reply.error(404, f"test server: no route {path}"))
         if entry is None:
             return Reply.error(500, "test server: script exhausted")
         return entry(req) if callable(entry) else entry
 
     @property
     def chat_requests(self) -> list[Request]:
-        return [r for r in self.requests if r.path.endswith("/chat/completions")]
+        return [r for r in self.requests if r.path.split("?", 1)[0].endswith("/chat/completions")]
+
+    @property
+    def other_requests(self) -> list[Request]:
+        """The requests to any path but chat completions (probes), in order."""
+        return [r for r in self.requests if not r.path.split("?", 1)[0].endswith("/chat/completions")]
 
     def start(self) -> "ChatServer":
         self._thread.start()
@@ -312,3 +352,24 @@ def make_context():
         log="ptxas info: Used 40 registers\n" * 2000,
     )
     return ctx, parent, failing
+
+
+# ----- a client of the test server, as the client tests make it --------------------------------
+TEST_KEY = "sk-test-SUPERSECRET-0123456789abcdef"  # must never appear in anything recorded
+TEST_IDEAS = {"ideas": [{"text": "vectorize loads", "category": "memory_access", "expected_effect": "1.3x"}]}
+
+
+def make_test_client(url: str, **knobs):
+    """An LLMClient of ``url`` with fast backoff and a short timeout; ``knobs`` override."""
+    from pydantic import SecretStr
+
+    from kerngen.agent.llm.client import LLMClient
+    from kerngen.agent.llm.config import LLMConfig
+
+    base = dict(backoff_base_s=0.001, backoff_max_s=0.01, timeout_s=5.0)
+    base.update(knobs)
+    return LLMClient(LLMConfig(model="test-model", base_url=url, api_key=SecretStr(TEST_KEY), **base))
+
+
+def user_messages(text: str = "hello") -> list[dict[str, str]]:
+    return [{"role": "system", "content": "be brief"}, {"role": "user", "content": text}]

@@ -328,7 +328,8 @@ def test_missing_kernel_detected(cache):
     src = '__global__ void mangled(float* x) { x[0] = 1; }\nextern "C" __global__ void other(float* x) { x[0] = 2; }\n'
     with pytest.raises(CompileError) as ei:
         compile_job(job(src, ["mangled"]), cache)
-    assert str(ei.value) == "kernel 'mangled' not found in the module; extern \"C\" missing?"
+    assert str(ei.value) == ("kernel 'mangled' not found in the module: the source declares __global__ mangled "
+                             "without extern \"C\", so the module has it as _Z7mangledPf; declare it extern \"C\"")
     assert "other" in ei.value.log and "_Z7mangledPf" in ei.value.log
     assert compile_job(job(src, ["other"]), cache).info.cached  # the module itself was fine
 
