@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from kerngen.text import sane_count
 from kerngen.errors import KerngenError
 
 if TYPE_CHECKING:
@@ -149,15 +150,11 @@ def restore_llm_usage(usage: Usage, events: list[Any]) -> None:
         counts = e.record.get("usage") if isinstance(e.record, dict) else None
         if not isinstance(counts, dict):
             continue
-        usage.cached_tokens += _count(counts.get("cached_tokens"))
-        usage.reasoning_tokens += _count(counts.get("reasoning_tokens"))
+        usage.cached_tokens += sane_count(counts.get("cached_tokens"))
+        usage.reasoning_tokens += sane_count(counts.get("reasoning_tokens"))
         cost = counts.get("cost_usd")
         if isinstance(cost, (int, float)) and not isinstance(cost, bool) and 0 <= cost < 1e9:
             usage.cost_usd = (usage.cost_usd or 0.0) + float(cost)
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**40 else 0
 
 
 def exhausted(budget: SearchBudget, usage: Usage) -> StopReason | None:

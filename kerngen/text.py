@@ -25,3 +25,9 @@ def strict_json(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [strict_json(v) for v in value]
     return value
+
+
+def sane_count(value: Any) -> int:
+    """A count read from untrusted data (an endpoint's token usage, a journal's record of it), or
+    0 when it is not a sane one (not an int, a bool, negative, absurdly large)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**40 else 0

@@ -17,6 +17,7 @@ from kerngen.agent.llm.config import LLMConfig, scrub
 from kerngen.agent.llm.cost import BudgetSpent, CostSpent
 from kerngen.errors import LLMError
 from kerngen.redact import redact
+from kerngen.text import sane_count
 
 _MAX_ERROR_CHARS = 300
 FATAL_KINDS = frozenset({"auth", "not_found", "no_endpoint", "bad_request"})
@@ -270,13 +271,13 @@ def read_reply(response: Any, base_url: str) -> Reply:
         reply.refusal = refusal if isinstance(refusal, str) else ""
         reply.finish_reason = finish if isinstance(finish, str) else ""
     usage = getattr(response, "usage", None)
-    reply.prompt_tokens = _count(getattr(usage, "prompt_tokens", 0))
-    reply.completion_tokens = _count(getattr(usage, "completion_tokens", 0))
+    reply.prompt_tokens = sane_count(getattr(usage, "prompt_tokens", 0))
+    reply.completion_tokens = sane_count(getattr(usage, "completion_tokens", 0))
     # OpenAI (and vLLM, OpenRouter, ...) nest the details; DeepSeek reports its cache hits flat
-    cached = _count(_field(_field(usage, "prompt_tokens_details"), "cached_tokens"))
-    cached = cached or _count(_field(usage, "prompt_cache_hit_tokens"))
+    cached = sane_count(_field(_field(usage, "prompt_tokens_details"), "cached_tokens"))
+    cached = cached or sane_count(_field(usage, "prompt_cache_hit_tokens"))
     reply.cached_tokens = min(cached, reply.prompt_tokens) if reply.prompt_tokens else cached
-    reply.reasoning_tokens = _count(_field(_field(usage, "completion_tokens_details"), "reasoning_tokens"))
+    reply.reasoning_tokens = sane_count(_field(_field(usage, "completion_tokens_details"), "reasoning_tokens"))
     return reply
 
 
@@ -289,10 +290,6 @@ def _field(obj: Any, name: str) -> Any:
         return obj.get(name)
     return getattr(obj, name, None)
 
-
-def _count(value: Any) -> int:
-    """A token count as reported, or 0 when it is not a sane one."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**40 else 0
 
 
 def one_line(text: str, limit: int = _MAX_ERROR_CHARS) -> str:

@@ -33,7 +33,6 @@ class DryRunEvaluator:
     def __init__(self, gpu: str = "h100") -> None:
         self.facts = preset(gpu)
         self.concurrency = max(1, os.cpu_count() or 1)  # compiles run on every core
-        self._infos: dict[str, object] = {}
 
     def gpu_facts(self) -> GpuFacts:
         return self.facts.model_copy()
@@ -47,7 +46,7 @@ class DryRunEvaluator:
 
     def evaluate(self, problem: ProblemRef, candidates: Sequence[Candidate], options: EvalOptions | None = None,
                  on_result: OnResult | None = None) -> list[EvalResult]:
-        info = self._info(problem)
+        info = load_problem(problem).info  # loaded once per process (the loader's cache)
         results: list[EvalResult | None] = [None] * len(candidates)
 
         def land(i: int, r: EvalResult) -> None:
@@ -64,12 +63,6 @@ class DryRunEvaluator:
 
     def close(self) -> None:
         pass
-
-    def _info(self, problem: ProblemRef):
-        key = problem.key()
-        if key not in self._infos:
-            self._infos[key] = load_problem(problem).info
-        return self._infos[key]
 
 
 __all__ = ["DryRunEvaluator", "NOT_RUN"]
