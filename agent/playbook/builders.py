@@ -16,7 +16,8 @@ from kerngen.harness.spec.spec import KernelSpec
 
 from kerngen.agent.playbook.builders_gemm import conv2d_direct, conv2d_igemm, conv_relu_pool, sgemm_simple, sgemm_tiled
 from kerngen.agent.playbook.builders_rows import elementwise_vec, layernorm_coop, layernorm_split, rmsnorm_two_pass, rows_reg, softmax_long
-from kerngen.agent.playbook.families import FamilyMatch
+from kerngen.agent.playbook.match import FamilyMatch
+from kerngen.agent.playbook.registry import REGISTRY
 from kerngen.agent.playbook.render import COOP_NB, render
 
 __all__ = ["COOP_NB", "VARIANTS", "build", "render"]
@@ -32,6 +33,7 @@ VARIANTS: dict[str, dict[str, Builder]] = {
     "conv_relu_maxpool": {"fused": conv_relu_pool},
     "matmul": {"tiled": sgemm_tiled, "simple": sgemm_simple},
 }
+VARIANTS.update({f.name: dict(f.variants) for f in REGISTRY})
 
 
 def build(m: FamilyMatch, variant: str, defaults: dict[str, int] | None = None) -> KernelSpec:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from kerngen.harness.spec.spec import KernelSpec
 
-from kerngen.agent.playbook.families import FamilyMatch
+from kerngen.agent.playbook.match import FamilyMatch
 from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
 
 

@@ -7,7 +7,7 @@ import math
 
 from kerngen.harness.spec.spec import KernelSpec
 
-from kerngen.agent.playbook.families import FamilyMatch
+from kerngen.agent.playbook.match import FamilyMatch
 from kerngen.agent.playbook.render import COOP_NB, MAX_SMEM, make_spec, pick, render, shape_prod, vec_width
 
 

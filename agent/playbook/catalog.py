@@ -5,25 +5,11 @@ a parent built from one of the variants in ``after``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from kerngen.agent.playbook.entry import A, C, CF, Entry, M, PAR
+from kerngen.agent.playbook.registry import REGISTRY
 
-from kerngen.agent.proposer import Category
+__all__ = ["CATALOG", "Entry"]
 
-
-@dataclass(frozen=True)
-class Entry:
-    id: str
-    text: str
-    category: Category
-    effect: str
-    variant: str
-    branches: tuple[dict, ...] = ({},)
-    round0: bool = False
-    after: frozenset[str] = field(default_factory=frozenset)  # parent variants it improves (empty: any)
-
-
-M, A, P, C, PAR, CF = (Category.memory_access, Category.async_latency, Category.precision, Category.compute,
-                       Category.parallelism, Category.control_flow)
 
 CATALOG: dict[str, list[Entry]] = {
     "elementwise": [
@@ -193,3 +179,5 @@ CATALOG: dict[str, list[Entry]] = {
               ({"BM": 128, "BN": 128}, {"BM": 64, "BN": 64}), after=frozenset({"tiled"})),
     ],
 }
+
+CATALOG.update({f.name: list(f.ideas) for f in REGISTRY})

@@ -29,7 +29,7 @@ from kerngen.harness.tune.admissible import Admissible, admissible, limits_for
 from kerngen.text import one_line
 
 from kerngen.agent.playbook import builders
-from kerngen.agent.playbook.families import FamilyMatch
+from kerngen.agent.playbook.match import FamilyMatch
 
 __all__ = ["DEFAULT_ARCH", "Offer", "VariantOffer", "closest", "default_limits", "offer"]
 

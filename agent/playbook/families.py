@@ -14,15 +14,16 @@ torch.fx, need no weights): recognising a problem allocates nothing, whatever it
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from kerngen.agent.playbook.chain import translate  # torch.fx is imported inside, only for chains
-from kerngen.agent.playbook.forward_source import (UNKNOWN, Forward, call_kind, dotted, init_module_types, kwarg, module_of,
-                             read_forward)
+from kerngen.agent.playbook.forward_source import UNKNOWN, Forward, dotted, kwarg, module_of
+from kerngen.agent.playbook.match import FLOAT_DTYPES, FamilyMatch, Read, Tensor, pair, param_for, read_problem
 from kerngen.agent.playbook.not_covered import NotCovered
+from kerngen.agent.playbook.registry import REGISTRY
 
-FAMILIES = ("elementwise", "softmax", "layernorm", "rmsnorm", "conv2d", "conv_relu_maxpool", "matmul")
+BUILT_IN = ("elementwise", "softmax", "layernorm", "rmsnorm", "conv2d", "conv_relu_maxpool", "matmul")
+FAMILIES = BUILT_IN + tuple(f.name for f in REGISTRY)
 
 # unary elementwise ops: name -> C expression of float v
 ELEMENTWISE_OPS: dict[str, str] = {
@@ -44,111 +45,19 @@ _ELEMENTWISE_ALIASES = {
     "silu": "silu", "SiLU": "silu",
     "neg": "neg", "abs": "abs", "exp": "exp",
 }
-_SUPPORTED_DTYPES = ("float32", "bfloat16", "float16")
-
-
-@dataclass(frozen=True)
-class Tensor:
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-
-
-@dataclass
-class FamilyMatch:
-    """A recognised problem: the family and what its templates need."""
-
-    family: str
-    inputs: list[Tensor]
-    params: list[Tensor]
-    outputs: list[Tensor]
-    facts: dict[str, Any] = field(default_factory=dict)
-    message: str = ""
-
-    @property
-    def x(self) -> Tensor:
-        return self.inputs[0]
-
-    def tensors(self) -> dict[str, tuple[int, ...]]:
-        """Bindable name -> shape (inputs, params, outputs as ``out``/``out0``...)."""
-        d = {t.name: t.shape for t in self.inputs + self.params}
-        for i, t in enumerate(self.outputs):
-            d["out" if len(self.outputs) == 1 else f"out{i}"] = t.shape
-        return d
-
-
-# ----------------------------------------------------------------------------------------------
-def _dtype(value: Any) -> str:
-    return str(value).replace("torch.", "")
-
-
-def _tensors(items: Any) -> list[Tensor]:
-    out = []
-    for t in items or []:
-        if isinstance(t, dict):
-            out.append(Tensor(str(t["name"]), tuple(int(s) for s in t["shape"]), _dtype(t["dtype"])))
-        else:
-            out.append(Tensor(str(t.name), tuple(int(s) for s in t.shape), _dtype(t.dtype)))
-    return out
-
-
-def _source(problem: Any) -> str:
-    src = getattr(problem, "source", "")
-    if callable(src):
-        src = src()
-    return src or ""
-
-
-def _model(problem: Any) -> Any:
-    """The reference module on the meta device (to read conv geometry, eps, ... and trace its
-    forward), or None. No weights: nothing is allocated or initialised."""
-    cached = getattr(problem, "_playbook_model", None)
-    if cached is not None:
-        return cached
-    if not hasattr(problem, "build_model"):
-        return None
-    try:
-        model = problem.build_model("meta", 0)
-    except Exception:  # the file's own code failed on meta tensors (or a KerngenError): no geometry
-        return None
-    try:
-        problem._playbook_model = model
-    except AttributeError:  # a read-only stand-in: build again next time
-        pass
-    return model
-
-
-def _param_for(params: list[Tensor], prefix: str, leaf: str) -> Tensor | None:
-    for p in params:
-        if p.name == f"{prefix}.{leaf}":
-            return p
-    return None
-
-
-# ----------------------------------------------------------------------------------------------
-@dataclass
-class _Read:
-    """What ``explain`` read from a problem, shared by the per-family recognisers."""
-
-    match: FamilyMatch
-    fwd: Forward
-    model: Any
-    kinds: list  # (kind, dotted callee, ast.Call) per call in forward
-    dtypes: set[str]
-    source: str
-
-    @property
-    def names(self) -> list[str]:
-        return [k for k, _, _ in self.kinds]
-
-    @property
-    def out(self) -> Tensor:
-        return self.match.outputs[0]
 
 
 def explain(problem: Any) -> FamilyMatch:
     """The match, or raise :class:`NotCovered` with a one-line reason."""
-    r = _read(problem)
+    r = read_problem(problem)
+    for fam in REGISTRY:  # the families of the registry first: each claims only its own problems
+        m = fam.recognise(r)
+        if m is not None:
+            m.family = fam.name
+            return m
+    for d in sorted(r.dtypes):
+        if d not in FLOAT_DTYPES:
+            raise NotCovered(f"dtype {d} is not covered by the playbook")
     for recognise in (_matmul, _convolution):
         m = recognise(r)
         if m is not None:
@@ -156,34 +65,7 @@ def explain(problem: Any) -> FamilyMatch:
     return _one_input_family(r)
 
 
-def _read(problem: Any) -> _Read:
-    info = getattr(problem, "info", problem)
-    inputs = _tensors(getattr(info, "inputs", None))
-    params = _tensors(getattr(info, "params", None))
-    outputs = _tensors(getattr(info, "outputs", None))
-    source = _source(problem)
-    name = str(getattr(problem, "name", "") or getattr(info, "name", "") or "")
-    low = source.lower()
-    if "attention" in low or "scaled_dot_product" in low or "attention" in name.lower():
-        raise NotCovered("the playbook does not cover attention; use an LLM proposer (--proposer llm)")
-    if not inputs or not outputs:
-        raise NotCovered("the problem has no tensor inputs or outputs the playbook can read")
-    if len(outputs) != 1:
-        raise NotCovered("the playbook covers single-output problems only")
-    fwd = read_forward(source)
-    if fwd is None:
-        raise NotCovered("no Model.forward found in the reference source")
-    model = _model(problem)
-    init_types = init_module_types(source)
-    kinds = [(call_kind(model, callee, init_types), callee, node) for callee, node in fwd.calls]
-    dtypes = {t.dtype for t in inputs} | {outputs[0].dtype}
-    for d in dtypes:
-        if d not in _SUPPORTED_DTYPES:
-            raise NotCovered(f"dtype {d} is not covered by the playbook")
-    return _Read(FamilyMatch("", inputs, params, outputs), fwd, model, kinds, dtypes, source)
-
-
-def _matmul(r: _Read) -> FamilyMatch | None:
+def _matmul(r: Read) -> FamilyMatch | None:
     names, inputs, out = r.names, r.match.inputs, r.out
     if not (any(n in ("matmul", "mm") for n in names) or "MatMult" in r.fwd.binops):
         return None
@@ -200,7 +82,7 @@ def _matmul(r: _Read) -> FamilyMatch | None:
     return r.match
 
 
-def _convolution(r: _Read) -> FamilyMatch | None:
+def _convolution(r: Read) -> FamilyMatch | None:
     conv_calls = [(k, c, n) for k, c, n in r.kinds if k == "Conv2d"]
     if not conv_calls and "conv2d" not in r.names:
         return None
@@ -215,8 +97,8 @@ def _convolution(r: _Read) -> FamilyMatch | None:
     x = r.match.inputs[0]
     if len(x.shape) != 4 or r.dtypes != {"float32"}:
         raise NotCovered("the playbook's conv2d is NCHW fp32 only")
-    weight = _param_for(r.match.params, prefix, "weight")
-    bias = _param_for(r.match.params, prefix, "bias")
+    weight = param_for(r.match.params, prefix, "weight")
+    bias = param_for(r.match.params, prefix, "bias")
     if weight is None:
         raise NotCovered(f"no parameter {prefix}.weight among the model's parameters")
     facts = dict(geo, weight=weight.name, bias=bias.name if bias else None)
@@ -242,7 +124,7 @@ def _convolution(r: _Read) -> FamilyMatch | None:
     raise NotCovered("the playbook fuses conv2d + one relu + one max-pool only")
 
 
-def _one_input_family(r: _Read) -> FamilyMatch:
+def _one_input_family(r: Read) -> FamilyMatch:
     """softmax, layernorm, rmsnorm, else elementwise (single op or fused chain)."""
     if len(r.match.inputs) != 1:
         raise NotCovered("the playbook's row and elementwise families take one input")
@@ -257,7 +139,7 @@ def _one_input_family(r: _Read) -> FamilyMatch:
     return _elementwise(r, x)
 
 
-def _softmax(r: _Read, x: Tensor) -> FamilyMatch | None:
+def _softmax(r: Read, x: Tensor) -> FamilyMatch | None:
     sm = [(k, c, n) for k, c, n in r.kinds if k in ("softmax", "Softmax")]
     if not sm:
         return None
@@ -276,7 +158,7 @@ def _softmax(r: _Read, x: Tensor) -> FamilyMatch | None:
     return r.match
 
 
-def _layernorm(r: _Read, x: Tensor) -> FamilyMatch | None:
+def _layernorm(r: Read, x: Tensor) -> FamilyMatch | None:
     ln = [(k, c, n) for k, c, n in r.kinds if k in ("LayerNorm", "layer_norm")]
     if not ln:
         return None
@@ -290,8 +172,8 @@ def _layernorm(r: _Read, x: Tensor) -> FamilyMatch | None:
     if tuple(x.shape[len(x.shape) - len(shape):]) != shape:
         raise NotCovered("layernorm's normalized_shape is not the input's trailing dims")
     prefix = callee.split(".", 1)[1]
-    w = _param_for(r.match.params, prefix, "weight")
-    b = _param_for(r.match.params, prefix, "bias")
+    w = param_for(r.match.params, prefix, "weight")
+    b = param_for(r.match.params, prefix, "bias")
     r.match.family = "layernorm"
     r.match.facts = dict(ndims=len(shape), eps=float(mod.eps), weight=w.name if w else None, bias=b.name if b else None,
                          wdtype=(w or b).dtype if (w or b) else x.dtype)
@@ -314,7 +196,7 @@ def _single_op(kinds: list, fwd: Forward, model: Any) -> str | None:
     return canon
 
 
-def _elementwise(r: _Read, x: Tensor) -> FamilyMatch:
+def _elementwise(r: Read, x: Tensor) -> FamilyMatch:
     """One unary op (facts ``op``, ``expr``) or a fused chain of elementwise ops over ``x`` (facts
     ``op``: a slug of the ops, ``expr``: the result, ``body``: C statements, ``formula``, ``chain``)."""
     match, kinds, fwd, model = r.match, r.kinds, r.fwd, r.model
@@ -346,7 +228,7 @@ def _check_wdtype(match: FamilyMatch, x: Tensor) -> FamilyMatch:
     return match
 
 
-def _rmsnorm(r: _Read, x: Tensor) -> FamilyMatch:
+def _rmsnorm(r: Read, x: Tensor) -> FamilyMatch:
     match, kinds, model, params, source = r.match, r.kinds, r.model, r.match.params, r.source
     last = len(x.shape) - 1
     eps: float | None = None
@@ -364,7 +246,7 @@ def _rmsnorm(r: _Read, x: Tensor) -> FamilyMatch:
             import torch
 
             eps = float(torch.finfo(getattr(torch, x.dtype)).eps)
-        weight = _param_for(params, callee.split(".", 1)[1], "weight")
+        weight = param_for(params, callee.split(".", 1)[1], "weight")
     else:
         # a hand-written x * rsqrt(mean(x^2, dim=-1) + eps) [* weight]
         means = [n for k, c, n in kinds if k == "mean"]
@@ -393,20 +275,14 @@ def _rmsnorm(r: _Read, x: Tensor) -> FamilyMatch:
     return _check_wdtype(match, x)
 
 
-def _pair(v: Any) -> tuple[int, int]:
-    if isinstance(v, (tuple, list)):
-        return int(v[0]), int(v[1])
-    return int(v), int(v)
-
-
 def _conv_geometry(mod: Any) -> dict[str, int]:
-    if getattr(mod, "groups", 1) != 1 or _pair(getattr(mod, "dilation", 1)) != (1, 1):
+    if getattr(mod, "groups", 1) != 1 or pair(getattr(mod, "dilation", 1)) != (1, 1):
         raise NotCovered("grouped or dilated conv2d is not covered by the playbook")
     if getattr(mod, "padding_mode", "zeros") != "zeros" or isinstance(mod.padding, str):
         raise NotCovered("conv2d with non-zero or string padding is not covered by the playbook")
-    kh, kw = _pair(mod.kernel_size)
-    sh, sw = _pair(mod.stride)
-    ph, pw = _pair(mod.padding)
+    kh, kw = pair(mod.kernel_size)
+    sh, sw = pair(mod.stride)
+    ph, pw = pair(mod.padding)
     return dict(C=int(mod.in_channels), OC=int(mod.out_channels), KH=kh, KW=kw, SH=sh, SW=sw, PH=ph, PW=pw)
 
 
@@ -427,8 +303,8 @@ def _pool_geometry(model: Any, pool: tuple) -> tuple[int, int]:
             st = ks
     if any(v is UNKNOWN for v in (ks, st, pad, dil, ceil)) or ks is None:
         raise NotCovered("cannot read the max-pool's geometry from the source")
-    ks, st = _pair(ks), _pair(st if st is not None else ks)
-    if ks[0] != ks[1] or st[0] != st[1] or _pair(pad) != (0, 0) or _pair(dil) != (1, 1) or ceil:
+    ks, st = pair(ks), pair(st if st is not None else ks)
+    if ks[0] != ks[1] or st[0] != st[1] or pair(pad) != (0, 0) or pair(dil) != (1, 1) or ceil:
         raise NotCovered("the playbook fuses square, unpadded, floor-mode max-pools only")
     return ks[0], st[0]
 
@@ -450,4 +326,4 @@ def why_not(problem: Any) -> str:
     return f"playbook family {m.family}"
 
 
-__all__ = ["FAMILIES", "FamilyMatch", "Tensor", "explain", "recognise_family", "why_not"]
+__all__ = ["BUILT_IN", "FAMILIES", "FamilyMatch", "Tensor", "explain", "recognise_family", "why_not"]

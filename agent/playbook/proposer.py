@@ -18,6 +18,7 @@ from kerngen.agent.playbook.catalog import CATALOG, Entry
 from kerngen.agent.playbook.coverage import Offer, default_limits, offer
 from kerngen.agent.playbook.families import FamilyMatch, explain
 from kerngen.agent.playbook.not_covered import NotCovered
+from kerngen.agent.playbook.registry import REGISTRY
 
 
 _NAMES: dict[tuple[str, str], str] = {
@@ -35,6 +36,9 @@ _NAMES: dict[tuple[str, str], str] = {
     ("matmul", "tiled"): "playbook-matmul-sgemm",
     ("matmul", "simple"): "playbook-matmul-simple",
 }
+
+
+_NAMES.update({(f.name, v): f.spec_name(v) for f in REGISTRY for v in f.variants})
 
 
 def _variant_from_name(name: str) -> str | None:
