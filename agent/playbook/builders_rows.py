@@ -77,8 +77,9 @@ def rows_reg(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     has_w = bool(m.facts.get("weight"))
     has_b = bool(m.facts.get("bias"))
     kernel = f"{mode}_rows"
+    log = bool(m.facts.get("log"))  # softmax family: log_softmax
     src = render("rows_reg.cu.j2", dtype=dtype, mode=mode, eps=repr(float(m.facts.get("eps", 0.0))),
-                 has_weight=has_w, has_bias=has_b, wdtype=m.facts.get("wdtype", dtype), kernel=kernel)
+                 has_weight=has_w, has_bias=has_b, wdtype=m.facts.get("wdtype", dtype), kernel=kernel, log_softmax=log)
     args = [{"name": x.name}]
     if has_w:
         args.append({"name": m.facts["weight"]})
@@ -89,7 +90,7 @@ def rows_reg(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     bulk_smem = f"BULK * min(RITER, 2) * (BLOCK // TPR) * ({ncols}) * {16 // ve}"  # 16-byte vectors of ve
     return make_spec(
         f"playbook-{mode}-rows-reg",
-        f"{mode}: TPR threads per row, BLOCK/TPR rows per block, the row held in registers "
+        f"{'log_softmax' if log else mode}: TPR threads per row, BLOCK/TPR rows per block, the row held in registers "
         f"(16-byte loads, fp32 math): one read and one write of the row; RITER row groups per block "
         f"with the next row loaded while this one is reduced",
         src,
@@ -140,10 +141,11 @@ def softmax_long(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     ncols, nrows, dtype = _row_facts(m)
     d = pick(defaults, dict(BLOCK=1024, UNROLL=8, CACHE_KB=0))
     kernel = "softmax_long"
-    src = render("softmax_long.cu.j2", dtype=dtype, kernel=kernel)
+    log = bool(m.facts.get("log"))
+    src = render("softmax_long.cu.j2", dtype=dtype, kernel=kernel, log_softmax=log)
     return make_spec(
         "playbook-softmax-long",
-        "softmax over long rows: a block per row, online max/sum in one DRAM pass, the row cached in "
+        f"{'log_softmax' if log else 'softmax'} over long rows: a block per row, online max/sum in one DRAM pass, the row cached in "
         "shared memory (CACHE_KB) and the rest re-read from L2; streaming stores",
         src,
         dict(BLOCK=[256, 512, 1024], UNROLL=[2, 4, 8], CACHE_KB=[0, 32, 64, 96, 128, 160, 200]),

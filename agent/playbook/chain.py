@@ -27,7 +27,7 @@ _FP32_MAX = 3.4028234663852886e38
 
 
 # ----------------------------------------------------------------------------------------------
-def _trace(model: Any) -> Any:
+def trace_graph(model: Any) -> Any:
     import torch.fx as fx
 
     try:
@@ -51,7 +51,7 @@ def _const(value: Any, what: str) -> float:
     return v
 
 
-class _Translator:
+class Translator:
     def __init__(self, model: Any) -> None:
         self.model = model
         self.functions = function_table()
@@ -250,7 +250,7 @@ class _Translator:
         result = out.args[0]
         if not isinstance(result, fx.Node):
             raise NotCovered("the forward does not return one tensor (a tuple, a list or a constant)")
-        live = _reachable(result)
+        live = reachable(result)
         self.check_inplace(nodes)
         for n in nodes:
             if n.op == "placeholder":
@@ -264,7 +264,7 @@ class _Translator:
         r = self.env[result]
         if self.dtype(r) != "float":
             raise NotCovered("the forward returns a boolean tensor: not covered by the elementwise chain")
-        return _live(self.nodes, r)
+        return live_chain(self.nodes, r)
 
     def visit(self, n: Any) -> None:
         import torch.fx as fx
@@ -371,7 +371,7 @@ def _label(n: Any) -> str:
     return str(n.target) if isinstance(n.target, str) else getattr(n.target, "__name__", str(n.target))
 
 
-def _reachable(result: Any) -> set[Any]:
+def reachable(result: Any) -> set[Any]:
     seen: set[Any] = set()
     stack = [result]
     while stack:
@@ -383,7 +383,7 @@ def _reachable(result: Any) -> set[Any]:
     return seen
 
 
-def _live(nodes: list[Node], result: Operand) -> Chain:
+def live_chain(nodes: list[Node], result: Operand) -> Chain:
     """The chain of the nodes the result depends on, renumbered t0, t1, ... in order."""
     by_var = {n.var: n for n in nodes}
     need: set[str] = set()
@@ -405,7 +405,7 @@ def translate(model: Any) -> Chain:
     """The reference module's forward as a fused elementwise chain, or :class:`NotCovered`."""
     if model is None:
         raise NotCovered("cannot trace the forward: the model did not build on the meta device")
-    return _Translator(model).run(_trace(model))
+    return Translator(model).run(trace_graph(model))
 
 
-__all__ = ["translate"]
+__all__ = ["Translator", "live_chain", "reachable", "trace_graph", "translate"]

@@ -193,7 +193,7 @@ def _shorten(s: str, limit: int) -> str:
 
 
 def _node_formula(n: Node, text: dict[str, str], nested: bool) -> str:
-    args = [text[a] if isinstance(a, str) else _num(a) for a in n.args]
+    args = [text.get(a, a) if isinstance(a, str) else _num(a) for a in n.args]  # ep0[ch]: an epilogue's tensor
     if n.op in _INFIX:
         s = f"{args[0]} {_INFIX[n.op]} {args[1]}"
         return f"({s})" if nested else s

@@ -140,21 +140,23 @@ def _one_input_family(r: Read) -> FamilyMatch:
 
 
 def _softmax(r: Read, x: Tensor) -> FamilyMatch | None:
-    sm = [(k, c, n) for k, c, n in r.kinds if k in ("softmax", "Softmax")]
+    sm = [(k, c, n) for k, c, n in r.kinds if k in ("softmax", "Softmax", "log_softmax", "LogSoftmax")]
     if not sm:
         return None
-    _, callee, node = sm[0]
+    kind, callee, node = sm[0]
     if len(r.kinds) != 1 or r.fwd.binops:
-        raise NotCovered("softmax with other ops around it is not covered by the playbook")
+        raise NotCovered(f"{kind} with other ops around it is not covered by the playbook")
     mod = module_of(r.model, callee)
-    dim = getattr(mod, "dim", None) if mod is not None else kwarg(node, "dim", 1 if callee.startswith(("torch.", "F.", "nn.")) else 0)
+    dim = getattr(mod, "dim", None) if mod is not None else kwarg(node, "dim", 1 if callee.startswith(("torch.", "F.", "nn.")) else 0,
+                                                                    model=r.model)
     if dim is None or dim is UNKNOWN:
         raise NotCovered("cannot read softmax's dim from the source")
     if dim not in (-1, len(x.shape) - 1):
-        raise NotCovered(f"softmax over dim {dim} (not the last) is not covered by the playbook")
+        raise NotCovered(f"{kind} over dim {dim} (not the last) is not covered by the playbook")
     if r.out.shape != x.shape or x.dtype != r.out.dtype:
         raise NotCovered("softmax output differs from its input in shape or dtype")
     r.match.family = "softmax"
+    r.match.facts = dict(log=kind in ("log_softmax", "LogSoftmax"))
     return r.match
 
 

@@ -61,19 +61,32 @@ def read_forward(source: str) -> Forward | None:
     return Forward(calls, binops, params, ast.get_source_segment(source, fwd) or "")
 
 
-def kwarg(call: ast.Call, name: str, pos: int | None = None) -> Any:
+def kwarg(call: ast.Call, name: str, pos: int | None = None, model: Any = None) -> Any:
+    """The literal value of a call's argument (by keyword, else at ``pos``); None when absent;
+    UNKNOWN when it is not a literal. With ``model`` (built on the meta device), ``self.attr``
+    arguments are read from it when they hold a plain int, float, bool, str or a tuple of them
+    (KernelBench passes ``dim`` to ``__init__`` and calls ``torch.sum(x, dim=self.dim)``)."""
     for k in call.keywords:
         if k.arg == name:
-            try:
-                return ast.literal_eval(k.value)
-            except (ValueError, TypeError, SyntaxError):
-                return UNKNOWN
+            return _value(k.value, model)
     if pos is not None and len(call.args) > pos:
-        try:
-            return ast.literal_eval(call.args[pos])
-        except (ValueError, TypeError, SyntaxError):
-            return UNKNOWN
+        return _value(call.args[pos], model)
     return None
+
+
+_PLAIN = (int, float, bool, str)
+
+
+def _value(node: ast.AST, model: Any) -> Any:
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError):
+        pass
+    if model is not None and isinstance(node, ast.Attribute) and dotted(node).startswith("self."):
+        v = module_of(model, dotted(node))
+        if isinstance(v, _PLAIN) or (isinstance(v, (tuple, list)) and all(isinstance(e, _PLAIN) for e in v)):
+            return tuple(v) if isinstance(v, list) else v
+    return UNKNOWN
 
 
 class _UnknownType:

@@ -34,7 +34,7 @@ def _moved_text(vo: Any) -> str:
 
 
 def playbook(
-    problem: str = typer.Argument(..., help="built-in problem name or KernelBench-format .py file"),
+    problem: str = typer.Argument(..., help="built-in problem name, KernelBench-format .py file, or a folder of them"),
     shape: Optional[str] = typer.Option(None, "--shape", help="built-ins: shape, e.g. 8192x1024"),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="built-ins: fp32 | fp16 | bf16"),
     variant: Optional[str] = typer.Option(None, "--variant", help="the template variant to write out"),
@@ -45,7 +45,8 @@ def playbook(
 ) -> None:
     """Show the playbook's family, variants (with their admissible configurations at the problem's
     shape, or why none) and ideas for PROBLEM; with --out, write a variant's kernel spec (all its
-    tunables, an admissible default) for kerngen bench / kerngen tune."""
+    tunables, an admissible default) for kerngen bench / kerngen tune. For a folder: one line per
+    file (its family and offered variants, or why none) and the count covered."""
     from rich.console import Console
 
     from kerngen.problems.load import load_problem
@@ -61,6 +62,11 @@ def playbook(
     arch = (arch or DEFAULT_ARCH).strip()
     if not ARCH_RE.match(arch):
         raise KerngenError(f"bad --arch {arch!r}: expected sm_XY, e.g. sm_90")
+    if Path(problem).is_dir():
+        if variant is not None or out is not None or shape is not None or dtype is not None:
+            raise KerngenError("--variant, --out, --shape and --dtype are for one problem, not a folder")
+        _folder(Path(problem), limits_for(arch), as_json)
+        return
     ref = parse_problem_ref(problem, shape=shape, dtype=dtype)
     prop = PlaybookProposer(load_problem(ref), gpu=limits_for(arch))
     if prop.recognised is None:
@@ -114,3 +120,30 @@ def playbook(
     console.print(f"wrote {out}: {spec.name}, {spec.space_size()} configurations "
                   f"({', '.join(f'{k} {len(v)}' for k, v in spec.tunables.items())}), {vo.count} admissible at "
                   f"{off.where} ({off.limits}){_moved_text(vo)}", markup=False)
+
+
+def _folder(folder: Path, gpu: Any, as_json: bool) -> None:
+    """The coverage of every problem file of ``folder`` (or of its sub-folders)."""
+    from rich.console import Console
+
+    from kerngen.agent.playbook.coverage_table import coverage_row, problem_files
+
+    files = problem_files(folder)
+    if not files:
+        raise KerngenError(f"no .py problem files in {folder} or its sub-folders")
+    console = Console(highlight=False, soft_wrap=True)
+    rows = []
+    for f in files:
+        r = coverage_row(f, folder, gpu)
+        rows.append(r)
+        if not as_json:
+            what = f"{r.family} [{', '.join(r.variants)}]" if r.variants else f"{r.family}: {r.why}"
+            console.print(f"{r.file}  {what}", markup=False)
+    covered = sum(1 for r in rows if r.variants)
+    if as_json:
+        typer.echo(json.dumps({"folder": str(folder), "limits": gpu.name, "files": len(rows), "covered": covered,
+                               "rows": [r.to_json() for r in rows]}, indent=1))
+        return
+    families = sorted({r.family for r in rows if r.variants})
+    console.print(f"{covered} of {len(rows)} files have a playbook kernel ({gpu.name}); families: "
+                  f"{', '.join(families) or 'none'}", markup=False)

@@ -52,3 +52,34 @@ def test_bad_variant_and_uncovered_problem_are_one_line_errors(tmp_path):
     assert res.exit_code == 2 and "nothing for attention" in stderr_of(res)
     res = invoke("playbook", "conv2d", "--out", str(tmp_path / "missing" / "x.json"))
     assert res.exit_code == 2 and "cannot write" in stderr_of(res)
+
+
+def test_a_folder_lists_each_file_and_the_count_covered(tmp_path):
+    import json
+    import shutil
+    from pathlib import Path
+
+    data = Path(__file__).resolve().parents[1] / "data" / "kernelbench"
+    shutil.copy(data / "19_ReLU.py", tmp_path / "19_ReLU.py")
+    (tmp_path / "2_broken.py").write_text("def (:\n")
+    (tmp_path / "3_attention.py").write_text((data.parent / "playbook" / "kb_attention.py").read_text())
+    res = invoke("playbook", str(tmp_path))
+    assert res.exit_code == 0, res.output
+    lines = res.output.strip().splitlines()
+    assert lines[0].startswith("2_broken.py  -: does not load:")  # numeric order: 2, 3, 19
+    assert lines[1].startswith("3_attention.py  -: the playbook does not cover attention")
+    assert lines[2] == "19_ReLU.py  elementwise [vec]"
+    assert lines[-1] == "1 of 3 files have a playbook kernel (sm_90 limits); families: elementwise"
+    res = invoke("playbook", str(tmp_path), "--json")
+    assert res.exit_code == 0, res.output
+    got = json.loads(res.output)
+    assert got["files"] == 3 and got["covered"] == 1
+    assert got["rows"][2] == {"file": "19_ReLU.py", "family": "elementwise", "variants": ["vec"], "why": ""}
+
+
+def test_a_folder_with_no_problems_or_with_one_problem_flags_is_a_one_line_error(tmp_path):
+    res = invoke("playbook", str(tmp_path))
+    assert res.exit_code != 0 and "no .py problem files" in stderr_of(res)
+    (tmp_path / "a.py").write_text("x = 1\n")
+    res = invoke("playbook", str(tmp_path), "--variant", "vec")
+    assert res.exit_code != 0 and "are for one problem, not a folder" in stderr_of(res)

@@ -1,0 +1,120 @@
+"""The epilogue tracer: x -> one leading module -> an elementwise chain, as C statements over the
+module's output element and the extra tensors the chain reads (per channel, scalar, full)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+from kerngen.agent.playbook.epilogue import EpIndex, EpParam, classify, trace_epilogue
+from kerngen.agent.playbook.not_covered import NotCovered
+
+
+def _gemm(forward, **params):
+    """A model ``gemm = Linear(8, 6)`` whose forward is ``forward(self, x)`` or ``forward(self, x, y)``."""
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gemm = nn.Linear(8, 6)
+            for k, v in params.items():
+                setattr(self, k, nn.Parameter(v))
+
+    class M1(M):
+        def forward(self, x):
+            return forward(self, x)
+
+    class M2(M):
+        def forward(self, x, y):
+            return forward(self, x, y)
+
+    return (M2 if forward.__code__.co_argcount == 3 else M1)().to("meta")
+
+
+def _trace(model, shapes=None, lead_shape=(4, 6), out_shape=(4, 6), lead=("Linear",), channel_dim=-1):
+    return trace_epilogue(model, lead, shapes=shapes or {"x": (4, 8)}, lead_shape=lead_shape, out_shape=out_shape,
+                          channel_dim=channel_dim)
+
+
+def test_plain_chain_after_linear():
+    ep = _trace(_gemm(lambda s, x: torch.nn.functional.leaky_relu(s.gemm(x) * 2.0, 0.1)))
+    assert ep.lead == "gemm" and not ep.params and not ep.empty
+    assert ep.statements[0] == "float t0 = v * 2.0f;"
+    assert "t0 * 0.100000001f" in ep.statements[1] and ep.expr == "t1"
+    assert ep.formula == "leaky_relu((x * 2), 0.1)" and ep.slug == "mul_leaky_relu"
+
+
+def test_no_epilogue_is_empty():
+    ep = _trace(_gemm(lambda s, x: s.gemm(x)))
+    assert ep.empty and ep.expr == "v" and ep.statements == () and ep.slug == ""
+
+
+def test_parameters_by_how_they_broadcast():
+    ep = _trace(_gemm(lambda s, x: torch.relu(s.gemm(x) + s.bias) * s.scale - s.bias,
+                      bias=torch.zeros(6), scale=torch.ones(1)))
+    assert ep.params == (EpParam("bias", EpIndex.channel), EpParam("scale", EpIndex.scalar))
+    body = " ".join(ep.statements)
+    assert "v + ep0[ch]" in body and "* ep1[0]" in body and body.count("ep0[ch]") == 2
+    assert "bias" in ep.formula and "scale" in ep.formula
+
+
+def test_a_residual_input_is_read_at_the_output_offset():
+    ep = _trace(_gemm(lambda s, x, y: s.gemm(x) * y + y), shapes={"x": (4, 8), "y": (4, 6)})
+    assert ep.params == (EpParam("y", EpIndex.full),)
+    assert "ep0[idx]" in " ".join(ep.statements)
+
+
+def test_conv_bias_of_shape_c11_is_per_channel():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 5, 3)
+            self.bias = nn.Parameter(torch.zeros(5, 1, 1))
+
+        def forward(self, x):
+            return torch.relu(self.conv(x)) + self.bias
+
+    ep = trace_epilogue(M().to("meta"), ("Conv2d",), shapes={"x": (2, 3, 9, 9)}, lead_shape=(2, 5, 7, 7),
+                        out_shape=(2, 5, 7, 7), channel_dim=1)
+    assert ep.params == (EpParam("bias", EpIndex.channel),) and ep.lead == "conv"
+
+
+@pytest.mark.parametrize("forward, params, shapes, out_shape, why", [
+    (lambda s, x: s.gemm(x).sum(dim=1, keepdim=True), {}, None, (4, 1), "not the shape of the leading module"),
+    (lambda s, x: torch.softmax(s.gemm(x), dim=1), {}, None, (4, 6), "softmax"),
+    (lambda s, x: s.gemm(x) + x.sum(), {}, None, (4, 6), "reads the Linear module's input again"),
+    (lambda s, x: s.gemm(x) * s.w, {"w": torch.ones(4, 1)}, None, (4, 6), "does not broadcast per channel"),
+    (lambda s, x: s.gemm(x * 2.0), {}, None, (4, 6), "not applied directly to a forward input"),
+    (lambda s, x, y: s.gemm(x) + y, {}, {"x": (4, 8), "y": (4, 1)}, (4, 6), r"input 'y' of shape \(4, 1\)"),
+])
+def test_what_is_not_an_elementwise_epilogue(forward, params, shapes, out_shape, why):
+    with pytest.raises(NotCovered, match=why):
+        _trace(_gemm(forward, **params), shapes=shapes, out_shape=out_shape)
+
+
+def test_a_buffer_or_a_model_without_the_lead_is_refused():
+    class B(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gemm = nn.Linear(8, 6)
+            self.register_buffer("shift", torch.zeros(6))
+
+        def forward(self, x):
+            return self.gemm(x) + self.shift
+
+    with pytest.raises(NotCovered, match="not a parameter"):
+        _trace(B().to("meta"))
+    with pytest.raises(NotCovered, match="does not start with an Conv2d"):
+        _trace(_gemm(lambda s, x: s.gemm(x)), lead=("Conv2d",))
+    with pytest.raises(NotCovered, match="did not build"):
+        _trace(None)
+
+
+@pytest.mark.parametrize("shape, lead, ch, want", [
+    ((6,), (4, 6), -1, EpIndex.channel), ((1, 6), (4, 6), -1, EpIndex.channel), ((4, 6), (4, 6), -1, EpIndex.full),
+    ((), (4, 6), -1, EpIndex.scalar), ((1,), (4, 6), -1, EpIndex.scalar), ((5, 1, 1), (2, 5, 7, 7), 1, EpIndex.channel),
+    ((1, 5, 1, 1), (2, 5, 7, 7), 1, EpIndex.channel), ((5,), (2, 5, 7, 7), 1, None), ((4, 1), (4, 6), -1, None),
+    ((2, 6), (4, 6), -1, None), ((3, 4, 6), (4, 6), -1, None),
+])
+def test_classify(shape, lead, ch, want):
+    assert classify(shape, lead, ch) is want
