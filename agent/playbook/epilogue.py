@@ -13,6 +13,10 @@ included) and over extra tensors the chain reads, as ``ep0``, ``ep1``, ... in or
 - a forward input of the output's shape (a residual): ``ep<i>[idx]``; the template defines
   ``const long long idx``, the flat output offset.
 
+An eval-mode batch norm in the chain (the reference runs in eval mode) is its per-channel affine
+map: ``(v - running_mean[ch]) * rsqrt(running_var[ch] + eps) * weight[ch] + bias[ch]``, the four
+tensors read per channel by their dotted names.
+
 Templates include ``_epilogue.cuh.j2`` for the helpers the statements call (``kg_fmax``,
 ``kg_fmin``, NaN-propagating like torch.maximum/minimum/clamp/relu). Anything else in the forward
 (reductions, shape ops, a second use of the module's input, parameters that broadcast otherwise)
@@ -42,6 +46,7 @@ class EpIndex(str, Enum):
 
 
 _SUBSCRIPT = {EpIndex.channel: "[ch]", EpIndex.scalar: "[0]", EpIndex.full: "[idx]"}
+_BATCH_NORMS = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d")
 
 
 @dataclass(frozen=True)
@@ -126,6 +131,36 @@ class _EpilogueTranslator(Translator):
             raise NotCovered(f"the epilogue reads {what} {name!r} of shape {tuple(shape)}, which does not broadcast "
                              f"per channel over the {'x'.join(map(str, self.lead_shape))} output: not covered")
         p = EpParam(name, index)
+        if p not in self.params:
+            self.params.append(p)
+        return p.operand(self.params.index(p))
+
+    def module(self, target: str, args: tuple, kwargs: dict[str, Any]) -> Operand:
+        """An eval-mode batch norm is a per-channel affine map of its running statistics (the
+        reference runs the model in eval mode); every other module as the plain chain has it."""
+        mod = self.model.get_submodule(target)
+        if type(mod).__name__ not in _BATCH_NORMS:
+            return super().module(target, args, kwargs)
+        if mod.training or not mod.track_running_stats or mod.running_mean is None:
+            raise NotCovered(f"{target} ({type(mod).__name__}) normalises with batch statistics: not an epilogue")
+        if len(args) != 1 or kwargs:
+            raise NotCovered(f"module {target} with {len(args)} arguments is not covered by the epilogue")
+        x = self.tensor(args[0], type(mod).__name__)
+        n = self.lead_shape[self.channel_dim]
+        if tuple(mod.running_mean.shape) != (n,) or not (self.channel_dim % len(self.lead_shape) == 1
+                                                          or len(self.lead_shape) == 2):
+            raise NotCovered(f"{target}'s {tuple(mod.running_mean.shape)} statistics do not run along the output's "
+                             "channels: not covered")
+        mean = self.channel(f"{target}.running_mean")
+        var = self.channel(f"{target}.running_var")
+        # (x - mean) / sqrt(var + eps) * weight + bias, in fp32 as PyTorch's eval-mode kernel
+        t = self.emit("mul", (self.emit("sub", (x, mean)), self.emit("rsqrt", (self.emit("add", (var, float(mod.eps))),))))
+        if mod.affine:
+            t = self.emit("add", (self.emit("mul", (t, self.channel(f"{target}.weight"))), self.channel(f"{target}.bias")))
+        return t
+
+    def channel(self, name: str) -> Operand:
+        p = EpParam(name, EpIndex.channel)
         if p not in self.params:
             self.params.append(p)
         return p.operand(self.params.index(p))

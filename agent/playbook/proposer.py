@@ -14,6 +14,7 @@ from kerngen.harness.spec.spec import KernelSpec
 from kerngen.harness.tune.prune import static_reason
 
 from kerngen.agent.playbook import builders
+from kerngen.agent.playbook.build_tf32 import SPEC_NAME
 from kerngen.agent.playbook.catalog import CATALOG, Entry
 from kerngen.agent.playbook.coverage import Offer, default_limits, offer
 from kerngen.agent.playbook.families import FamilyMatch, explain
@@ -35,6 +36,7 @@ _NAMES: dict[tuple[str, str], str] = {
     ("conv_relu_maxpool", "fused"): "playbook-conv-relu-maxpool",
     ("matmul", "tiled"): "playbook-matmul-sgemm",
     ("matmul", "simple"): "playbook-matmul-simple",
+    ("matmul", "tf32x3"): SPEC_NAME,
 }
 
 

@@ -3,6 +3,8 @@ module's output element and the extra tensors the chain reads (per channel, scal
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn as nn
@@ -118,3 +120,52 @@ def test_a_buffer_or_a_model_without_the_lead_is_refused():
 ])
 def test_classify(shape, lead, ch, want):
     assert classify(shape, lead, ch) is want
+
+
+def test_an_eval_batch_norm_is_its_per_channel_affine_map_and_matches_pytorch():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gemm = nn.Linear(8, 6)
+            self.bn = nn.BatchNorm1d(6, eps=1e-3)
+
+        def forward(self, x):
+            return torch.relu(self.bn(self.gemm(x)))
+
+    ep = _trace(M().eval().to("meta"))
+    assert [p.name for p in ep.params] == ["bn.running_mean", "bn.running_var", "bn.weight", "bn.bias"]
+    assert all(p.index is EpIndex.channel for p in ep.params)
+    # the C statements, evaluated with torch on random statistics, give what the module gives
+    torch.manual_seed(0)
+    ref = M().eval()
+    with torch.no_grad():
+        ref.bn.running_mean.normal_()
+        ref.bn.running_var.uniform_(0.5, 2.0)
+        ref.bn.weight.normal_()
+        ref.bn.bias.normal_()
+        x = torch.randn(4, 8)
+        v = ref.gemm(x)
+        want = ref(x)
+    env = {"v": v, "ep0": ref.bn.running_mean, "ep1": ref.bn.running_var, "ep2": ref.bn.weight, "ep3": ref.bn.bias,
+           "rsqrtf": torch.rsqrt, "kg_fmax": torch.maximum, "kg_fmin": torch.minimum}
+    for st in ep.statements:
+        name, rhs = st.removeprefix("float ").rstrip(";").split(" = ", 1)
+        rhs = re.sub(r"(\d\.?\d*(?:e-?\d+)?)f\b", r"\1", rhs.replace("[ch]", "").replace("0.f", "0.0"))
+        rhs = re.sub(r"\((\w+) < 0\.0 \? 0\.0 : \1\)", r"torch.relu(\1)", rhs)  # relu's ternary
+        env[name] = eval(rhs, {"torch": torch}, env)  # noqa: S307 - our own generated text
+    got = env[ep.expr]
+    assert torch.allclose(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_a_training_mode_batch_norm_is_not_an_epilogue():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gemm = nn.Linear(8, 6)
+            self.bn = nn.BatchNorm1d(6)
+
+        def forward(self, x):
+            return self.bn(self.gemm(x))
+
+    with pytest.raises(NotCovered, match="batch statistics"):
+        _trace(M().train().to("meta"))

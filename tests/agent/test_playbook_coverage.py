@@ -56,19 +56,34 @@ def _resolves(spec: KernelSpec, problem) -> None:
 # ----- KernelBench level 1: what each file gets ------------------------------------------------
 # file -> (family, {offered variant: (admissible, total)}, {dropped variant: a word of why})
 OFFERED = {
-    "8_Matmul_with_irregular_shapes_.py": ("matmul", {"simple": (8, 8)}, {"tiled": "A.shape[0] % BM == 0"}),
+    "8_Matmul_with_irregular_shapes_.py": ("matmul", {"simple": (8, 8)}, {"tiled": "A.shape[0] % BM == 0",
+                                                                         "tf32x3": "% BM == 0"}),
     "23_Softmax.py": ("softmax", {"long": (63, 63)}, {"rows_reg": "* 4 <= 64"}),
     "40_LayerNorm.py": ("layernorm", {"split": (52, 64), "coop": (1512, 3456)}, {"rows_reg": "* 4 <= 64"}),
     "87_conv_pointwise_2D.py": ("conv2d", {"direct": (638, 1440)}, {"igemm": "< 2**31"}),
 }
 
 
-def test_matrix_vector_is_not_offered_with_the_reason(tmp_path):
-    path = _kb("4_Matrix_vector_multiplication_.py")
+def _two_columns(tmp_path) -> Path:
+    """KernelBench's matrix-vector file with B of two columns: a plain 2-D matmul (the built-in
+    family's) that none of its kernels admits (N is not a multiple of a tile; A has 2**31 elements)."""
+    path = tmp_path / "4_two_columns.py"
+    path.write_text(_kb("4_Matrix_vector_multiplication_.py").read_text().replace("torch.rand(K, 1)", "torch.rand(K, 2)"))
+    return path
+
+
+def test_matrix_vector_gets_the_gemv_kernel():
+    prop = PlaybookProposer(load_problem(str(_kb("4_Matrix_vector_multiplication_.py"))))
+    assert prop.match is not None and prop.match.family == "gemm"
+    assert [v.variant for v in prop.offer.offered] == ["gemv"]
+
+
+def test_a_matmul_no_kernel_admits_is_not_offered_with_the_reason(tmp_path):
+    path = _two_columns(tmp_path)
     prop = PlaybookProposer(load_problem(str(path)))
     assert prop.recognised is not None and prop.recognised.family == "matmul"
     assert prop.match is None and seed_specs(load_problem(str(path))) == []
-    assert "no matmul variant admits a configuration at A 2048x1048576, B 1048576x1 (sm_90 limits)" in prop.reason
+    assert "no matmul variant admits a configuration at A 2048x1048576, B 1048576x2 (sm_90 limits)" in prop.reason
     assert "tiled: 0 of 64 configurations (B.shape[1] % BN == 0)" in prop.reason
     assert "simple: 0 of 8 configurations (A.shape[0] * A.shape[1] < 2**31" in prop.reason
     assert "\n" not in prop.reason
@@ -82,11 +97,11 @@ def test_matrix_vector_is_not_offered_with_the_reason(tmp_path):
         assert len(err) == 1 and "no matmul variant admits" in err[0]
 
 
-def test_generate_with_the_playbook_stops_before_any_gpu_work():
+def test_generate_with_the_playbook_stops_before_any_gpu_work(tmp_path):
     from kerngen.agent.budget import Usage
     from kerngen.cli.compose import make_proposer
 
-    ref = parse_problem_ref(str(_kb("4_Matrix_vector_multiplication_.py")))
+    ref = parse_problem_ref(str(_two_columns(tmp_path)))
     with pytest.raises(KerngenError, match="nothing for .*no matmul variant admits a configuration"):
         make_proposer("playbook", ref, usage=Usage())
 
@@ -184,8 +199,9 @@ def test_one_variant_admits_nothing_the_other_is_offered(tmp_path):
     p = _matmul(tmp_path, 100, 64, 128)  # M = 100: no block tile of the register-blocked GEMM divides it
     prop = PlaybookProposer(p)
     assert prop.match is not None and [v.variant for v in prop.offer.offered] == ["simple"]
-    (tiled,) = prop.offer.dropped
-    assert tiled.variant == "tiled" and tiled.count == 0 and "A.shape[0] % BM == 0" in tiled.why
+    assert {v.variant for v in prop.offer.dropped} == {"tiled", "tf32x3"}
+    tiled = next(v for v in prop.offer.dropped if v.variant == "tiled")
+    assert tiled.count == 0 and "A.shape[0] % BM == 0" in tiled.why
     assert [s.name for s in seed_specs(p)] == ["playbook-matmul-simple"]
     ctx = SearchContext(problem_name="p", problem_source="", problem_summary="", gpu=GpuFacts(name="H100"),
                         tensors={k: list(s) for k, s in prop.match.tensors().items()})
@@ -195,9 +211,9 @@ def test_one_variant_admits_nothing_the_other_is_offered(tmp_path):
 
 
 def test_nothing_admissible_is_not_offered(tmp_path):
-    p = _matmul(tmp_path, 65536, 65536, 1)  # meta tensors: nothing is allocated
+    p = _matmul(tmp_path, 65536, 65536, 2)  # meta tensors: nothing is allocated
     prop = PlaybookProposer(p)
-    assert prop.match is None and prop.offer is not None and not prop.offer.offered
+    assert prop.recognised.family == "matmul" and prop.match is None and prop.offer is not None and not prop.offer.offered
     assert "tiled: 0 of 64" in prop.reason and "simple: 0 of 8" in prop.reason
 
 
@@ -228,12 +244,13 @@ def test_closest_changes_the_fewest_tunables():
 def test_the_search_contexts_gpu_limits_count(tmp_path):
     p = _matmul(tmp_path, 256, 64, 256)
     prop = PlaybookProposer(p)
-    assert [v.variant for v in prop.offer.offered] == ["tiled", "simple"]
+    assert [v.variant for v in prop.offer.offered] == ["tiled", "simple", "tf32x3"]
     tensors = {k: list(s) for k, s in prop.match.tensors().items()}
     small = SearchContext(problem_name="p", problem_source="", problem_summary="", tensors=tensors,
                           gpu=GpuFacts(name="tiny", max_threads_per_block=32))
-    # the register-blocked GEMM needs >= 64 threads a block: only the simple one's ideas are left
-    assert {prop._by_text[i.text].variant for i in prop.ideas(small, None, 10)} == {"simple"}
+    # the FFMA register-blocked GEMM needs >= 64 threads a block: its ideas are gone; the tensor-core one
+    # runs with one warp (a 64x64 block tile of one 64x64 warp tile) and the simple one with 32 threads
+    assert {prop._by_text[i.text].variant for i in prop.ideas(small, None, 10)} == {"simple", "tf32x3"}
     tinier = SearchContext(problem_name="p", problem_source="", problem_summary="", tensors=tensors,
                            gpu=GpuFacts(name="tinier", max_threads_per_block=8))
     fresh = PlaybookProposer(p)

@@ -1,0 +1,121 @@
+"""fp32 matmul on the tensor cores at fp32 accuracy: split-precision TF32 ("3xTF32").
+
+The builder ``sgemm_tf32x3(match, defaults) -> KernelSpec`` follows :func:`.builders_gemm.sgemm_tiled`
+(inputs A (M, K) and B (K, N), row-major fp32, output ``out``); the template is
+``templates/tf32x3_sgemm.cu.j2``, whose header explains the split, the accumulation and the
+shared-memory layout. ``TF32_IDEAS`` are the catalogue entries proposed for the ``matmul`` family
+(variant name :data:`VARIANT`); the lead wires both into ``builders.VARIANTS`` and ``catalog``.
+
+Tunables: BM x BN block tile, BK k tile, WM x WN warp tile (WM % 16, WN % 32), STAGES cp.async
+ring depth, GROUP_M block grouping, FLUSH (1: a fresh mma accumulator per k tile, summed in fp32
+with round-to-nearest; 0: accumulate in the mma accumulator, half the registers) and TERMS
+(3 = 3xTF32; 1 = plain TF32, offered only when asked for: it must fail the fp32 check).
+"""
+
+from __future__ import annotations
+
+from kerngen.harness.spec.spec import KernelSpec
+
+from kerngen.agent.playbook.entry import A, M, P, PAR, Entry
+from kerngen.agent.playbook.match import FamilyMatch
+from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
+
+__all__ = ["DEFAULTS", "NO_FLUSH", "SPEC_NAME", "TERMS_PLAIN", "TERMS_SPLIT", "TF32_IDEAS", "VARIANT",
+           "sgemm_tf32x3", "smem_bytes"]
+
+VARIANT = "tf32x3"
+SPEC_NAME = "playbook-matmul-tf32x3"
+TEMPLATE = "tf32x3_sgemm.cu.j2"
+KERNEL = "sgemm_tf32x3"
+TERMS_SPLIT = 3  # a_lo*b_hi + a_hi*b_lo + a_hi*b_hi: fp32 accuracy
+TERMS_PLAIN = 1  # a_hi*b_hi: plain TF32, only to show that the check rejects it
+TERMS_VALUES = (TERMS_PLAIN, TERMS_SPLIT)
+
+# shared memory of one block: STAGES slots of A's tile (BM rows of BK + 8 floats) and B's tile
+# (BK rows of BN + 4 floats); the pads make the fragment loads conflict-free (see the template)
+SMEM = "4 * STAGES * (BM * (BK + 8) + BK * (BN + 4))"
+THREADS = "32 * (BM // WM) * (BN // WN)"
+# accumulator floats per thread: 4 per mma tile, twice with FLUSH (the per-tile partial sums);
+# 128 leaves room for the split fragments under the 255-register limit
+ACC_FLOATS = "4 * (WM // 16) * (WN // 8) * (1 + FLUSH)"
+MAX_ACC_FLOATS = 128
+# registers per thread, estimated: the accumulators, the raw fragments of a whole k tile (ptxas
+# hoists every shared-memory load of the unrolled k tile: 4 floats per m16 tile and 2 per n8 tile
+# per k8 step) and ~24 for addresses and counters. Calibrated on NVRTC 13 for sm_90 (e.g. 64x32
+# warps, FLUSH 1, BK 32: estimate 248, ptxas 225; 64x64, FLUSH 0, BK 32: estimate 280, ptxas 255
+# with spills). __launch_bounds__ gives a thread 65536 / THREADS registers at most.
+REGS_EST = f"{ACC_FLOATS} + (BK // 8) * (4 * (WM // 16) + 2 * (WN // 8)) + 24"
+MAX_REGS = 255
+REGS_PER_SM = 65536
+
+# the default: 8 warps of 64 x 32 (FLUSH needs the smaller warp tile), BK 32 in a 3-deep ring
+# (112 KB of shared memory). Not measured yet: the tuner's starting point.
+DEFAULTS = dict(BM=128, BN=128, BK=32, WM=64, WN=32, STAGES=3, GROUP_M=8, TERMS=TERMS_SPLIT, FLUSH=1)
+TUNABLES = dict(BM=[64, 128, 256], BN=[64, 128, 256], BK=[16, 32], WM=[32, 64], WN=[32, 64], STAGES=[2, 3, 4],
+                GROUP_M=[1, 8], TERMS=[TERMS_SPLIT], FLUSH=[0, 1])
+
+
+def smem_bytes(cfg: dict[str, int]) -> int:
+    """Shared memory of one block at ``cfg`` (the spec's SMEM expression, in Python)."""
+    bm, bn, bk = cfg["BM"], cfg["BN"], cfg["BK"]
+    return 4 * cfg["STAGES"] * (bm * (bk + 8) + bk * (bn + 4))
+
+
+def sgemm_tf32x3(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
+    a, b = m.inputs[0].name, m.inputs[1].name
+    src = render(TEMPLATE, kernel=KERNEL)
+    d = pick(defaults, DEFAULTS)
+    rows, inner, cols = f"{a}.shape[0]", f"{a}.shape[1]", f"{b}.shape[1]"
+    return make_spec(
+        SPEC_NAME,
+        "fp32 GEMM on the tensor cores at fp32 accuracy (3xTF32): each operand split into tf32 hi + lo, "
+        "lo*hi + hi*lo + hi*hi per k8 step with mma.sync m16n8k8 (small terms first), per-k-tile fp32 "
+        "partial sums (FLUSH), cp.async STAGES-deep ring, k/n-permuted shared layout for float2/float4 "
+        "conflict-free fragment loads and float4 stores, grouped block order for L2 reuse",
+        src,
+        {k: list(v) for k, v in TUNABLES.items()},
+        d,
+        constraints=[
+            f"{inner} == {b}.shape[0]",
+            f"{rows} % BM == 0", f"{cols} % BN == 0", f"{inner} % BK == 0",
+            "BM % WM == 0", "BN % WN == 0", "WM % 16 == 0", "WN % 32 == 0", "BK % 8 == 0",
+            f"{THREADS} <= 1024",
+            f"(BM * BK // 4) % ({THREADS}) == 0", f"(BK * BN // 4) % ({THREADS}) == 0",
+            "STAGES >= 2",
+            f"{SMEM} <= {MAX_SMEM}",
+            f"{ACC_FLOATS} <= {MAX_ACC_FLOATS}",
+            f"{REGS_EST} <= {MAX_REGS}", f"({THREADS}) * ({REGS_EST}) <= {REGS_PER_SM}",
+            " or ".join(f"TERMS == {v}" for v in TERMS_VALUES),
+            "FLUSH == 0 or FLUSH == 1",
+            f"{rows} < 2**31 and {cols} < 2**31 and {inner} < 2**31",
+            f"({rows} // BM) * ({cols} // BN) < 2**31",
+        ],
+        steps=[dict(kernel=KERNEL, grid=[f"({rows} // BM) * ({cols} // BN)"], block=[THREADS], shared_mem=SMEM,
+                    args=[{"name": a}, {"name": b}, {"name": "out"}, {"kind": "int32", "value": rows},
+                          {"kind": "int32", "value": cols}, {"kind": "int32", "value": inner}])],
+    )
+
+
+# catalogue ideas for the built-in "matmul" family (the lead adds them to catalog.CATALOG["matmul"])
+NO_FLUSH = {"FLUSH": 0, "WN": 64, "BK": 16, "STAGES": 4}  # 64x64 warp tiles fit only with FLUSH 0 and BK 16
+TF32_IDEAS: tuple[Entry, ...] = (
+    Entry("mm-tf32x3", "Run the fp32 GEMM on the tensor cores with split-precision TF32 (3xTF32): split each "
+          "operand into tf32 hi + lo and accumulate lo*hi + hi*lo + hi*hi with mma.sync m16n8k8 in fp32, "
+          "per-k-tile partial sums added with round-to-nearest; fp32 accuracy at tensor-core speed.", P,
+          "2-3x over the FFMA SGEMM; target 2x cuBLAS fp32 on H100 (not yet measured)", VARIANT,
+          ({}, {"BK": 16, "STAGES": 4}), round0=True),
+    Entry("mm-tf32x3-accumulate", "Accumulate straight in the mma accumulator (no per-tile partial sums) with "
+          "64x64 warp tiles and BK 16: half the accumulator registers and twice the mma work per fragment "
+          "load; kept only if the fp32 check still passes (the tensor core's accumulation rounding decides).", P,
+          "0-20%, or rejected by the check", VARIANT, (NO_FLUSH, {**NO_FLUSH, "BN": 256}),
+          after=frozenset({VARIANT})),
+    Entry("mm-tf32x3-tile", "Change the block tile of the 3xTF32 GEMM (64x128, or 256x128 with 64x64 warp tiles): "
+          "a larger tile reuses each shared-memory byte more, a smaller one leaves room for two blocks per SM.",
+          PAR, "0-15%", VARIANT, ({"BM": 64, "WM": 32}, {**NO_FLUSH, "BM": 256, "STAGES": 3}),
+          after=frozenset({VARIANT})),
+    Entry("mm-tf32x3-pipeline", "Retune the cp.async ring of the 3xTF32 GEMM: more stages or a shorter k tile, "
+          "so more tiles are in flight while the tensor cores work.", A, "0-10%", VARIANT,
+          ({"STAGES": 4, "BK": 16}, {"STAGES": 2}), after=frozenset({VARIANT})),
+    Entry("mm-tf32x3-l2", "Tune the grouped block order (GROUP_M) of the 3xTF32 GEMM for L2 reuse of A and B.",
+          M, "0-5%", VARIANT, ({"GROUP_M": 1},), after=frozenset({VARIANT})),
+)

@@ -1,0 +1,33 @@
+"""What every playbook family's GPU test does: build the kernels the playbook offers for a problem
+(each offered variant at its offered default, or the round-0 seeds) and assert that the real
+harness passes every one of them on that problem."""
+
+from __future__ import annotations
+
+from kerngen.agent.playbook import PlaybookProposer, seed_specs
+from kerngen.harness.evaluator import Candidate, EvalOptions
+from kerngen.problems.load import load_problem
+from kerngen.problems.ref import ProblemRef
+
+
+def offered(ref: ProblemRef, family: str) -> list[Candidate]:
+    """Every offered variant of ``family`` at its offered default configuration."""
+    prop = PlaybookProposer(load_problem(ref))
+    assert prop.match is not None and prop.match.family == family, prop.reason
+    cands = [Candidate(spec=v.spec) for v in prop.offer.offered]
+    assert cands, f"{family} offered nothing for {ref.label()}"
+    return cands
+
+
+def seeds(ref: ProblemRef) -> list[Candidate]:
+    """The playbook's round-0 kernels for ``ref``."""
+    specs = seed_specs(load_problem(ref))
+    assert specs, f"the playbook rendered nothing for {ref.label()}"
+    return [Candidate(spec=s) for s in specs]
+
+
+def assert_all_pass(pool, ref: ProblemRef, cands: list[Candidate], *, seeds_n: int = 3, budget_ms: float = 30,
+                    timeout_s: float = 600) -> None:
+    results = pool.evaluate(ref, cands, EvalOptions(seeds=seeds_n, budget_ms=budget_ms, timeout_s=timeout_s))
+    bad = [f"{c.spec.name} {r.config}: {r.verdict.value} {r.message}" for c, r in zip(cands, results) if not r.ok]
+    assert not bad, "\n".join(bad)
