@@ -91,7 +91,8 @@ def _random_bytes(n: int, device: torch.device, gen: torch.Generator) -> torch.T
 
 def poison(buf: GuardedBuffer, pattern: str, gen: torch.Generator) -> torch.Tensor:
     """Fill the usable region with ``pattern``; return the poison as written (same dtype/shape)."""
-    raw = buf.view.view(torch.uint8) if buf.view.is_contiguous() else None
+    # reshape(-1) first: a 0-d tensor (a loss) has no byte view of its own
+    raw = buf.view.reshape(-1).view(torch.uint8) if buf.view.is_contiguous() else None
     assert raw is not None, "guarded views are contiguous"
     if pattern == "nan":
         raw.fill_(0xFF)  # NaN for every float type, -1 for signed ints
@@ -104,11 +105,11 @@ def poison(buf: GuardedBuffer, pattern: str, gen: torch.Generator) -> torch.Tens
 
 def fill_byte(buf: GuardedBuffer, value: int) -> None:
     """Cheap poison for the timed loop (outside the timed region): one byte value everywhere."""
-    buf.view.view(torch.uint8).fill_(value)
+    buf.view.reshape(-1).view(torch.uint8).fill_(value)
 
 
 def still_poisoned(out: torch.Tensor, poison_values: torch.Tensor) -> torch.Tensor:
     """Mask of elements whose bits equal the poison written before the run."""
-    a = out.contiguous().view(torch.uint8).view(out.numel(), out.element_size())
-    b = poison_values.contiguous().view(torch.uint8).view(out.numel(), out.element_size())
+    a = out.contiguous().reshape(-1).view(torch.uint8).view(out.numel(), out.element_size())
+    b = poison_values.contiguous().reshape(-1).view(torch.uint8).view(out.numel(), out.element_size())
     return (a == b).all(dim=1).view(out.shape)
