@@ -130,7 +130,10 @@ class _EpilogueTranslator(Translator):
         if index is None:
             raise NotCovered(f"the epilogue reads {what} {name!r} of shape {tuple(shape)}, which does not broadcast "
                              f"per channel over the {'x'.join(map(str, self.lead_shape))} output: not covered")
-        p = EpParam(name, index)
+        return self.use(EpParam(name, index))
+
+    def use(self, p: EpParam) -> Operand:
+        """The operand of ``p`` (ep0, ep1, ... in order of first use; a tensor read twice is one operand)."""
         if p not in self.params:
             self.params.append(p)
         return p.operand(self.params.index(p))
@@ -160,10 +163,7 @@ class _EpilogueTranslator(Translator):
         return t
 
     def channel(self, name: str) -> Operand:
-        p = EpParam(name, EpIndex.channel)
-        if p not in self.params:
-            self.params.append(p)
-        return p.operand(self.params.index(p))
+        return self.use(EpParam(name, EpIndex.channel))
 
     def _lead_node(self, nodes: list[Any]) -> Any:
         for n in nodes:

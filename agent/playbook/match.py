@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from kerngen.expr import TensorFacts
+
 from kerngen.agent.playbook.forward_source import Forward, call_kind, init_module_types, read_forward
 from kerngen.agent.playbook.not_covered import NotCovered
 
@@ -51,6 +53,10 @@ class FamilyMatch:
         for i, t in enumerate(self.outputs):
             d["out" if len(self.outputs) == 1 else f"out{i}"] = t.shape
         return d
+
+    def tensor_facts(self) -> dict[str, TensorFacts]:
+        """The same, as what a spec's expressions read (for resolving its plan at these shapes)."""
+        return {k: TensorFacts(tuple(v)) for k, v in self.tensors().items()}
 
 
 # ----------------------------------------------------------------------------------------------

@@ -110,9 +110,6 @@ def problems(tmp_path_factory):
     return out
 
 
-def _facts(m) -> dict[str, TensorFacts]:
-    return {k: TensorFacts(tuple(v)) for k, v in m.tensors().items()}
-
 
 def _why(p) -> str:
     try:
@@ -196,10 +193,10 @@ def test_kernelbench_files_it_does_not_claim(name):
 def test_variants_offered_at_the_kernelbench_size(name):
     p = load_problem(str(KB / name))
     m = explain(p)
-    got = offer(m, sizes={}, tensors=_facts(m))
+    got = offer(m, sizes={}, tensors=m.tensor_facts())
     assert [v.variant for v in got.offered] == KB_OFFERED[name]
     for v in got.offered:
-        plan.resolve(v.spec, sizes={}, tensors=_facts(m))  # the offered default resolves at this size
+        plan.resolve(v.spec, sizes={}, tensors=m.tensor_facts())  # the offered default resolves at this size
 
 
 # ----- specs --------------------------------------------------------------------------------------
@@ -207,14 +204,14 @@ def test_variants_offered_at_the_kernelbench_size(name):
 def _offered_specs(problems):
     for name in sorted(CASES):
         m = explain(problems[name])
-        for v in offer(m, sizes={}, tensors=_facts(m)).offered:
+        for v in offer(m, sizes={}, tensors=m.tensor_facts()).offered:
             yield name, v.variant, m, v.spec
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_depthwise_problems_get_the_depthwise_kernel_only(problems, name):
     m = explain(problems[name])
-    offered = [v.variant for v in offer(m, sizes={}, tensors=_facts(m)).offered]
+    offered = [v.variant for v in offer(m, sizes={}, tensors=m.tensor_facts()).offered]
     if m.facts["C"] == m.facts["G"]:
         assert offered == ["depthwise"]
     elif (m.facts["OC"] // m.facts["G"]) % 4:  # the direct kernel reads its channels' weights as float4
@@ -229,7 +226,7 @@ def test_specs_compile_for_sm90_at_default_and_sampled_configs(problems):
         assert spec.name == FAMILY.spec_name(variant) == SPEC_PREFIX + variant
         assert variant_of_spec(spec) == variant
         assert all(v == sorted(v) for v in spec.tunables.values())
-        facts = _facts(m)
+        facts = m.tensor_facts()
         resolved = [plan.resolve(spec, sizes={}, tensors=facts)] + sampled_plans(spec, facts, 2)
         for r in resolved:
             for launch in r.launches:
@@ -243,7 +240,7 @@ def test_specs_compile_for_sm90_at_default_and_sampled_configs(problems):
 def test_igemm_without_cp_async_compiles(problems):
     m = explain(problems["conv2d_grouped_residual"])
     spec = builders.build(m, "igemm", {"ASYNC": 0})
-    r = plan.resolve(spec, sizes={}, tensors=_facts(m))
+    r = plan.resolve(spec, sizes={}, tensors=m.tensor_facts())
     assert r.config["ASYNC"] == 0
     compile_job(job_for(spec, r, "sm_90"), cache=None)
 
@@ -259,7 +256,7 @@ def test_the_epilogue_and_its_operands_reach_the_kernel(problems):
 
 def test_constraints_follow_the_module_geometry(problems):
     m = explain(problems["conv2d_grouped_residual"])
-    facts = _facts(m)
+    facts = m.tensor_facts()
     spec = offer(m, sizes={}, tensors=facts).get("direct").spec
     plan.resolve(spec, sizes={}, tensors=facts)
     wrong = dict(facts, x=TensorFacts((2, 6, 10, 9)))  # 6 input channels do not split into the 4 groups' 2 each
@@ -332,7 +329,7 @@ EMU_RUNS = [(n, v, cfg) for n in sorted(CASES) for v in EMU_VARIANTS[n] for cfg 
 def test_kernels_match_pytorch_on_the_emulator(problems, name, variant, config):
     p = problems[name]
     m = explain(p)
-    offered = offer(m, sizes={}, tensors=_facts(m)).get(variant)
+    offered = offer(m, sizes={}, tensors=m.tensor_facts()).get(variant)
     spec = builders.build(m, variant, {**offered.defaults, **config})
     model = p.build_model("cpu", 0)
     inputs = p.make_inputs("cpu", 0)

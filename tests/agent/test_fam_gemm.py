@@ -19,7 +19,6 @@ from kerngen.agent.playbook.match import read_problem
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.proposer import variant_of_spec
 from kerngen.agent.proposer import NodeSummary, SearchContext
-from kerngen.expr import TensorFacts
 from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.results import EvalResult, GpuFacts, Verdict
 from kerngen.harness.spec import plan
@@ -76,9 +75,6 @@ def _shrunk(src: Path, dst_dir: Path, **sizes: int) -> Path:
     dst.write_text(text)
     return dst
 
-
-def _facts(m) -> dict[str, TensorFacts]:
-    return {k: TensorFacts(tuple(v)) for k, v in m.tensors().items()}
 
 
 # ----- recognition --------------------------------------------------------------------------------------
@@ -234,7 +230,7 @@ def test_fp16_refused_column_scaling_left_alone_diag_recognised(tmp_path):
 ])
 def test_variants_offered_at_the_problems_shape(level, name, offered):
     m = explain(load_problem(str(KB / level / name)))
-    o = offer(m, sizes={}, tensors=_facts(m))
+    o = offer(m, sizes={}, tensors=m.tensor_facts())
     assert [v.variant for v in o.offered] == offered
     assert all(v.why for v in o.dropped)
 
@@ -244,7 +240,7 @@ def test_linear_plan_at_kernelbench_size():
     m = explain(load_problem(str(KB / "level2" / "76_Gemm_Add_ReLU.py")))  # 1024 x 8192 @ (8192 x 8192)^T
     spec = builders.build(m, "tiled")
     assert spec.name == FAMILY.spec_name("tiled") == "playbook-gemm-tiled"
-    r = plan.resolve(spec, sizes={}, tensors=_facts(m))
+    r = plan.resolve(spec, sizes={}, tensors=m.tensor_facts())
     (launch,) = r.launches
     assert [a.name for a in launch.args] == ["x", "gemm.weight", "bias", "out"]  # no Linear bias; ep0 = bias
     assert launch.grid == (8 * 64, 1, 1) and launch.block == (256, 1, 1)
@@ -266,10 +262,10 @@ def _compile(spec, resolved):
 ])
 def test_offered_defaults_compile_without_spills(level, name):
     m = explain(load_problem(str(KB / level / name)))
-    o = offer(m, sizes={}, tensors=_facts(m))
+    o = offer(m, sizes={}, tensors=m.tensor_facts())
     assert o.offered
     for v in o.offered:
-        compiled = _compile(v.spec, plan.resolve(v.spec, sizes={}, tensors=_facts(m)))
+        compiled = _compile(v.spec, plan.resolve(v.spec, sizes={}, tensors=m.tensor_facts()))
         (res,) = compiled.info.kernels.values()
         assert res.spill_stores == 0 and res.registers <= 255, (v.variant, res)
 
@@ -285,7 +281,7 @@ def test_offered_defaults_compile_without_spills(level, name):
 def test_other_configurations_compile(tmp_path, forward, inputs, config):
     m = explain(_problem(tmp_path, forward, inputs))
     spec = builders.build(m, "tiled")
-    r = plan.resolve(spec, sizes={}, tensors=_facts(m), config=config)
+    r = plan.resolve(spec, sizes={}, tensors=m.tensor_facts(), config=config)
     (res,) = _compile(spec, r).info.kernels.values()
     assert res.spill_stores == 0
 
@@ -294,7 +290,7 @@ def test_constraints_refuse_cp_async_on_unaligned_rows(tmp_path):
     m = explain(_problem(tmp_path, "A @ B.T", {"A": (100, 63), "B": (97, 63)}))
     spec = builders.build(m, "tiled")
     with pytest.raises(Exception, match=r"CP_ASYNC == 0 or .*% 4 == 0"):
-        plan.resolve(spec, sizes={}, tensors=_facts(m), config=dict(CP_ASYNC=1, STAGES=3, SMEM_T=0))
+        plan.resolve(spec, sizes={}, tensors=m.tensor_facts(), config=dict(CP_ASYNC=1, STAGES=3, SMEM_T=0))
 
 
 # ----- proposer --------------------------------------------------------------------------------------------

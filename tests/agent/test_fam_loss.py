@@ -304,9 +304,6 @@ def test_f32_literal():
 
 
 # ----- specs: resolution, constraints, NVRTC compilation ------------------------------------------
-def _facts(m) -> dict[str, TensorFacts]:
-    return {k: TensorFacts(tuple(v)) for k, v in m.tensors().items()}
-
 
 def _compile(spec, resolved) -> None:
     compiled = compile_job(job_for(spec, resolved, "sm_90"), cache=None)
@@ -326,7 +323,7 @@ def test_row_loss_reductions(tmp_path, name, reduction, by_count, div):
     m = explain(_problem(tmp_path, name))
     assert (m.facts["reduction"], m.facts["by_count"]) == (reduction, by_count)
     spec = builders.build(m, "rows")
-    final = plan.resolve(spec, sizes={}, tensors=_facts(m)).launches[1]
+    final = plan.resolve(spec, sizes={}, tensors=m.tensor_facts()).launches[1]
     assert final.args[-1].value == div
     assert ("(double)c;" in spec.source) == by_count
 
@@ -342,7 +339,7 @@ def test_specs_resolve_and_compile(tmp_path):
         assert spec.name == fam_loss.FAMILY.spec_name(variant) and variant_of_spec(spec) == variant
         assert "atomic" not in spec.source  # partials summed in a fixed order
         assert all(v == sorted(v) and spec.defaults[k] in v for k, v in spec.tunables.items())
-        facts = _facts(m)
+        facts = m.tensor_facts()
         default = plan.resolve(spec, sizes={}, tensors=facts)
         assert [s.kernel for s in default.launches][1].endswith("_final")
         for resolved in [default] + sampled_plans(spec, facts, 2 if name in ("mse", "ce", "triplet") else 0):
@@ -354,7 +351,7 @@ def test_specs_resolve_and_compile(tmp_path):
 def test_kernelbench_specs_compile(name):
     m = explain(load_problem(str(KB / name)))
     spec = builders.build(m, KB_LOSSES[name][1])
-    facts = _facts(m)
+    facts = m.tensor_facts()
     for resolved in [plan.resolve(spec, sizes={}, tensors=facts)] + sampled_plans(spec, facts, 2):
         _compile(spec, resolved)
 
@@ -381,12 +378,12 @@ def test_constraints_reject_other_shapes(tmp_path):
 def test_term_grid_and_partials(tmp_path):
     m = explain(_problem(tmp_path, "mse"))  # 64 x 37 = 2368 terms: 592 groups of 4
     spec = builders.build(m, "term")
-    r = plan.resolve(spec, sizes={}, tensors=_facts(m), config={**spec.default_config(), "BLOCK": 128, "UNROLL": 2})
+    r = plan.resolve(spec, sizes={}, tensors=m.tensor_facts(), config={**spec.default_config(), "BLOCK": 128, "UNROLL": 2})
     assert r.launches[0].grid[0] == 3  # cdiv(592, 256)
     assert [s.size for s in r.scratch] == [3]
     assert r.launches[1].grid[0] == 1 and r.launches[1].args[-2].value == 3  # nparts
     assert r.launches[1].args[-1].value == 64 * 37  # mean: divided by the terms
-    r = plan.resolve(spec, sizes={}, tensors=_facts(m), config={**spec.default_config(), "GRID": 1056})
+    r = plan.resolve(spec, sizes={}, tensors=m.tensor_facts(), config={**spec.default_config(), "GRID": 1056})
     assert r.launches[0].grid[0] == 1  # never more blocks than groups of work
 
 

@@ -18,7 +18,6 @@ from kerngen.agent.playbook.match import read_problem
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.proposer import variant_of_spec
 from kerngen.errors import SpecError
-from kerngen.expr import TensorFacts
 from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.spec import plan
 from kerngen.problems.load import load_problem
@@ -70,9 +69,6 @@ def _write(tmp_path: Path, name: str, init: str, shape: tuple[int, ...], forward
     path.write_text(SOURCE.format(init=init, forward=forward, shape=", ".join(map(str, shape))))
     return path
 
-
-def _facts(m) -> dict[str, TensorFacts]:
-    return {k: TensorFacts(tuple(v)) for k, v in m.tensors().items()}
 
 
 def _compile(spec, resolved) -> None:
@@ -223,7 +219,7 @@ def _small_match(tmp_path, name):
 def test_split_plan_for_group_norm(tmp_path):
     m = _small_match(tmp_path, "gn_affine")  # (2, 12, 6, 10), 4 groups of 3 channels
     spec = builders.build(m, "split")
-    r = plan.resolve(spec, sizes={}, tensors=_facts(m))
+    r = plan.resolve(spec, sizes={}, tensors=m.tensor_facts())
     stats, fin, app = r.launches
     assert [stats.kernel, fin.kernel, app.kernel] == ["norm_stats", "norm_finalize", "norm_apply"]
     assert fin.grid[0] == 2 * 4  # a block per (sample, group)
@@ -233,21 +229,21 @@ def test_split_plan_for_group_norm(tmp_path):
     segment_vectors = 3 * 60 // r.config["VEC"]
     assert stats.grid[0] == 2 * 4 * math.ceil(segment_vectors / (r.config["BLOCK"] * r.config["ITEMS"]))
     with pytest.raises(SpecError):  # 64 floats a thread in 1024 threads: spills, so not admitted
-        plan.resolve(spec, sizes={}, tensors=_facts(m), config={"VEC": 4, "BLOCK": 1024, "ITEMS": 16})
+        plan.resolve(spec, sizes={}, tensors=m.tensor_facts(), config={"VEC": 4, "BLOCK": 1024, "ITEMS": 16})
 
 
 def test_batch_statistics_merge_per_channel(tmp_path):
     m = _small_match(tmp_path, "bn3d_batch_stats")  # (2, 4, 3, 5, 4)
-    r = plan.resolve(builders.build(m, "split"), sizes={}, tensors=_facts(m))
+    r = plan.resolve(builders.build(m, "split"), sizes={}, tensors=m.tensor_facts())
     assert r.launches[1].grid[0] == 4  # a block per channel, over every sample's plane
     assert {s.name: s.size for s in r.scratch}["coef"] == 2 * 4
-    fused = plan.resolve(builders.build(m, "fused"), sizes={}, tensors=_facts(m))
+    fused = plan.resolve(builders.build(m, "fused"), sizes={}, tensors=m.tensor_facts())
     assert fused.launches[0].grid[0] == 4
 
 
 def test_affine_binds_the_running_buffers(tmp_path):
     m = _small_match(tmp_path, "bn2d_running")
-    (launch,) = plan.resolve(builders.build(m, "affine"), sizes={}, tensors=_facts(m)).launches
+    (launch,) = plan.resolve(builders.build(m, "affine"), sizes={}, tensors=m.tensor_facts()).launches
     assert [a.name for a in launch.args] == ["x", "norm.running_mean", "norm.running_var", "norm.weight",
                                              "norm.bias", "out"]
     with pytest.raises(ValueError, match="statistics"):
@@ -259,7 +255,7 @@ def test_odd_planes_use_scalar_loads(tmp_path):
     spec = builders.build(m, "split")
     assert spec.default_config()["VEC"] == 1
     with pytest.raises(SpecError):
-        plan.resolve(spec, sizes={}, tensors=_facts(m), config={"VEC": 4})
+        plan.resolve(spec, sizes={}, tensors=m.tensor_facts(), config={"VEC": 4})
 
 
 def _configs(variant: str) -> list[dict[str, int]]:
@@ -278,7 +274,7 @@ def test_kernelbench_variants_compile(name):
     prop = PlaybookProposer(load_problem(str(KB / "level1" / name)))
     for offered in prop.offer.offered:
         for config in _configs(offered.variant):
-            _compile(offered.spec, plan.resolve(offered.spec, sizes={}, tensors=_facts(prop.match), config=config))
+            _compile(offered.spec, plan.resolve(offered.spec, sizes={}, tensors=prop.match.tensor_facts(), config=config))
 
 
 @pytest.mark.parametrize("name", ["bn1d_rows", "bn2d_batch_odd", "in1d_odd", "in2d_tracked", "gn_affine"])
@@ -287,7 +283,7 @@ def test_small_variants_compile(tmp_path, name):
     prop = PlaybookProposer(load_problem(str(tmp_path / f"{name}.py")))
     assert prop.offer.offered
     for offered in prop.offer.offered:
-        _compile(offered.spec, plan.resolve(offered.spec, sizes={}, tensors=_facts(m)))
+        _compile(offered.spec, plan.resolve(offered.spec, sizes={}, tensors=m.tensor_facts()))
 
 
 @needs_kb
@@ -315,7 +311,7 @@ def test_kernels_match_pytorch_on_the_emulator(tmp_path, name):
     for offered in prop.offer.offered:
         for config in _configs(offered.variant):
             full = {**offered.spec.default_config(), **config}
-            if not plan.constraints_hold(offered.spec, plan.build_env({}, _facts(prop.match), full))[0]:
+            if not plan.constraints_hold(offered.spec, plan.build_env({}, prop.match.tensor_facts(), full))[0]:
                 continue
             tensors = p.bindings(model, inputs, [torch.full_like(ref, float("nan"))])
             emulate(offered.spec, tensors, config=full)

@@ -78,9 +78,6 @@ def _problem(tmp_path: Path, forward: str, shape: tuple[int, ...], init: str = "
     return load_problem(str(path))
 
 
-def _facts(m) -> dict[str, TensorFacts]:
-    return {k: TensorFacts(tuple(v)) for k, v in m.tensors().items()}
-
 
 # ----- recognition -------------------------------------------------------------------------------
 @needs_kb
@@ -179,7 +176,7 @@ def test_default_config_resolves_and_compiles(name, m, spec):
     assert spec.name == FAMILY.spec_name("window")
     assert all(spec.defaults[k] in v and v == sorted(v) for k, v in spec.tunables.items())
     assert "{{" not in spec.source and 'extern "C" __global__' in spec.source
-    r = plan.resolve(spec, sizes={}, tensors=_facts(m))
+    r = plan.resolve(spec, sizes={}, tensors=m.tensor_facts())
     (launch,) = r.launches
     assert launch.block[0] * launch.grid[0] >= r.defines["TOTAL"] > 0
     out = m.outputs[0].shape
@@ -199,7 +196,7 @@ def test_default_config_resolves_and_compiles(name, m, spec):
 def test_other_configs_compile(name, config):
     m = explain(load_problem(str(KB1 / name)))
     spec = builders.build(m, "window")
-    compile_job(job_for(spec, plan.resolve(spec, sizes={}, tensors=_facts(m), config=config), "sm_90"), cache=None)
+    compile_job(job_for(spec, plan.resolve(spec, sizes={}, tensors=m.tensor_facts(), config=config), "sm_90"), cache=None)
 
 
 def test_ceil_mode_and_exclusive_padding_compile(tmp_path):
@@ -207,13 +204,13 @@ def test_ceil_mode_and_exclusive_padding_compile(tmp_path):
     m = explain(_problem(tmp_path, "self.pool(x)", (2, 3, 20, 31), init=init))
     spec = builders.build(m, "window")
     assert "(d1 - d0) * (h1 - h0) * (w1 - w0)" in spec.source and "max(d0, 0)" in spec.source
-    compile_job(job_for(spec, plan.resolve(spec, sizes={}, tensors=_facts(m)), "sm_90"), cache=None)
+    compile_job(job_for(spec, plan.resolve(spec, sizes={}, tensors=m.tensor_facts()), "sm_90"), cache=None)
 
 
 def test_constraints_check_the_output_shape(tmp_path):
     m = explain(_problem(tmp_path, "F.max_pool2d(x, 3, 2, 1)", (2, 3, 17, 19)))
     spec = builders.build(m, "window")
-    facts = _facts(m)
+    facts = m.tensor_facts()
     plan.resolve(spec, sizes={}, tensors=facts)
     facts["out"] = TensorFacts((2, 3, 9, 11))  # 19 -> 10 columns, not 11
     with pytest.raises(Exception, match="constraint"):
@@ -253,7 +250,7 @@ def test_each_window_position_is_loaded_once_per_thread(tmp_path):
     not one per window tap (2 * 4 * 16 = 128)."""
     m = explain(_problem(tmp_path, "F.max_pool2d(x, 4, 1, 1)", (2, 3, 64, 64)))
     spec = builders.build(m, "window")
-    ptx = _ptx(spec, plan.resolve(spec, sizes={}, tensors=_facts(m), config={"OPT": 4, "OPH": 2}))
+    ptx = _ptx(spec, plan.resolve(spec, sizes={}, tensors=m.tensor_facts(), config={"OPT": 4, "OPH": 2}))
     loads = len(re.findall(r"ld\.global\.nc", ptx))
     assert 35 <= loads <= 3 * 35
 

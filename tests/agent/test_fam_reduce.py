@@ -20,7 +20,6 @@ from kerngen.agent.playbook.match import read_problem
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.proposer import PlaybookProposer, seed_specs, variant_of_spec
 from kerngen.agent.proposer import NodeSummary, SearchContext
-from kerngen.expr import TensorFacts
 from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.results import EvalResult, GpuFacts, Verdict
 from kerngen.harness.spec import plan
@@ -143,9 +142,6 @@ def forms(tmp_path_factory):
     return {name: _problem(folder, name, fwd, make) for name, (fwd, make, _, _) in FORMS.items()}
 
 
-def _facts(m) -> dict[str, TensorFacts]:
-    return {k: TensorFacts(tuple(v)) for k, v in m.tensors().items()}
-
 
 def _offered(p) -> list[str]:
     prop = PlaybookProposer(p)
@@ -239,7 +235,7 @@ def test_specs_are_pure_cuda_named_by_variant_and_resolve(forms):
         assert all(v == sorted(v) for v in spec.tunables.values())
         assert 'extern "C" __global__' in spec.source and "{{" not in spec.source and "{%" not in spec.source
         assert "asm" not in spec.source  # the emulator runs no inline PTX
-        resolved = plan.resolve(spec, sizes={}, tensors=_facts(m))
+        resolved = plan.resolve(spec, sizes={}, tensors=m.tensor_facts())
         kinds = {a.name for launch in resolved.launches for a in launch.args if a.kind == "tensor"}
         assert kinds <= set(m.tensors()) | {s.name for s in resolved.scratch}
         seen += 1
@@ -248,7 +244,7 @@ def test_specs_are_pure_cuda_named_by_variant_and_resolve(forms):
 
 def test_constraints_keep_each_variant_to_its_shapes(forms):
     cols_form = explain(forms["sum_keep_mid"])  # inner 33: no rows, no split, no 16-byte loads
-    facts = _facts(cols_form)
+    facts = cols_form.tensor_facts()
     for var in ("rows", "split"):
         with pytest.raises(Exception, match="constraint violated"):
             plan.resolve(builders.build(cols_form, var), sizes={}, tensors=facts)
@@ -256,16 +252,16 @@ def test_constraints_keep_each_variant_to_its_shapes(forms):
         plan.resolve(builders.build(cols_form, "cols", {"VEC": 1}), sizes={}, tensors=facts)
     rows_form = explain(forms["mean_last"])  # 1000 a row: too short to split, no cache without a second pass
     with pytest.raises(Exception, match="4096"):
-        plan.resolve(builders.build(rows_form, "split"), sizes={}, tensors=_facts(rows_form))
+        plan.resolve(builders.build(rows_form, "split"), sizes={}, tensors=rows_form.tensor_facts())
     with pytest.raises(Exception, match="CACHE_KB == 0"):
         plan.resolve(builders.build(rows_form, "rows", {"CACHE_KB": 64, "TPR": 256, "BLOCK": 256}), sizes={},
-                     tensors=_facts(rows_form))
+                     tensors=rows_form.tensor_facts())
 
 
 @needs_kb
 def test_split_grid_and_scratch_at_the_frobenius_size():
     m = explain(load_problem(str(KB / "level1" / "37_FrobeniusNorm_.py")))
-    r = plan.resolve(builders.build(m, "split"), sizes={}, tensors=_facts(m))
+    r = plan.resolve(builders.build(m, "split"), sizes={}, tensors=m.tensor_facts())
     part, scale = r.launches
     assert part.grid[0] == scale.grid[0] == r.defines["NCHR"] == 1024  # one row, a few waves of chunks
     assert r.scratch[0].size == 1024 and r.defines["SPAN"] * 1024 >= 112 * 64 * 512 * 512
@@ -280,7 +276,7 @@ def _compile(spec, resolved) -> None:
 def test_default_and_sampled_configs_compile(forms):
     compiled = 0
     for name, var, m, spec in _specs(forms):
-        facts = _facts(m)
+        facts = m.tensor_facts()
         for r in [plan.resolve(spec, sizes={}, tensors=facts)] + sampled_plans(spec, facts, 1):
             _compile(spec, r)
             compiled += 1
@@ -296,7 +292,7 @@ def test_kernelbench_seeds_compile(name):
     assert [variant_of_spec(s) for s in specs] == KB_LEVEL1[name][1]
     m = explain(p)
     for spec in specs:
-        _compile(spec, plan.resolve(spec, sizes={}, tensors=_facts(m)))
+        _compile(spec, plan.resolve(spec, sizes={}, tensors=m.tensor_facts()))
 
 
 # ----- the proposer ---------------------------------------------------------------------------
@@ -368,5 +364,5 @@ def test_other_configs_match_pytorch_on_the_emulator(forms, name):
     for var in FORMS[name][3]:
         spec = builders.build(m, var)
         for cfg in OTHER[var]:
-            plan.resolve(spec, sizes={}, tensors=_facts(m), config=cfg)  # admissible at this shape
+            plan.resolve(spec, sizes={}, tensors=m.tensor_facts(), config=cfg)  # admissible at this shape
             _emulated_matches(p, spec, config=cfg, seed=1)

@@ -74,9 +74,6 @@ def _problem(tmp_path: Path, forward: str, shape: tuple[int, ...], dim: int = 1,
     return load_problem(str(path))
 
 
-def _facts(m) -> dict[str, TensorFacts]:
-    return {k: TensorFacts(tuple(v)) for k, v in m.tensors().items()}
-
 
 def _offered(problem) -> list[str]:
     prop = PlaybookProposer(problem)
@@ -163,7 +160,7 @@ def test_the_probe_tells_every_form_apart():
 
 # ----- specs and variants ---------------------------------------------------------------------------
 def _compile(spec, m, config=None, tensors=None):
-    r = plan.resolve(spec, sizes={}, tensors=tensors or _facts(m), config=config)
+    r = plan.resolve(spec, sizes={}, tensors=tensors or m.tensor_facts(), config=config)
     compiled = compile_job(job_for(spec, r, "sm_90"), cache=None)
     for res in compiled.info.kernels.values():
         assert res.spill_stores == 0
@@ -214,8 +211,8 @@ def test_variants_offered_and_compiled(tmp_path, forward, shape, dim, mask, want
 def test_vector_loads_need_aligned_rows(tmp_path):
     m = explain(_problem(tmp_path, "torch.cumsum(x, dim=self.dim)", (8, 1000), dim=1))
     spec = builders.build(m, "rows")
-    assert plan.resolve(spec, sizes={}, tensors=_facts(m)).config["VEC"] == 4
-    facts = _facts(m)
+    assert plan.resolve(spec, sizes={}, tensors=m.tensor_facts()).config["VEC"] == 4
+    facts = m.tensor_facts()
     facts["x"] = facts["out"] = TensorFacts((8, 1002))
     with pytest.raises(Exception, match="constraint"):
         plan.resolve(spec, sizes={}, tensors=facts)  # 1002 floats a row: rows start 8-byte aligned only
@@ -225,7 +222,7 @@ def test_vector_loads_need_aligned_rows(tmp_path):
 def test_narrowed_scans_read_from_their_offset(tmp_path):
     m = explain(_problem(tmp_path, "torch.cumsum(x.narrow(self.dim, 1, x.size(self.dim) - 1), dim=self.dim)",
                          (3, 64), dim=1))
-    r = plan.resolve(builders.build(m, "rows"), sizes={}, tensors=_facts(m))
+    r = plan.resolve(builders.build(m, "rows"), sizes={}, tensors=m.tensor_facts())
     assert (r.defines["XOFF"], r.defines["LIN"], r.defines["LOUT"]) == (1, 64, 63) and r.config["VEC"] == 1
 
 

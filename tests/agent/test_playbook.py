@@ -46,9 +46,6 @@ def _kb(name: str):
     return load_problem(str(DATA / f"{name}.py"))
 
 
-def _facts(match) -> dict[str, TensorFacts]:
-    return {k: TensorFacts(tuple(v)) for k, v in match.tensors().items()}
-
 
 def _compile(spec, resolved) -> None:
     """NVRTC for sm_90 through the harness when it is there, else directly."""
@@ -211,7 +208,7 @@ def test_spec_is_pure_cuda_and_resolves(name, var, m, spec):
     assert "__device__ float" not in spec.source.replace("__device__ __forceinline__ float", "")  # no mutable globals
     assert "int main" not in spec.source
     try:
-        resolved = plan.resolve(spec, sizes={}, tensors=_facts(m))
+        resolved = plan.resolve(spec, sizes={}, tensors=m.tensor_facts())
     except Exception as exc:
         # only the register-resident variants may reject the long-row problems
         assert var == "rows_reg" and name in ("suite_softmax", "suite_layernorm"), exc
@@ -241,7 +238,7 @@ def _valid_configs(spec, facts, limit, seed=0):
 
 @pytest.mark.parametrize("name,var,m,spec", SPECS, ids=[f"{n}-{v}" for n, v, _, _ in SPECS])
 def test_compiles_default_and_sampled_configs(name, var, m, spec):
-    facts = _facts(m)
+    facts = m.tensor_facts()
     try:
         default = plan.resolve(spec, sizes={}, tensors=facts)
     except Exception:
@@ -263,20 +260,20 @@ def test_half_precision_variants_compile(dtype):
     m.facts["wdtype"] = dtype
     for var in ("rows_reg",):
         spec = builders.build(m, var)
-        _compile(spec, plan.resolve(spec, sizes={}, tensors=_facts(m)))
+        _compile(spec, plan.resolve(spec, sizes={}, tensors=m.tensor_facts()))
     m.family = "softmax"
     for var in ("rows_reg", "long"):
         spec = builders.build(m, var)
-        _compile(spec, plan.resolve(spec, sizes={}, tensors=_facts(m)))
+        _compile(spec, plan.resolve(spec, sizes={}, tensors=m.tensor_facts()))
     m.family, m.facts = "elementwise", {"op": "gelu", "expr": "0.5f * v * (1.f + erff(v * 0.70710678f))"}
     spec = builders.build(m, "vec")
-    _compile(spec, plan.resolve(spec, sizes={}, tensors=_facts(m)))
+    _compile(spec, plan.resolve(spec, sizes={}, tensors=m.tensor_facts()))
 
 
 def test_constraints_reject_shapes_a_kernel_cannot_handle():
     m = explain(_kb("suite_matmul"))
     spec = builders.build(m, "tiled")
-    facts = _facts(m)
+    facts = m.tensor_facts()
     facts["A"] = TensorFacts((4000, 4096))
     facts["out"] = TensorFacts((4000, 4096))
     with pytest.raises(Exception, match="constraint"):
@@ -284,7 +281,7 @@ def test_constraints_reject_shapes_a_kernel_cannot_handle():
     plan.resolve(builders.build(m, "simple"), sizes={}, tensors=facts)  # the safe GEMM takes it
     sm = explain(_kb("kb_softmax_named"))
     spec = builders.build(sm, "rows_reg")
-    f = _facts(sm)
+    f = sm.tensor_facts()
     f["logits"] = TensorFacts((1024, 4094))  # not a multiple of the vector width
     with pytest.raises(Exception, match="constraint"):
         plan.resolve(spec, sizes={}, tensors=f)
@@ -301,7 +298,7 @@ def test_coop_layernorm_keeps_what_fits_in_shared_memory(shape, block, nb, want_
     slice count is capped by the row and by the space left, so every configuration's launch fits."""
     m = explain(_kb("suite_layernorm"))
     spec = builders.build(m, "coop")
-    facts = _facts(m)
+    facts = m.tensor_facts()
     facts["x"] = facts["out"] = TensorFacts(shape)
     for p in ("ln.weight", "ln.bias"):
         facts[p] = TensorFacts(shape[1:])

@@ -20,7 +20,6 @@ from kerngen.agent.playbook.build_tf32 import (DEFAULTS, SPEC_NAME, TERMS_PLAIN,
                                                sgemm_tf32x3, smem_bytes)
 from kerngen.agent.playbook.match import FamilyMatch, Tensor
 from kerngen.agent.playbook.render import MAX_SMEM
-from kerngen.expr import TensorFacts
 from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.gpu.compare import compare
 from kerngen.harness.spec import plan
@@ -41,14 +40,11 @@ def _match(m: int, n: int, k: int) -> FamilyMatch:
                        [Tensor("out", (m, n), "float32")])
 
 
-def _facts(match: FamilyMatch) -> dict[str, TensorFacts]:
-    return {k: TensorFacts(tuple(v)) for k, v in match.tensors().items()}
-
 
 def _resolve(shape, defaults=None, config=None):
     match = _match(*shape)
     spec = sgemm_tf32x3(match, dict(defaults or {}))
-    return spec, plan.resolve(spec, sizes={}, tensors=_facts(match), config=config)
+    return spec, plan.resolve(spec, sizes={}, tensors=match.tensor_facts(), config=config)
 
 
 def tf32(x: np.ndarray) -> np.ndarray:
@@ -128,7 +124,7 @@ def test_matmul_wide_is_a_builtin_the_matmul_family_takes():
     m = explain(p)
     assert m.family == "matmul" and [t.name for t in m.inputs] == ["A", "B"]
     spec = sgemm_tf32x3(m, {})
-    assert plan.resolve(spec, sizes={}, tensors=_facts(m)).launches[0].grid == (1, 1, 1)
+    assert plan.resolve(spec, sizes={}, tensors=m.tensor_facts()).launches[0].grid == (1, 1, 1)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -282,7 +278,7 @@ def test_spec_offers_3xtf32_and_plain_tf32_only_when_asked():
 @pytest.mark.parametrize("shape", [(4000, 4096, 4096), (4096, 4094, 4096), (4096, 4096, 4100), (4096, 4090, 4096)])
 def test_constraints_reject_misaligned_shapes_for_every_config(shape):
     spec, _ = _resolve(SUITE)
-    facts = _facts(_match(*shape))
+    facts = _match(*shape).tensor_facts()
     names = list(spec.tunables)
     for combo in itertools.product(*(spec.tunables[n] for n in names)):
         with pytest.raises(Exception, match="constraint"):
@@ -293,7 +289,7 @@ def test_constraints_reject_mismatched_inner_dimensions():
     m = FamilyMatch("matmul", [Tensor("A", (256, 512), "float32"), Tensor("B", (256, 256), "float32")], [],
                     [Tensor("out", (256, 256), "float32")])
     with pytest.raises(Exception, match="constraint"):
-        plan.resolve(sgemm_tf32x3(m, {}), sizes={}, tensors=_facts(m))
+        plan.resolve(sgemm_tf32x3(m, {}), sizes={}, tensors=m.tensor_facts())
 
 
 def test_odd_shapes_are_admitted_where_the_tiles_divide():
@@ -307,7 +303,7 @@ def test_odd_shapes_are_admitted_where_the_tiles_divide():
 
 def test_every_admissible_config_fits_the_device():
     spec, _ = _resolve(SUITE)
-    facts = _facts(_match(*SUITE))
+    facts = _match(*SUITE).tensor_facts()
     names = list(spec.tunables)
     admitted = 0
     for combo in itertools.product(*(spec.tunables[n] for n in names)):
@@ -328,7 +324,7 @@ def test_every_admissible_config_fits_the_device():
 # ----- NVRTC --------------------------------------------------------------------------------------
 def _sampled_configs(n: int, seed: int = 0):
     spec, _ = _resolve(SUITE)
-    facts = _facts(_match(*SUITE))
+    facts = _match(*SUITE).tensor_facts()
     return spec, sampled_plans(spec, facts, n, seed)
 
 
