@@ -147,13 +147,25 @@ class MemoryPlan(_Record):
     refs_on_gpu: bool = True  # False: references and the first run's outputs wait in host memory
     check_peak_bytes: int = 0  # the most the check of one input set holds
     timed_sets: int = 1  # input sets the timed runs rotate over
+    set_bytes: int = 0  # what one set kept for the timed runs holds
+    reference_bytes: int = 0  # what PyTorch's reference allocates on one input set
+    make_bytes: int = 0  # what get_inputs allocates at most while it makes one input set
+    reference_measured: bool = False  # reference_bytes/make_bytes measured on this GPU (else estimated)
+    measured_peak_bytes: int | None = None  # the most the evaluation allocated, measured (None: not measured)
+
+    @property
+    def peak_bytes(self) -> int:
+        """The most the plan expects the evaluation to hold: one set checked while the others kept
+        for the timed runs wait (the timed runs themselves hold less)."""
+        return self.check_peak_bytes + (self.timed_sets - 1) * self.set_bytes
 
     def summary(self) -> str:
         gb = 1e9
         where = ("on the GPU" if self.refs_on_gpu else "in host memory")
+        measured = "" if self.measured_peak_bytes is None else f", {self.measured_peak_bytes / gb:.1f} GB measured"
         return (f"memory: {self.timed_sets} timed input set(s); references {where}; pristine inputs "
-                f"{'kept' if self.pristine_on_gpu else 'regenerated from their seeds'}; check peak "
-                f"{self.check_peak_bytes / gb:.1f} of {self.free_bytes / gb:.1f} GB free")
+                f"{'kept' if self.pristine_on_gpu else 'regenerated from their seeds'}; peak "
+                f"{self.peak_bytes / gb:.1f} GB planned{measured} of {self.free_bytes / gb:.1f} GB free")
 
 
 class EvalResult(_Record):

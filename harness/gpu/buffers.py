@@ -89,18 +89,75 @@ def _random_bytes(n: int, device: torch.device, gen: torch.Generator) -> torch.T
     return torch.randint(0, 256, (n,), dtype=torch.uint8, device=device, generator=gen)
 
 
-def poison(buf: GuardedBuffer, pattern: str, gen: torch.Generator) -> torch.Tensor:
+# random poison is written, and made again for a comparison, in blocks of this many bytes, each
+# from its own seed: a chunk of a 6 GB output's poison is made again without the rest of it
+POISON_BLOCK_BYTES = 1 << 24
+
+
+@dataclass(frozen=True)
+class Poison:
+    """What a run's outputs held before it ran, without a copy of them: one byte value everywhere,
+    or random bytes made again block by block from a seed (a copy of a 6 GB output's poison, per
+    run, is what ran KernelBench's largest files out of memory). ``values`` is an explicit copy
+    (tests, and poisons handed over as tensors)."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+    byte: int | None = None
+    seed: int = 0
+    values: torch.Tensor | None = field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, values: torch.Tensor) -> "Poison":
+        return cls(tuple(values.shape), values.dtype, values.device, values=values)
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def flat(self, lo: int, hi: int, device: torch.device | None = None) -> torch.Tensor:
+        """The poison of flat elements ``[lo, hi)``, on ``device`` (default: where it was written)."""
+        dev = device if device is not None else self.device
+        if self.values is not None:
+            return self.values.reshape(-1)[lo:hi].to(dev)
+        size = self.dtype.itemsize
+        a, b = lo * size, hi * size
+        if self.byte is not None:
+            raw = torch.full((b - a,), self.byte, dtype=torch.uint8, device=dev)
+        else:
+            first, last = a // POISON_BLOCK_BYTES, (max(b, a + 1) - 1) // POISON_BLOCK_BYTES
+            total = self.numel * size
+            blocks = [self._block(k, total) for k in range(first, last + 1)]
+            start = a - first * POISON_BLOCK_BYTES
+            raw = torch.cat(blocks)[start:start + (b - a)].to(dev)
+        return raw.view(self.dtype)
+
+    def _block(self, k: int, total: int) -> torch.Tensor:
+        n = min(POISON_BLOCK_BYTES, total - k * POISON_BLOCK_BYTES)
+        gen = torch.Generator(device=self.device)
+        gen.manual_seed((self.seed + k) % (1 << 63))
+        return _random_bytes(max(n, 0), self.device, gen)
+
+
+def poison(buf: GuardedBuffer, pattern: str, gen: torch.Generator) -> Poison:
     """Fill the usable region with ``pattern``; return the poison as written (same dtype/shape)."""
     # reshape(-1) first: a 0-d tensor (a loss) has no byte view of its own
     raw = buf.view.reshape(-1).view(torch.uint8) if buf.view.is_contiguous() else None
     assert raw is not None, "guarded views are contiguous"
-    if pattern == "nan":
-        raw.fill_(0xFF)  # NaN for every float type, -1 for signed ints
-    elif pattern == "huge":
-        raw.fill_(0x7F)  # 3.4e38 in fp32, 3.4e38 in bf16, NaN-free huge values
-    else:
-        raw.copy_(_random_bytes(raw.numel(), raw.device, gen).view(raw.shape))
-    return buf.view.clone()
+    shape, dtype, device = tuple(buf.view.shape), buf.view.dtype, buf.view.device
+    if pattern in ("nan", "huge"):
+        byte = 0xFF if pattern == "nan" else 0x7F  # NaN for every float type (-1 for ints); 3.4e38, NaN-free
+        raw.fill_(byte)
+        return Poison(shape, dtype, device, byte=byte)
+    seed = int(torch.randint(0, 1 << 62, (1,), device=device, generator=gen))
+    p = Poison(shape, dtype, device, seed=seed)
+    for k in range(0, (raw.numel() + POISON_BLOCK_BYTES - 1) // POISON_BLOCK_BYTES):
+        raw[k * POISON_BLOCK_BYTES:(k + 1) * POISON_BLOCK_BYTES] = p._block(k, raw.numel())
+    return p
 
 
 def fill_byte(buf: GuardedBuffer, value: int) -> None:
@@ -108,8 +165,10 @@ def fill_byte(buf: GuardedBuffer, value: int) -> None:
     buf.view.reshape(-1).view(torch.uint8).fill_(value)
 
 
-def still_poisoned(out: torch.Tensor, poison_values: torch.Tensor) -> torch.Tensor:
-    """Mask of elements whose bits equal the poison written before the run."""
-    a = out.contiguous().reshape(-1).view(torch.uint8).view(out.numel(), out.element_size())
-    b = poison_values.contiguous().reshape(-1).view(torch.uint8).view(out.numel(), out.element_size())
+def still_poisoned(out: torch.Tensor, poison: Poison, lo: int = 0) -> torch.Tensor:
+    """Mask of the elements of ``out`` (flat elements ``[lo, lo + out.numel())`` of the poisoned
+    output) whose bits equal the poison written before the run."""
+    n, size = out.numel(), out.element_size()
+    a = out.contiguous().reshape(-1).view(torch.uint8).view(n, size)
+    b = poison.flat(lo, lo + n, out.device).reshape(-1).view(torch.uint8).view(n, size)
     return (a == b).all(dim=1).view(out.shape)

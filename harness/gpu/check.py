@@ -11,6 +11,7 @@ poison behind. The first failure ends the check and is the evidence.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Callable
 
 import torch
@@ -46,6 +47,14 @@ class BoundSet:
         return [*self.inputs.values(), *self.outputs.values(), *self.scratch.values()]
 
 
+@dataclass(frozen=True)
+class Footprint:
+    """What PyTorch allocates for a problem beyond its inputs, measured (bytes)."""
+
+    make_bytes: int  # get_inputs at its most (the inputs and any temporary)
+    reference_bytes: int  # the reference run on one input set: outputs, intermediates, workspaces
+
+
 class ProblemState:
     """What a worker keeps per problem: the problem, its model and guarded parameter copies."""
 
@@ -60,6 +69,7 @@ class ProblemState:
         self.params = self._guard_params()
         self._digest_key = new_key()  # digests of inputs that are made again rather than kept
         self._input_digests: dict[tuple[int, int], int] = {}
+        self._footprint: Footprint | None = None
 
     def _build_model(self) -> None:
         """The reference model, its parameters by name, and their seal: a far write that changed
@@ -90,6 +100,40 @@ class ProblemState:
         if self.seal.broken():  # the reference model itself was written to: build it anew
             self._build_model()
         self.params = self._guard_params()
+
+    def footprint(self) -> Footprint | None:
+        """What ``get_inputs`` and the reference allocate on this GPU, measured once (the memory
+        plan's largest unknowns: a norm's ``x * x``, a fused chain's intermediates, cuDNN's
+        workspace). None off the GPU. A reference that does not fit even alone is refused here,
+        before any candidate, with the numbers."""
+        if self._footprint is not None or self.device.type != "cuda":
+            return self._footprint
+        dev = self.device
+        torch.cuda.synchronize(dev)
+        base = torch.cuda.memory_allocated(dev)
+        free = torch.cuda.mem_get_info(dev)[0] + torch.cuda.memory_reserved(dev) - base
+        torch.cuda.reset_peak_memory_stats(dev)
+        args = outs = None
+        try:
+            args = self.problem.make_inputs(dev, self._seed)
+            made = torch.cuda.max_memory_allocated(dev) - base
+            held = torch.cuda.memory_allocated(dev) - base
+            torch.cuda.reset_peak_memory_stats(dev)
+            outs = self.problem.run_reference(self.model, args)  # in place on them is fine: measured only
+            torch.cuda.synchronize(dev)
+            ran = torch.cuda.max_memory_allocated(dev) - base - held
+        except torch.OutOfMemoryError as exc:
+            args = outs = None
+            raise HarnessMemoryError(
+                f"{self.info.name}: PyTorch's own reference does not fit on this GPU: one input set is "
+                f"{sum(t.nbytes for t in self.info.inputs) / 1e9:.1f} GB, its outputs "
+                f"{sum(t.nbytes for t in self.info.outputs) / 1e9:.1f} GB, and running the model on it ran out of "
+                f"memory with {free / 1e9:.1f} GB free ({' '.join(str(exc).split())[:160]})"
+            ) from None
+        finally:
+            del args, outs
+        self._footprint = Footprint(make_bytes=int(made), reference_bytes=int(ran))
+        return self._footprint
 
     def new_set(self, seed: int, plan: ResolvedPlan, memory: MemoryPlan | None = None) -> BoundSet:
         raw = self.problem.make_inputs(self.device, seed)
@@ -176,14 +220,16 @@ def run_check(
 ) -> CheckEvidence:
     """Return the evidence; ``failed`` is None when the candidate is correct. Up to ``keep_max``
     checked input sets, with their references, are appended to ``keep`` for the timed runs (they
-    are as fresh and as unknown to the kernel as new ones, and cost nothing more to make)."""
+    are as fresh and as unknown to the kernel as new ones, and cost nothing more to make); the
+    last ones checked, so that the memory plan's count of what waits during a check holds."""
     atol, rtol = state.info.atol, state.info.rtol
     limits = [rel_err_limit(torch_dtype(o.dtype)) for o in state.info.outputs]
     evidence = CheckEvidence(seeds=seeds, atol=atol, rtol=rtol, max_rel_err=max(limits, default=0.0))
     try:
         for i, seed in enumerate(seeds):
             bound = _check_one_set(state, module, plan, stream, seed, i, sync, evidence, memory)
-            if keep is not None and len(keep) < keep_max:
+            # the LAST sets are kept: all but one of them wait while another is checked (the plan)
+            if keep is not None and i >= len(seeds) - keep_max:
                 keep.append(bound)
             del bound  # one set at a time: a set not kept for timing is freed before the next
     except CandidateFailed as failure:
@@ -202,11 +248,12 @@ def _check_one_set(state, module, plan, stream, seed, i, sync, evidence: CheckEv
     on_host = memory is not None and not memory.refs_on_gpu
     bound = state.new_set(seed, plan, memory)
     runner = PlanRunner(module, plan, bound.tensors(state.params), stream)
-    first = _run_poisoned(state, bound, runner, POISON_PATTERNS[i % 3], sync, on_host)
+    first = _run_poisoned(state, bound, runner, POISON_PATTERNS[i % 3], sync, RunCopy.host if on_host else RunCopy.gpu)
     _verify_untouched(state, bound, evidence, "before the reference")
     refs = state.reference(bound, to_host=on_host)
     state.seal_refs(bound, refs)
-    second = _run_poisoned(state, bound, runner, POISON_PATTERNS[(i + 1) % 3], sync, on_host)
+    # the second run is compared where it lies: nothing runs on the set until the check is done
+    second = _run_poisoned(state, bound, runner, POISON_PATTERNS[(i + 1) % 3], sync, RunCopy.none)
     _verify_untouched(state, bound, evidence, "after the reference")
     names = [o.name for o in state.info.outputs]
     for name, (out1, p1), (out2, p2), ref in zip(names, first, second, refs):
@@ -225,17 +272,29 @@ def _check_one_set(state, module, plan, stream, seed, i, sync, evidence: CheckEv
     return bound
 
 
-def _run_poisoned(state, bound: BoundSet, runner: PlanRunner, pattern: str, sync, on_host: bool = False):
+class RunCopy(Enum):
+    """Where a checked run's outputs wait for the comparisons."""
+
+    gpu = "gpu"  # a copy on the GPU
+    host = "host"  # a copy in host memory (a large output, by the memory plan)
+    none = "none"  # the output buffers themselves (the last run before the comparisons)
+
+
+def _run_poisoned(state, bound: BoundSet, runner: PlanRunner, pattern: str, sync, copy: RunCopy):
+    """Poison the outputs and scratch, run, and return each output (as ``copy`` says) with its
+    poison. A poison is a byte or a seed, never a copy of the output."""
     poisons = [poison(buf, pattern, state.gen) for buf in bound.outputs.values()]
     for buf in bound.scratch.values():
         poison(buf, "random", state.gen)
     sync()
     runner()
     sync()  # a crash or trap surfaces here, as a CUDA error the worker turns into runtime_error
-    # the outputs of the run (and their poison) wait on the GPU, or in host memory for a large output
-    if on_host:
-        return [(buf.view.cpu(), p.cpu()) for buf, p in zip(bound.outputs.values(), poisons)]
-    return [(buf.view.clone(), p) for buf, p in zip(bound.outputs.values(), poisons)]
+    views = [buf.view for buf in bound.outputs.values()]
+    if copy is RunCopy.host:
+        views = [v.cpu() for v in views]
+    elif copy is RunCopy.gpu:
+        views = [v.clone() for v in views]
+    return list(zip(views, poisons))
 
 
 def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -245,8 +304,9 @@ def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
     fa, fb = a.reshape(-1), b.reshape(-1)
+    dev = b.device if a.device.type == "cpu" else a.device  # the GPU's, when one side is there
     step = 1 << 26
-    return all(torch.equal(fa[i:i + step], fb[i:i + step]) for i in range(0, fa.numel(), step))
+    return all(torch.equal(fa[i:i + step].to(dev), fb[i:i + step].to(dev)) for i in range(0, fa.numel(), step))
 
 
 def _verify_untouched(state: ProblemState, bound: BoundSet, evidence: CheckEvidence, when: str) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from pydantic import BaseModel
 
-from kerngen.harness.gpu.buffers import still_poisoned
+from kerngen.harness.gpu.buffers import Poison, still_poisoned
 from kerngen.harness.gpu.error_pattern import describe
 from kerngen.harness.results import CheckFailure
 
@@ -66,7 +66,7 @@ def compare(
     *,
     atol: float,
     rtol: float,
-    poison: torch.Tensor | None = None,
+    poison: Poison | None = None,
     name: str = "out",
     chunk: int = CHUNK_ELEMENTS,
     device: torch.device | None = None,
@@ -81,18 +81,16 @@ def compare(
         )
     dev = device if device is not None else out.device
     if not (out.is_floating_point() or out.is_complex()):
-        c = _compare_exact(out.to(dev), ref.to(dev), None if poison is None else poison.to(dev), name)
+        c = _compare_exact(out.to(dev), ref.to(dev), poison, name)
         if not c.ok:
             c.pattern = describe(out, ref, atol=0.0, rtol=0.0, poison=poison, exact=True, name=name, chunk=chunk,
                                  device=dev)
         return c
     acc = _Totals()
     o_all, r_all = out.reshape(-1), ref.reshape(-1)
-    p_all = poison.reshape(-1) if poison is not None else None
     for lo in range(0, max(out.numel(), 1), max(1, chunk)):
         hi = min(lo + chunk, out.numel())
-        acc.add(lo, o_all[lo:hi].to(dev), r_all[lo:hi].to(dev),
-                None if p_all is None else p_all[lo:hi].to(dev), atol, rtol)
+        acc.add(lo, o_all[lo:hi].to(dev), r_all[lo:hi].to(dev), poison, atol, rtol)
     rel = acc.rel_err()
     shape = tuple(out.shape)
     if acc.nbad == 0:
@@ -144,7 +142,7 @@ class _Totals:
         self.ok_worst: tuple[float, int, float, float] = (-1.0, 0, 0.0, 0.0)  # (err, flat index, got, expected)
         self.bad_worst: tuple[float, int, float, float] = (-1.0, 0, 0.0, 0.0)
 
-    def add(self, lo: int, out: torch.Tensor, ref: torch.Tensor, poison: torch.Tensor | None,
+    def add(self, lo: int, out: torch.Tensor, ref: torch.Tensor, poison: Poison | None,
             atol: float, rtol: float) -> None:
         o, r = out.double(), ref.double()
         bad = ~torch.isclose(o, r, rtol=rtol, atol=atol, equal_nan=True)
@@ -158,7 +156,7 @@ class _Totals:
         if nbad:
             self.nbad += nbad
             self.nonfinite_disagree |= bool((bad & ~finite).any())
-            if poison is not None and bool((still_poisoned(out, poison) & bad).any()):
+            if poison is not None and bool((still_poisoned(out, poison, lo) & bad).any()):
                 self.unwritten = True
             worst = torch.where(bad, torch.nan_to_num(diff, nan=float("inf")), torch.zeros_like(diff))
             self.bad_worst = _worse(self.bad_worst, worst, lo, o, r)

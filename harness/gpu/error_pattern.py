@@ -25,7 +25,7 @@ import math
 
 import torch
 
-from kerngen.harness.gpu.buffers import still_poisoned
+from kerngen.harness.gpu.buffers import Poison, still_poisoned
 
 MAX_RUNS = 4  # runs of rows / elements kept in full (more are counted; the last one is kept too)
 COL_CAP = 1 << 20  # per-column counts up to this many columns (8 MB)
@@ -157,7 +157,7 @@ class PatternAccumulator:
         self._sampled = 0
 
     # ----- reading ----------------------------------------------------------------------------
-    def add(self, lo: int, out: torch.Tensor, ref: torch.Tensor, poison: torch.Tensor | None = None,
+    def add(self, lo: int, out: torch.Tensor, ref: torch.Tensor, poison: Poison | None = None,
             exact: bool = False) -> None:
         """One chunk: flat elements ``[lo, lo + len)`` of the output, its reference and poison."""
         o, r = out.double(), ref.double()
@@ -167,7 +167,7 @@ class PatternAccumulator:
             # still the poison's bits and not the reference's: never written, even where a random
             # poison value happens to fall within atol of the reference
             same = (out == ref) | (torch.isnan(o) & torch.isnan(r))
-            unwritten = still_poisoned(out, poison) & ~same
+            unwritten = still_poisoned(out, poison, lo) & ~same
             self.poisoned += int(unwritten.sum())
             self.flat_poison.add_mask(lo, unwritten)
             wrong &= ~unwritten
@@ -469,7 +469,7 @@ def _period(runs: _Runs) -> tuple[int, int] | None:
     return step, lengths.pop()
 
 
-def describe(out: torch.Tensor, ref: torch.Tensor, *, atol: float, rtol: float, poison: torch.Tensor | None = None,
+def describe(out: torch.Tensor, ref: torch.Tensor, *, atol: float, rtol: float, poison: Poison | None = None,
              exact: bool = False, name: str = "out", chunk: int = 1 << 25, device: torch.device | None = None) -> str:
     """The pattern of the elements of ``out`` that differ from ``ref`` (beyond ``atol``/``rtol``,
     or at all with ``exact``), read chunk by chunk on ``device`` (default: ``out``'s)."""
@@ -478,12 +478,10 @@ def describe(out: torch.Tensor, ref: torch.Tensor, *, atol: float, rtol: float, 
     dev = device if device is not None else out.device
     acc = PatternAccumulator(tuple(out.shape), atol, rtol, name)
     o_all, r_all = out.reshape(-1), ref.reshape(-1)
-    p_all = poison.reshape(-1) if poison is not None else None
     step = max(1, chunk)
     for lo in range(0, out.numel(), step):
         hi = min(lo + step, out.numel())
-        acc.add(lo, o_all[lo:hi].to(dev), r_all[lo:hi].to(dev), None if p_all is None else p_all[lo:hi].to(dev),
-                exact=exact)
+        acc.add(lo, o_all[lo:hi].to(dev), r_all[lo:hi].to(dev), poison, exact=exact)
     return acc.text()
 
 

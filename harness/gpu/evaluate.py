@@ -51,7 +51,12 @@ class Evaluation:
         short = ""
         try:
             result.memory = self.memory_plan(plan)
+            torch.cuda.synchronize(self.device_index)
+            base = torch.cuda.memory_allocated(self.device_index)
+            torch.cuda.reset_peak_memory_stats(self.device_index)
             self._run(cubin, plan, options, result, phases)
+            # what the evaluation allocated at most, beside the plan's figure (the GPU tier holds it under)
+            result.memory.measured_peak_bytes = torch.cuda.max_memory_allocated(self.device_index) - base
         except HarnessMemoryError as exc:
             short = str(exc)
         except torch.OutOfMemoryError as exc:
@@ -92,12 +97,15 @@ class Evaluation:
     def memory_plan(self, plan: ResolvedPlan | None = None) -> MemoryPlan:
         """What this evaluation may hold (:func:`plan_memory`), from what is free now: the
         driver's free memory plus what torch's allocator holds unused."""
+        footprint = self.state.footprint()  # measured first: it needs the memory to itself
         free, _ = torch.cuda.mem_get_info(self.device_index)
         cached = torch.cuda.memory_reserved(self.device_index) - torch.cuda.memory_allocated(self.device_index)
         info = self.state.info
         scratch = sum(s.size * torch_dtype(s.dtype).itemsize for s in plan.scratch) if plan is not None else 0
         return plan_memory(free_bytes=int(free + max(0, cached)), input_bytes=sum(t.nbytes for t in info.inputs),
                            output_bytes=sum(t.nbytes for t in info.outputs), scratch_bytes=int(scratch),
+                           reference_bytes=footprint.reference_bytes if footprint else None,
+                           make_bytes=footprint.make_bytes if footprint else None,
                            flush_bytes=int(getattr(self.flusher, "nbytes", 0)), rotate_max=ROTATE_SETS,
                            label=info.name)
 

@@ -124,7 +124,8 @@ def test_matmul_wide_is_a_builtin_the_matmul_family_takes():
     m = explain(p)
     assert m.family == "matmul" and [t.name for t in m.inputs] == ["A", "B"]
     spec = sgemm_tf32x3(m, {})
-    assert plan.resolve(spec, sizes={}, tensors=m.tensor_facts()).launches[0].grid == (1, 1, 1)
+    grid = plan.resolve(spec, sizes={}, tensors=m.tensor_facts()).launches[0].grid
+    assert grid == ((SMALL[0] // spec.defaults["BM"]) * (SMALL[1] // spec.defaults["BN"]), 1, 1)  # one block a tile
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -267,7 +268,7 @@ def test_spec_offers_3xtf32_and_plain_tf32_only_when_asked():
     assert all(v == sorted(v) and spec.defaults[k] in v for k, v in spec.tunables.items())
     assert 'extern "C" __global__' in spec.source and "{{" not in spec.source and "{%" not in spec.source
     assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in spec.source and "cvt.rna.tf32.f32" in spec.source
-    assert r.launches[0].grid == (32 * 32, 1, 1) and r.launches[0].block == (256, 1, 1)
+    assert r.launches[0].grid == (32 * 64, 1, 1) and r.launches[0].block == (128, 1, 1)  # 4096/128 x 4096/64; 4 warps
     assert r.launches[0].shared_mem == smem_bytes(spec.defaults)
     plain = sgemm_tf32x3(_match(*SUITE), {"TERMS": TERMS_PLAIN})
     assert plain.tunables["TERMS"] == [TERMS_PLAIN, TERMS_SPLIT] and plain.defaults["TERMS"] == TERMS_PLAIN
@@ -293,8 +294,8 @@ def test_constraints_reject_mismatched_inner_dimensions():
 
 
 def test_odd_shapes_are_admitted_where_the_tiles_divide():
-    _, r = _resolve((1152, 640, 800))  # the default tile: 9 x 5 blocks, 25 k tiles
-    assert r.launches[0].grid == (45, 1, 1)
+    _, r = _resolve((1152, 640, 800))  # the default 128 x 64 tile: 9 x 10 blocks, 25 k tiles
+    assert r.launches[0].grid == (90, 1, 1)
     with pytest.raises(Exception, match="constraint"):
         _resolve((192, 320, 48))  # 192 % 128, 48 % 32
     _, r = _resolve((192, 320, 48), config=dict(DEFAULTS, BM=64, BN=64, WM=32, WN=32, BK=16))

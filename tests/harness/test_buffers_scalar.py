@@ -21,3 +21,29 @@ def test_a_0d_buffer_is_poisoned_filled_and_compared(pattern):
     assert not bool(still_poisoned(buf.view, p)) and buf.guards_intact()
     fill_byte(buf, 0)
     assert float(buf.view) == 0.0 and buf.guards_intact()
+
+
+@pytest.mark.parametrize("pattern", ["nan", "huge", "random"])
+def test_the_poison_is_made_again_chunk_by_chunk_without_a_copy(pattern, monkeypatch):
+    """The poison a run's outputs held is kept as a byte or a seed, not as a copy of the output (a
+    copy per run ran KernelBench's 6 GB outputs out of memory); any chunk of it is made again,
+    bit for bit what was written, across the random poison's block boundaries."""
+    import kerngen.harness.gpu.buffers as B
+
+    monkeypatch.setattr(B, "POISON_BLOCK_BYTES", 1000)  # blocks that do not align with elements or chunks
+    gen = torch.Generator().manual_seed(1)
+    buf = alloc_guarded("out", (37, 101), torch.float32, torch.device("cpu"), gen)
+    p = poison(buf, pattern, gen)
+    assert p.values is None  # nothing the size of the output is kept
+    written = buf.view.reshape(-1).view(torch.uint8).clone()
+    for lo, hi in ((0, buf.view.numel()), (3, 251), (249, 251), (1000, 3737), (3736, 3737)):
+        assert torch.equal(p.flat(lo, hi).view(torch.uint8), written[4 * lo:4 * hi])
+    assert bool(still_poisoned(buf.view, p).all())
+    buf.view[5, :7] = 2.0
+    mask = still_poisoned(buf.view.reshape(-1)[500:600], p, lo=500)
+    assert int((~mask).sum()) == 7 and not bool(mask[505 - 500:512 - 500].any())
+    flat = buf.view.reshape(-1)
+    assert torch.equal(B.Poison.of(buf.view).flat(10, 20).view(torch.uint8), flat[10:20].view(torch.uint8))
+    other = poison(buf, "random", gen)
+    if pattern == "random":
+        assert other.seed != p.seed  # a fresh seed per run: the next run's poison differs

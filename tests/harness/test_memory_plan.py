@@ -10,10 +10,14 @@ import pytest
 import torch
 
 from kerngen.harness.gpu.check import CandidateFailed, ProblemState, _verify_untouched, verify_timed_outputs
+from kerngen.agent.playbook import seed_specs
+from kerngen.harness.evaluator import Candidate, EvalOptions
+from kerngen.harness.gpu.buffers import Poison
 from kerngen.harness.gpu.compare import compare
-from kerngen.harness.gpu.memory_plan import HarnessMemoryError, check_peak, plan_memory, timed_set_bytes
+from kerngen.harness.gpu.memory_plan import SMALL_BYTES, HarnessMemoryError, check_peak, plan_memory, timed_set_bytes
 from kerngen.harness.results import CheckEvidence, CheckFailure, MemoryPlan
 from kerngen.harness.spec.plan import ResolvedPlan
+from kerngen.harness.pool.local import WorkerPool
 from kerngen.problems.load import load_problem
 from kerngen.problems.ref import ProblemRef
 
@@ -50,6 +54,45 @@ def test_the_largest_kernelbench_files_fit_one_h100():
     # what was measured before the plan: three sets of everything held at once
     old = 3 * timed_set_bytes(pool_in, pool_out, 0, pristine_on_gpu=True, refs_on_gpu=True) + pool_in
     assert old > H100_FREE
+
+
+def test_the_plan_counts_every_copy_the_check_makes():
+    """19_ReLU at its own size (6.4 GB in, 6.4 GB out, torch.relu allocates its output): the first
+    GPU run under the plan ran out of memory because the plan left out the second run's copy, a
+    copy of each run's poison and the set kept for timing while the next was checked."""
+    relu = dict(input_bytes=int(6.44 * GB), output_bytes=int(6.44 * GB))
+    p = plan_memory(free_bytes=H100_FREE, reference_bytes=relu["output_bytes"], make_bytes=relu["input_bytes"], **relu)
+    usable = H100_FREE - int(0.08 * H100_FREE)
+    assert p.reference_measured and (p.pristine_on_gpu, p.refs_on_gpu) == (True, True)
+    # guarded in/out, the first run's copy, the pristine inputs, their copy for the reference, its output
+    assert p.check_peak_bytes == 6 * relu["input_bytes"] + SMALL_BYTES
+    assert p.set_bytes == 4 * relu["input_bytes"] and p.timed_sets == 2
+    assert p.peak_bytes == p.check_peak_bytes + p.set_bytes <= usable
+    assert "planned" in p.summary() and "measured" not in p.summary()
+    p.measured_peak_bytes = 60 * GB
+    assert "60.0 GB measured" in p.summary()
+
+
+def test_a_measured_reference_that_allocates_more_than_the_estimate_gets_a_leaner_plan():
+    # a level-2 chain whose eager intermediates are four outputs' worth, on a 40 GB GPU
+    sizes = dict(free_bytes=40 * GB, input_bytes=2 * GB, output_bytes=4 * GB)
+    guessed = plan_memory(**sizes)
+    measured = plan_memory(**sizes, reference_bytes=16 * GB, make_bytes=4 * GB)
+    assert not guessed.reference_measured and guessed.reference_bytes == 8 * GB
+    assert measured.check_peak_bytes > guessed.check_peak_bytes and measured.timed_sets < guessed.timed_sets
+    with pytest.raises(HarnessMemoryError, match="the reference's own run 40.0 GB"):
+        plan_memory(**sizes, reference_bytes=40 * GB, label="chain")
+    # every moment of the check is under the peak the plan names
+    for pristine, refs in ((True, True), (False, True), (True, False), (False, False)):
+        peak = check_peak(2 * GB, 4 * GB, 0, pristine_on_gpu=pristine, refs_on_gpu=refs, reference_bytes=16 * GB,
+                          make_bytes=4 * GB)
+        # guarded in/out, the reference's run on a copy of the kept inputs (or on inputs made for it),
+        # the first run's outputs when they wait on the GPU
+        assert peak == 6 * GB + 16 * GB + (4 * GB if pristine else 2 * GB) + (4 * GB if refs else 0) + SMALL_BYTES
+
+
+def test_the_footprint_is_measured_only_on_a_gpu(state):
+    assert state.footprint() is None  # a CPU state: the plan falls back to the estimate
 
 
 def test_less_memory_gives_up_copies_before_refusing():
@@ -99,7 +142,7 @@ def test_chunked_compare_is_the_whole_tensor_comparison(case):
     elif case == "nan":
         out[11, 11] = float("nan")
     elif case == "unwritten":
-        poison = torch.full_like(out, 123.0)
+        poison = Poison.of(torch.full_like(out, 123.0))
         out[3, :] = 123.0
     elif case == "precision":
         out = ref * (1 + 5e-5)
@@ -164,22 +207,45 @@ def test_inputs_that_do_not_repeat_under_a_seed_are_a_harness_error(state, monke
 
 
 # ----- GPU: KernelBench at its own size ------------------------------------------------------------
-@pytest.mark.gpu
-@pytest.mark.parametrize("name", ["level1/19_ReLU.py", "level1/23_Softmax.py"])
-def test_a_level1_file_over_10_gb_is_checked_and_timed_on_one_gpu(name):
-    """KernelBench's own sizes: 6.4 GB in and 6.4 GB out, which ran out of memory before the plan."""
-    from kerngen.agent.playbook import seed_specs
-    from kerngen.harness.evaluator import Candidate, EvalOptions
-    from kerngen.harness.pool.local import WorkerPool
-
+def _evaluate_seed_kernel(name: str, seeds: int):
     ref = ProblemRef(source=str(DATA / name))
     problem = load_problem(ref)
-    assert sum(t.nbytes for t in [*problem.info.inputs, *problem.info.outputs]) > 10 * GB
     specs = seed_specs(problem)
     assert specs, f"the playbook has no kernel for {name}"
     with WorkerPool(timeout_s=300) as pool:
         baseline = pool.baseline(ref, budget_ms=100, with_compile=False)
         assert baseline.eager.median_ms > 0
-        res = pool.evaluate(ref, [Candidate(spec=specs[0])], EvalOptions(seeds=2, budget_ms=100, timeout_s=300))[0]
+        res = pool.evaluate(ref, [Candidate(spec=specs[0])], EvalOptions(seeds=seeds, budget_ms=100, timeout_s=300))[0]
+    return problem, res
+
+
+def _held_under_the_plan(res) -> None:
+    m = res.memory
+    assert m is not None and m.reference_measured and m.measured_peak_bytes is not None
+    print(f"{res.message[:60]} | planned {m.peak_bytes / GB:.2f} GB, measured {m.measured_peak_bytes / GB:.2f} GB, "
+          f"{m.timed_sets} timed set(s), reference {m.reference_bytes / GB:.2f} GB")
+    # what the evaluation allocated at most never exceeds what the plan counted on
+    assert m.measured_peak_bytes <= m.peak_bytes, m.summary()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["level1/19_ReLU.py", "level1/23_Softmax.py", "level1/45_Average_Pooling_2D.py"])
+def test_a_level1_file_over_10_gb_is_checked_and_timed_on_one_gpu(name):
+    """KernelBench's own sizes: 6.4 GB in and 6.4 GB out (ran out of memory before the plan, and
+    again under a plan that did not count the second run's copy and the poisons), a 17 GB input."""
+    problem, res = _evaluate_seed_kernel(name, seeds=3)
+    assert sum(t.nbytes for t in [*problem.info.inputs, *problem.info.outputs]) > 10 * GB
     assert res.ok, res.message
     assert res.memory is not None and res.memory.timed_sets >= 1 and res.timing is not None
+    _held_under_the_plan(res)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["level1/40_LayerNorm.py", "1_Conv2D_ReLU_BiasAdd.py", "100_HingeLoss_cuda.py",
+                                  "level2/12_Gemm_Multiply_LeakyReLU.py"])
+def test_what_an_evaluation_allocates_stays_under_its_plan(name):
+    """Three checked sets, three timed: the plan's figure is an upper bound of the measured peak on
+    a norm, a fused conv chain, a loss (0-d output) and a GEMM chain."""
+    _, res = _evaluate_seed_kernel(name, seeds=3)
+    assert res.ok, res.message
+    _held_under_the_plan(res)
