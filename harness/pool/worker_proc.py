@@ -18,6 +18,13 @@ from pathlib import Path
 from kerngen.harness.pool.protocol import Envelope, Reply
 
 
+# torch's allocator for the worker, unless the user chose one: expandable segments map memory in
+# pages, so a buffer freed in the middle of a segment gives its memory back. Without them, KernelBench
+# at its own size ran out of memory 10 GB under the plan (35_GroupNorm on an H100): 7.5 GB
+# buffers 32 KB larger (their guards) than the cached 7.5 GB blocks that were free could not reuse them.
+ALLOC_CONF = "expandable_segments:True"
+
+
 class WorkerTimeout(Exception):
     pass
 
@@ -48,6 +55,7 @@ class WorkerProcess:
 
     def start(self) -> None:
         env = dict(os.environ, CUDA_VISIBLE_DEVICES=self.device, PYTHONUNBUFFERED="1")
+        env.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", self.module],

@@ -359,3 +359,32 @@ def test_pool_spreads_work_isolates_hangs_and_crashes_and_keeps_order(tmp_path, 
     assert [r.spec_hash for r in fine] == [c.spec.content_hash() for c in cands
                                            if c.spec.steps[0].kernel == "fine" and c.spec.source != "oops"]
     assert {r.worker for r in results if r.worker is not None} == {0, 1}
+
+
+@pytest.mark.parametrize("user", [None, "max_split_size_mb:512"])
+def test_workers_get_expandable_segments_unless_the_user_chose_an_allocator(user, monkeypatch):
+    """KernelBench at its own size ran out of memory 10 GB under the memory plan through the
+    allocator's fragmentation (35_GroupNorm, H100): workers map memory in pages. A user's own
+    PYTORCH_CUDA_ALLOC_CONF is kept."""
+    import subprocess
+
+    import kerngen.harness.pool.worker_proc as wp
+
+    seen = {}
+
+    class _Stop(Exception):
+        pass
+
+    def fake_popen(args, **kw):
+        seen.update(kw["env"])
+        raise _Stop
+
+    if user is None:
+        monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    else:
+        monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", user)
+    monkeypatch.setattr(subprocess, "Popen", fake_popen)
+    with pytest.raises(_Stop):
+        wp.WorkerProcess(0, "3").start()
+    assert seen["CUDA_VISIBLE_DEVICES"] == "3"
+    assert seen["PYTORCH_CUDA_ALLOC_CONF"] == (user or wp.ALLOC_CONF) and "expandable_segments" in wp.ALLOC_CONF
