@@ -20,7 +20,7 @@ from kerngen.harness.spec.spec import KernelSpec
 from kerngen.agent.playbook.match import FamilyMatch
 from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
 
-__all__ = ["gemm_gemv", "gemm_rowscale", "gemm_tiled"]
+__all__ = ["epilogue_vars", "gemm_facts", "gemm_gemv", "gemm_rowscale", "gemm_tiled"]
 
 FAMILY = "gemm"  # the spec names are f"playbook-gemm-{variant}" (Family.spec_name), read back by the proposer
 
@@ -35,7 +35,7 @@ def _facts(m: FamilyMatch, kind: str) -> dict[str, Any]:
     return m.facts
 
 
-def _epilogue_vars(f: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, str]], str]:
+def epilogue_vars(f: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, str]], str]:
     """Template vars of the fused epilogue, the launch args of its extra tensors, and its formula."""
     ep = f.get("ep")
     if ep is None or ep.empty:
@@ -52,6 +52,11 @@ def _p(e: object) -> str:
     return f"({e})"
 
 
+def gemm_facts(m: FamilyMatch) -> dict[str, Any]:
+    """The facts of a GEMM match (the layout expressions above); ValueError for another kind."""
+    return _facts(m, "gemm")
+
+
 def _gemv_serves(f: dict[str, Any]) -> bool:
     """The matrix-vector kernel takes N == 1 of this layout: a row-major A, no mask."""
     return not f["trans_a"] and not f.get("mask")
@@ -61,7 +66,7 @@ def _gemv_serves(f: dict[str, Any]) -> bool:
 def gemm_tiled(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     f = _facts(m, "gemm")
     M, N, K, batch = _p(f["M"]), _p(f["N"]), _p(f["K"]), _p(f["BATCH"])
-    ep_vars, ep_args, formula = _epilogue_vars(f)
+    ep_vars, ep_args, formula = epilogue_vars(f)
     mask = f.get("mask") or ""
     kernel = "gemm_tiled"
     src = render("gemm_tiled.cu.j2", kernel=kernel, has_bias=bool(f.get("bias")), mask=mask, **ep_vars)
@@ -128,7 +133,7 @@ def gemm_gemv(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     if not _gemv_serves(f):
         raise ValueError("the matrix-vector kernel reads a row-major A without a mask")
     M, N, K, batch = _p(f["M"]), _p(f["N"]), _p(f["K"]), _p(f["BATCH"])
-    ep_vars, ep_args, formula = _epilogue_vars(f)
+    ep_vars, ep_args, formula = epilogue_vars(f)
     kernel = "gemm_gemv"
     src = render("gemm_gemv.cu.j2", kernel=kernel, has_bias=bool(f.get("bias")), dtype="float32", **ep_vars)
     k_now = f["shape"][3]

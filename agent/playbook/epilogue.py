@@ -34,7 +34,7 @@ from kerngen.agent.playbook.chain import Translator, live_chain, reachable, trac
 from kerngen.agent.playbook.chain_ir import INPUT, Chain, Operand
 from kerngen.agent.playbook.not_covered import NotCovered
 
-__all__ = ["EpIndex", "EpParam", "Epilogue", "trace_epilogue"]
+__all__ = ["EpIndex", "EpParam", "Epilogue", "tensor_constant", "trace_epilogue"]
 
 
 class EpIndex(str, Enum):
@@ -201,6 +201,10 @@ class _EpilogueTranslator(Translator):
                 self.env[n] = INPUT
             elif n.op == "get_attr":
                 target = str(n.target)
+                const = tensor_constant(self.model, target)
+                if const is not None:  # torch.tensor(0.5) made in forward: a literal
+                    self.env[n] = const
+                    continue
                 if not _is_param(self.model, target):  # a buffer or a tensor made in forward: no tensor to bind
                     raise NotCovered(f"the epilogue reads {target!r}, which is not a parameter of the model: not covered")
                 self.env[n] = self.extra(target, tuple(self.model.get_parameter(target).shape), "parameter")
@@ -210,6 +214,21 @@ class _EpilogueTranslator(Translator):
         if self.dtype(r) != "float":
             raise NotCovered("the forward returns a boolean tensor: not covered by the epilogue")
         return live_chain(self.nodes, r)
+
+
+def tensor_constant(model: Any, target: str) -> float | None:
+    """The value of a one-element tensor the forward makes (``torch.tensor(0.5)``: torch.fx sets it on
+    the traced module as ``_tensor_constant<i>``, a real tensor beside the meta parameters), or None for
+    anything else (parameters, buffers, larger or non-numeric tensors)."""
+    import torch
+
+    value = model
+    for part in target.split("."):
+        value = getattr(value, part, None)
+    if (not isinstance(value, torch.Tensor) or isinstance(value, torch.nn.Parameter) or value.device.type == "meta"
+            or value.numel() != 1 or not (value.is_floating_point() or value.dtype in (torch.int32, torch.int64))):
+        return None
+    return float(value.reshape(-1)[0].item())
 
 
 def _is_param(model: Any, target: str) -> bool:

@@ -9,8 +9,8 @@
 - ``diag(d) @ M`` and ``d.unsqueeze(1) * M``: a row scaling, served by its own small kernel.
 
 A plain 2-D ``A @ B`` of two inputs with N > 1 stays with the built-in ``matmul`` family (None here). A GEMM
-followed by a row reduction, a normalisation or a pool is this family's problem that it cannot serve yet: it
-raises :class:`NotCovered` saying which op.
+followed by a row reduction, a normalisation or a pool is the ``gemm_rows`` family's (asked first); what of it
+reaches this family (two GEMMs, a product of two inputs) raises :class:`NotCovered` saying which op.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kerngen.agent.playbook.build_gemm import gemm_gemv, gemm_rowscale, gemm_tiled
+from kerngen.agent.playbook import build_gemm_tf32
 from kerngen.agent.playbook.chain import trace_graph
 from kerngen.agent.playbook.entry import A, C, CF, M, PAR, Entry
 from kerngen.agent.playbook.epilogue import trace_epilogue
@@ -444,4 +445,6 @@ IDEAS = (
 )
 
 FAMILY = Family(name="gemm", recognise=recognise,
-                variants={"tiled": gemm_tiled, "gemv": gemm_gemv, "rowscale": gemm_rowscale}, ideas=IDEAS)
+                variants={"tiled": gemm_tiled, build_gemm_tf32.VARIANT: build_gemm_tf32.gemm_tf32x3,
+                          "gemv": gemm_gemv, "rowscale": gemm_rowscale},
+                ideas=IDEAS + build_gemm_tf32.IDEAS)

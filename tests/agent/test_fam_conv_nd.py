@@ -1,0 +1,127 @@
+"""The ``conv_nd`` family: 3-D and transposed convolutions (1-D, 2-D, 3-D; groups, stride, padding,
+dilation, output padding) with a fused elementwise epilogue. Recognition on small problems and on
+KernelBench's files, NVRTC compiles at the files' own sizes, and the kernel against PyTorch on the CPU
+emulator (tests/emu)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from kerngen.agent.playbook import builders, explain
+from kerngen.agent.playbook.coverage import offer
+from kerngen.agent.playbook.fam_conv_nd import FAMILY, out_size
+from kerngen.agent.playbook.not_covered import NotCovered
+from kerngen.harness.compile.compiler import compile_job, job_for
+from kerngen.harness.spec import plan
+from kerngen.problems.load import load_problem
+from tests.emu.runner import available, emulate
+
+KB = Path("/work/shared/kernelbench")
+needs_kb = pytest.mark.skipif(not (KB / "level1").is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+
+PROBLEM = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = {ctor}
+{init}
+    def forward(self, x):
+{body}
+
+
+def get_inputs():
+    return [{inputs}]
+
+
+def get_init_inputs():
+    return []
+'''
+
+# name -> (constructor, init lines, forward body, input): small shapes (the emulator runs them)
+CASES = {
+    "conv3d_bias_relu": ("nn.Conv3d(3, 4, 3)", "", "        return torch.relu(self.conv(x))",
+                         "torch.rand(2, 3, 5, 6, 7)"),
+    "conv3d_grouped_strided_dilated": ("nn.Conv3d(4, 8, (2, 3, 3), stride=(1, 2, 2), padding=(1, 0, 2), "
+                                       "dilation=(2, 1, 2), groups=2, bias=False)", "", "        return self.conv(x)",
+                                       "torch.rand(2, 4, 6, 9, 8)"),
+    "convT1d_strided_dilated_outpad": ("nn.ConvTranspose1d(4, 6, 3, stride=3, padding=2, dilation=2, "
+                                       "output_padding=1)", "", "        return self.conv(x) * 0.5",
+                                       "torch.rand(2, 4, 11)"),
+    "convT2d_grouped_channel_bias": ("nn.ConvTranspose2d(4, 8, (3, 2), stride=(2, 3), padding=(1, 1), groups=2)",
+                                     "        self.b = nn.Parameter(torch.randn(8, 1, 1))",
+                                     "        return torch.tanh(self.conv(x) + self.b)", "torch.rand(2, 4, 5, 6)"),
+    "convT3d_strided_padded": ("nn.ConvTranspose3d(3, 4, 3, stride=2, padding=1, bias=False)", "",
+                               "        return self.conv(x)", "torch.rand(1, 3, 3, 4, 5)"),
+}
+
+
+@pytest.fixture(scope="module")
+def problems(tmp_path_factory):
+    root = tmp_path_factory.mktemp("conv_nd")
+    out = {}
+    for name, (ctor, init, body, inputs) in CASES.items():
+        path = root / f"{name}.py"
+        path.write_text(PROBLEM.format(ctor=ctor, init=init, body=body, inputs=inputs))
+        out[name] = load_problem(str(path))
+    return out
+
+
+def test_output_sizes_are_torchs():
+    assert out_size(11, 3, 3, 2, 2, 1, True) == tuple(torch.nn.ConvTranspose1d(1, 1, 3, 3, 2, 1, dilation=2)(
+        torch.rand(1, 1, 11)).shape)[2] == 32
+    assert out_size(9, 3, 2, 0, 1, 0, False) == 4
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_claims_3d_and_transposed_convs_with_epilogues(problems, name):
+    m = explain(problems[name])
+    assert m.family == FAMILY.name, m.reason
+    f = m.facts
+    assert len(f["K"]) == len(f["S"]) == len(f["P"]) == len(f["D"]) == len(f["OP"]) == 3
+    assert f["transposed"] == ("convT" in name)
+
+
+@pytest.mark.skipif(not available(), reason="the CPU emulator (tests/emu) is not there or finds no C++ compiler")
+@pytest.mark.parametrize("config", [{}, {"OCT": 2, "BLOCK": 128}])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_kernel_matches_pytorch_on_the_emulator(problems, name, config):
+    p = problems[name]
+    m = explain(p)
+    spec = builders.build(m, "direct", config)
+    model = p.build_model("cpu", 0)
+    inputs = p.make_inputs("cpu", 0)
+    ref = p.run_reference(model, inputs)[0]
+    tensors = {k: v.contiguous() for k, v in p.bindings(model, inputs, [torch.full_like(ref, float("nan"))]).items()}
+    emulate(spec, tensors, config=spec.default_config())
+    torch.testing.assert_close(tensors["out"], ref, atol=1e-4, rtol=1e-4)
+
+
+LEVEL1 = ["54_conv_standard_3D__square_input__square_kernel.py", "57_conv_transposed_2D__square_input__square_kernel.py",
+          "64_conv_transposed_1D.py", "74_conv_transposed_1D_dilated.py",
+          "72_conv_transposed_3D_asymmetric_input_asymmetric_kernel___strided_padded_grouped_.py",
+          "75_conv_transposed_2D_asymmetric_input_asymmetric_kernel_strided__grouped____padded____dilated__.py"]
+
+
+@needs_kb
+@pytest.mark.parametrize("name", LEVEL1)
+def test_kernelbench_files_compile_at_their_own_size(name):
+    m = explain(load_problem(str(KB / "level1" / name)))
+    assert m.family == FAMILY.name
+    o = offer(m, sizes={}, tensors=m.tensor_facts())
+    (v,) = o.offered
+    r = plan.resolve(v.spec, sizes={}, tensors=m.tensor_facts())
+    res = compile_job(job_for(v.spec, r, "sm_90"), cache=None).info.worst()
+    assert 0 < res.registers <= 255 and res.spill_stores == 0
+
+
+@needs_kb
+def test_a_transposed_conv_followed_by_a_norm_is_refused_with_the_reason():
+    with pytest.raises(NotCovered, match="conv_nd cannot fuse as an elementwise epilogue"):
+        explain(load_problem(str(KB / "level2" / "3_ConvTranspose3d_Sum_LayerNorm_AvgPool_GELU.py")))
