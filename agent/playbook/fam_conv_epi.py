@@ -24,7 +24,7 @@ from kerngen.agent.playbook.forward_source import module_of
 from kerngen.agent.playbook.match import FamilyMatch, Read, Tensor, param_for
 from kerngen.agent.playbook.not_covered import NotCovered
 
-__all__ = ["FAMILY", "LEADS", "recognise"]
+__all__ = ["FAMILY", "LEADS", "check_dtypes", "conv_input", "recognise"]
 
 NAME = "conv_epi"
 LEADS = ("Conv1d", "Conv2d")  # module types this family leads with; dims = 1, 2
@@ -74,8 +74,9 @@ def _geometry(kind: str, mod: Any) -> dict[str, int]:
                 KH=k[0], KW=k[1], SH=s[0], SW=s[1], PH=p[0], PW=p[1], DH=d[0], DW=d[1])
 
 
-def _conv_input(r: Read, node: ast.Call) -> Tensor:
-    """The forward input the conv call reads (its first argument by name; else the only input)."""
+def conv_input(r: Read, node: ast.Call, family: str = NAME) -> Tensor:
+    """The forward input the conv call reads (its first argument by name; else the only input);
+    ``family`` names the refusing family (conv_tail and conv_nd ask too)."""
     inputs = r.match.inputs
     arg = node.args[0] if node.args else None
     if isinstance(arg, ast.Name):
@@ -84,7 +85,7 @@ def _conv_input(r: Read, node: ast.Call) -> Tensor:
             return hit
     if len(inputs) == 1:
         return inputs[0]
-    raise NotCovered("cannot tell which forward input the convolution reads: not covered by conv_epi")
+    raise NotCovered(f"cannot tell which forward input the convolution reads: not covered by {family}")
 
 
 def _lead_shape(x: Tensor, g: dict[str, int]) -> tuple[int, ...]:
@@ -99,10 +100,11 @@ def _lead_shape(x: Tensor, g: dict[str, int]) -> tuple[int, ...]:
     return (x.shape[0], g["OC"], ow) if g["dims"] == 1 else (x.shape[0], g["OC"], oh, ow)
 
 
-def _check_dtypes(r: Read, names: list[str]) -> None:
+def check_dtypes(r: Read, names: list[str], family: str = NAME) -> None:
+    """fp32 inputs and fp32 parameters ``names``, else :class:`NotCovered` naming ``family``."""
     dtypes = set(r.dtypes) | {t.dtype for t in r.match.params if t.name in names}
     if dtypes != {"float32"}:
-        raise NotCovered(f"conv_epi computes in fp32 only ({', '.join(sorted(dtypes - {'float32'}))} is not covered)")
+        raise NotCovered(f"{family} computes in fp32 only ({', '.join(sorted(dtypes - {'float32'}))} is not covered)")
 
 
 def recognise(r: Read) -> FamilyMatch | None:
@@ -116,7 +118,7 @@ def recognise(r: Read) -> FamilyMatch | None:
     if _builtin_relu_pool(kind, [k for k in r.names if k != kind]):
         return None
     geo = _geometry(kind, mod)
-    x = _conv_input(r, node)
+    x = conv_input(r, node)
     shape = _lead_shape(x, geo)
     try:
         ep: Epilogue = trace_epilogue(r.model, (kind,), shapes={t.name: t.shape for t in r.match.inputs},
@@ -135,7 +137,7 @@ def recognise(r: Read) -> FamilyMatch | None:
     loose = [p.name for p in ep.params if p.name not in tensors]
     if loose:  # a Python number passed to forward: no tensor to bind as the kernel's operand
         raise NotCovered(f"the epilogue reads {loose[0]!r}, which is not a tensor: not covered by conv_epi")
-    _check_dtypes(r, [weight.name] + ([bias.name] if bias else []) + [p.name for p in ep.params])
+    check_dtypes(r, [weight.name] + ([bias.name] if bias else []) + [p.name for p in ep.params])
     r.match.facts = dict(geo, x=x.name, weight=weight.name, bias=bias.name if bias else None, epilogue=ep,
                          formula=ep.formula or "none")
     return r.match

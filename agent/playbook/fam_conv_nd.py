@@ -10,12 +10,12 @@ followed by a reduction, a norm or a pool is this family's to refuse, with the t
 
 from __future__ import annotations
 
-import ast
 from typing import Any
 
 from kerngen.agent.playbook import build_conv_nd as build
 from kerngen.agent.playbook.entry import C, PAR, Entry
 from kerngen.agent.playbook.epilogue import Epilogue, trace_epilogue
+from kerngen.agent.playbook.fam_conv_epi import check_dtypes, conv_input
 from kerngen.agent.playbook.family import Family
 from kerngen.agent.playbook.forward_source import module_of
 from kerngen.agent.playbook.match import FamilyMatch, Read, Tensor, param_for
@@ -73,18 +73,6 @@ def _lead_shape(x: Tensor, g: dict[str, Any]) -> tuple[int, ...]:
     return (x.shape[0], g["OC"], *out[3 - g["dims"]:])
 
 
-def _conv_input(r: Read, node: ast.Call) -> Tensor:
-    inputs = r.match.inputs
-    arg = node.args[0] if node.args else None
-    if isinstance(arg, ast.Name):
-        hit = next((t for t in inputs if t.name == arg.id), None)
-        if hit is not None:
-            return hit
-    if len(inputs) == 1:
-        return inputs[0]
-    raise NotCovered("cannot tell which forward input the convolution reads: not covered by conv_nd")
-
-
 def recognise(r: Read) -> FamilyMatch | None:
     convs = [(k, c, n) for k, c, n in r.kinds if k in LEADS]
     if not convs:
@@ -96,7 +84,7 @@ def recognise(r: Read) -> FamilyMatch | None:
     if mod is None:
         raise NotCovered(f"cannot read the {kind} module's geometry (no meta model)")
     geo = _geometry(kind, mod)
-    x = _conv_input(r, node)
+    x = conv_input(r, node, NAME)
     shape = _lead_shape(x, geo)
     try:
         ep: Epilogue = trace_epilogue(r.model, (kind,), shapes={t.name: t.shape for t in r.match.inputs},
@@ -111,10 +99,7 @@ def recognise(r: Read) -> FamilyMatch | None:
     loose = [p.name for p in ep.params if p.name not in tensors]
     if loose:
         raise NotCovered(f"the epilogue reads {loose[0]!r}, which is not a tensor: not covered by conv_nd")
-    names = [weight.name] + ([bias.name] if bias else []) + [p.name for p in ep.params]
-    dtypes = set(r.dtypes) | {t.dtype for t in r.match.params if t.name in names}
-    if dtypes != {"float32"}:
-        raise NotCovered(f"conv_nd computes in fp32 only ({', '.join(sorted(dtypes - {'float32'}))} is not covered)")
+    check_dtypes(r, [weight.name] + ([bias.name] if bias else []) + [p.name for p in ep.params], NAME)
     r.match.facts = dict(geo, kind=kind, x=x.name, weight=weight.name, bias=bias.name if bias else None,
                          epilogue=ep, formula=ep.formula or "none")
     return r.match

@@ -22,7 +22,7 @@ from kerngen.agent.playbook.conv_tail_ir import Domain, LeafKind, Tail
 from kerngen.agent.playbook.conv_tail_trace import is_stage_op, trace_tail
 from kerngen.agent.playbook.entry import CF, PAR, A, C, Entry, M, P
 from kerngen.agent.playbook.epilogue import Epilogue, EpIndex, EpParam
-from kerngen.agent.playbook.fam_conv_epi import _OTHER_CONVS, _builtin_relu_pool, _conv_input, _geometry, _lead_shape
+from kerngen.agent.playbook.fam_conv_epi import _OTHER_CONVS, _builtin_relu_pool, _geometry, _lead_shape, conv_input
 from kerngen.agent.playbook.family import Family
 from kerngen.agent.playbook.forward_source import module_of
 from kerngen.agent.playbook.match import FamilyMatch, Read, Tensor, param_for
@@ -95,7 +95,7 @@ def recognise(r: Read) -> FamilyMatch | None:
     if conv is None or not any(is_stage_op(r.model, n) for n in graph.nodes):
         return None
     geo = _geometry(kind, mod)
-    x = _conv_input(r, node)
+    x = conv_input(r, node)
     shape = _lead_shape(x, geo)
     if len(conv.args) != 1 or conv.kwargs or getattr(conv.args[0], "op", "") != "placeholder":
         raise NotCovered("the Conv2d module is not applied directly to a forward input: not covered by conv_tail")

@@ -4,6 +4,9 @@ harness passes every one of them on that problem."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from kerngen.agent.playbook import PlaybookProposer, seed_specs
 from kerngen.harness.evaluator import Candidate, EvalOptions
 from kerngen.problems.load import load_problem
@@ -31,3 +34,15 @@ def assert_all_pass(pool, ref: ProblemRef, cands: list[Candidate], *, seeds_n: i
     results = pool.evaluate(ref, cands, EvalOptions(seeds=seeds_n, budget_ms=budget_ms, timeout_s=timeout_s))
     bad = [f"{c.spec.name} {r.config}: {r.verdict.value} {r.message}" for c, r in zip(cands, results) if not r.ok]
     assert not bad, "\n".join(bad)
+
+
+def resized_copy(src: Path, folder: Path, **sizes: int) -> Path:
+    """A copy of a KernelBench file in ``folder`` with its module-level size constants replaced
+    (each must appear exactly once)."""
+    text = src.read_text()
+    for k, v in sizes.items():
+        text, n = re.subn(rf"^{k}\s*=.*$", f"{k} = {v}", text, flags=re.M)
+        assert n == 1, k
+    dst = folder / f"{src.stem}_{'_'.join(map(str, sizes.values()))}.py"
+    dst.write_text(text)
+    return dst

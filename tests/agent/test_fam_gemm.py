@@ -5,7 +5,6 @@ compilation, the proposer's rounds, and the kernels against PyTorch on the CPU e
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.results import EvalResult, GpuFacts, Verdict
 from kerngen.harness.spec import plan
 from kerngen.problems.load import load_problem
+from tests.agent.family_checks import resized_copy
 
 try:  # the CPU emulator (tests/emu): runs the kernels' CUDA-C on CPU tensors
     from tests.emu.runner import available as emulator_available
@@ -63,17 +63,6 @@ def _problem(tmp_path: Path, forward: str, inputs: dict[str, tuple[int, ...]], i
     made = ", ".join(f"torch.rand({s}, dtype=torch.{dtype})" for s in inputs.values())
     path.write_text(PROBLEM.format(init=init, args=", ".join(inputs), forward=forward, inputs=made))
     return load_problem(str(path))
-
-
-def _shrunk(src: Path, dst_dir: Path, **sizes: int) -> Path:
-    """A copy of a KernelBench file with its module-level size constants replaced."""
-    text = src.read_text()
-    for k, v in sizes.items():
-        text, n = re.subn(rf"^{k}\s*=.*$", f"{k} = {v}", text, flags=re.M)
-        assert n == 1, k
-    dst = dst_dir / f"{src.stem}_{'_'.join(map(str, sizes.values()))}.py"
-    dst.write_text(text)
-    return dst
 
 
 
@@ -377,7 +366,7 @@ EMULATED = [  # (level, file, small sizes, variant, configs: None is the default
 @pytest.mark.parametrize("level, name, sizes, variant, configs", EMULATED,
                          ids=[f"{c[1].split('_')[0]}-{c[3]}-{'x'.join(map(str, c[2].values()))}" for c in EMULATED])
 def test_kernelbench_kernels_match_pytorch_on_the_emulator(tmp_path, level, name, sizes, variant, configs):
-    path = _shrunk(KB / level / name, tmp_path, **sizes)
+    path = resized_copy(KB / level / name, tmp_path, **sizes)
     for config in configs:
         _emulated(path, variant, config)
 

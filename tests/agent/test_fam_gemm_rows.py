@@ -6,7 +6,6 @@ and odd shapes (a kernel broken on purpose fails)."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.results import EvalResult, GpuFacts, Verdict
 from kerngen.harness.spec import plan
 from kerngen.problems.load import load_problem
+from tests.agent.family_checks import resized_copy
 
 try:  # the CPU emulator (tests/emu): runs the kernels' CUDA-C on CPU tensors
     from tests.emu import cases
@@ -69,17 +69,6 @@ def _problem(tmp_path: Path, forward: str, inputs: dict[str, tuple[int, ...]], i
 
 def _kb(name: str) -> Path:
     return next((KB / "level2").glob(f"{name}_*.py"))
-
-
-def _shrunk(src: Path, dst_dir: Path, **sizes: int) -> Path:
-    """A copy of a KernelBench file with its module-level size constants replaced."""
-    text = src.read_text()
-    for k, v in sizes.items():
-        text, n = re.subn(rf"^{k}\s*=.*$", f"{k} = {v}", text, flags=re.M)
-        assert n == 1, k
-    dst = dst_dir / f"{src.stem}_{'_'.join(map(str, sizes.values()))}.py"
-    dst.write_text(text)
-    return dst
 
 
 # ----- recognition --------------------------------------------------------------------------------------
@@ -327,7 +316,7 @@ def _offered(path: Path) -> list[str]:
 @needs_kb
 @pytest.mark.parametrize("name, sizes", EMULATED, ids=[f"{c[0]}-{'x'.join(map(str, c[1].values()))}" for c in EMULATED])
 def test_kernelbench_kernels_match_pytorch_on_the_emulator(tmp_path, name, sizes):
-    path = _shrunk(_kb(name), tmp_path, **sizes)
+    path = resized_copy(_kb(name), tmp_path, **sizes)
     for variant in _offered(path):
         extra = ([ALT] if name in ALT_FILES else []) + ([SMALL_TILE] if name in ("30", "55", "99") else [])
         for config in [None, *extra]:
@@ -354,7 +343,7 @@ def test_written_problems_match_pytorch_on_the_emulator(tmp_path, forward, input
 @needs_emulator
 @needs_kb
 def test_a_broken_kernel_fails_the_check(tmp_path):
-    path = _shrunk(_kb("30"), tmp_path, batch_size=5, in_features=24, out_features=36, num_groups=4)
+    path = resized_copy(_kb("30"), tmp_path, batch_size=5, in_features=24, out_features=36, num_groups=4)
     p = load_problem(str(path))
     spec = builders.build(explain(p), "staged")
     broken = spec.model_copy(update={"source": spec.source.replace("rsqrtf(var + ", "rsqrtf(0.9f * var + ")})

@@ -4,14 +4,13 @@ transposed 2-D conv with an epilogue) and on an odd shape; times beside PyTorch 
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
 from kerngen.harness.evaluator import EvalOptions
 from kerngen.problems.ref import ProblemRef
-from tests.agent.family_checks import offered
+from tests.agent.family_checks import offered, resized_copy
 
 pytestmark = pytest.mark.gpu
 
@@ -43,10 +42,4 @@ def test_kernels_pass_at_the_files_own_size(pool, path):
 @pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
 def test_kernels_pass_at_an_odd_shape(pool, tmp_path):
     src, sizes = ODD
-    text = src.read_text()
-    for k, v in sizes.items():
-        text, n = re.subn(rf"^{k}\s*=.*$", f"{k} = {v}", text, flags=re.M)
-        assert n == 1, k
-    dst = tmp_path / f"odd_{src.name}"
-    dst.write_text(text)
-    _run(pool, dst)
+    _run(pool, resized_copy(src, tmp_path, **sizes))

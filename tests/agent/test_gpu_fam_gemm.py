@@ -4,7 +4,6 @@ fused epilogue, a matrix-vector product) and on copies of them at odd shapes (pr
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ from kerngen.agent.playbook import PlaybookProposer
 from kerngen.harness.evaluator import Candidate
 from kerngen.problems.load import load_problem
 from kerngen.problems.ref import ProblemRef
-from tests.agent.family_checks import assert_all_pass
+from tests.agent.family_checks import assert_all_pass, resized_copy
 
 pytestmark = pytest.mark.gpu
 
@@ -24,16 +23,6 @@ ODD = [  # (file, its size constants at an odd shape)
     (LINEAR, dict(batch_size=333, in_features=1001, out_features=777)),
     (GEMV, dict(M=999, K=100003)),
 ]
-
-
-def _odd_copy(src: Path, folder: Path, sizes: dict[str, int]) -> Path:
-    text = src.read_text()
-    for k, v in sizes.items():
-        text, n = re.subn(rf"^{k}\s*=.*$", f"{k} = {v}", text, flags=re.M)
-        assert n == 1, k
-    dst = folder / f"odd_{src.name}"
-    dst.write_text(text)
-    return dst
 
 
 def _round0(path: Path) -> list[Candidate]:
@@ -61,4 +50,4 @@ def test_round0_kernels_pass_at_the_files_own_size(pool, path):
 @pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
 @pytest.mark.parametrize("src, sizes", ODD, ids=lambda v: v.stem if isinstance(v, Path) else "x".join(map(str, v.values())))
 def test_round0_kernels_pass_at_an_odd_shape(pool, tmp_path, src, sizes):
-    _check(pool, _odd_copy(src, tmp_path, sizes))
+    _check(pool, resized_copy(src, tmp_path, **sizes))

@@ -5,13 +5,12 @@ on copies at odd shapes (softmax over 777 columns; a max pool that drops the las
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
 from kerngen.problems.ref import ProblemRef
-from tests.agent.family_checks import assert_all_pass, offered
+from tests.agent.family_checks import assert_all_pass, offered, resized_copy
 
 pytestmark = pytest.mark.gpu
 
@@ -22,16 +21,6 @@ ODD = [  # (file, its size constants at an odd shape)
     (KB / "99_Matmul_GELU_Softmax.py", dict(batch_size=333, in_features=1001, out_features=777)),
     (KB / "55_Matmul_MaxPool_Sum_Scale.py", dict(batch_size=77, in_features=999, out_features=3001)),
 ]
-
-
-def _odd_copy(src: Path, folder: Path, sizes: dict[str, int]) -> Path:
-    text = src.read_text()
-    for k, v in sizes.items():
-        text, n = re.subn(rf"^{k}\s*=.*$", f"{k} = {v}", text, flags=re.M)
-        assert n == 1, k
-    dst = folder / f"odd_{src.name}"
-    dst.write_text(text)
-    return dst
 
 
 def _check(pool, path: Path) -> None:
@@ -49,4 +38,4 @@ def test_offered_kernels_pass_at_the_files_own_size(pool, path):
 @pytest.mark.parametrize("src, sizes", ODD,
                          ids=lambda v: v.stem if isinstance(v, Path) else "x".join(map(str, v.values())))
 def test_offered_kernels_pass_at_an_odd_shape(pool, tmp_path, src, sizes):
-    _check(pool, _odd_copy(src, tmp_path, sizes))
+    _check(pool, resized_copy(src, tmp_path, **sizes))
