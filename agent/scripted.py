@@ -193,7 +193,15 @@ class ScriptedEvaluator:
         self.calls += 1
         self.batches.append(len(candidates))
         out = []
+        deadline = options.deadline if options is not None else None
         for i, cand in enumerate(candidates):
+            if deadline is not None and time.monotonic() >= deadline:  # as the pool: nothing new past it
+                res = EvalResult(verdict=Verdict.cancelled, message="not evaluated: the time budget ran out",
+                                 spec_hash=cand.spec.content_hash(), config=dict(cand.config))
+                if on_result:
+                    on_result(i, res)
+                out.append(res)
+                continue
             if self.delay_s:
                 time.sleep(self.delay_s)
             res = self.evaluate_one(cand)

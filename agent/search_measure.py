@@ -26,7 +26,7 @@ from kerngen.agent.idea_outcomes import repair_chain
 from kerngen.agent.journal import NodeEvaluated, NodeProfiled, NodeTuned
 from kerngen.agent.search_settings import SearchSettings, Tuner
 from kerngen.agent.tree import Node, Tree
-from kerngen.harness.evaluator import Candidate, Evaluator
+from kerngen.harness.evaluator import Candidate, EvalOptions, Evaluator
 from kerngen.harness.results import EvalResult, KernelProfile, ProfileOutcome, Verdict
 from kerngen.harness.tune.outcome import TuneOutcome, TunePoint
 
@@ -64,12 +64,16 @@ class Measurements:
         todo = [n for n in todo if n.spec is not None and n.result is None]
         done: set[int] = set()
         harness: list[str] = []
+        cancelled: list[int] = []
 
         def on_result(batch: list[Node], i: int, res: EvalResult) -> None:
             node = batch[i]
             if node.id in done:
                 return
             done.add(node.id)
+            if res.verdict is Verdict.cancelled:  # the deadline came first: no result (a resume evaluates it)
+                cancelled.append(node.id)
+                return
             self.usage.gpu_s += res.wall_s
             if res.verdict is Verdict.harness_error:
                 # not the kernel's verdict: the node keeps no result (a resume, e.g. on a larger GPU,
@@ -87,7 +91,7 @@ class Measurements:
             n = self.chunk(len(todo))
             batch, todo = todo[:n], todo[n:]
             t0 = time.monotonic()
-            results = self.evaluator.evaluate(s.problem, [Candidate(spec=x.spec) for x in batch], s.eval_options,
+            results = self.evaluator.evaluate(s.problem, [Candidate(spec=x.spec) for x in batch], self.options(),
                                               lambda i, res, b=batch: on_result(b, i, res))
             for i, res in enumerate(results):
                 on_result(batch, i, res)
@@ -95,7 +99,29 @@ class Measurements:
             self.eval_n += len(batch)
             if harness:
                 return StopReason(StopKind.harness, f"the harness could not evaluate a candidate: {harness[0]}"[:500])
+            if cancelled:
+                return StopReason(StopKind.wall_minutes, f"budget: {self.usage.wall_s / 60:.2f} wall minutes "
+                                  f"(max {s.budget.wall_minutes:g}; {len(cancelled)} candidates left for a resume)")
         return None
+
+    def options(self) -> EvalOptions | None:
+        """The evaluation options, with the wall-clock budget's end, less what one candidate
+        takes, as the evaluator's deadline: nothing is compiled or started past it, so a chunk
+        whose candidates took longer than foreseen still ends in time (those in flight finish
+        about when the budget does)."""
+        s = self.settings
+        left = remaining_wall_s(s.budget, self.usage)
+        if left is None or s.replaying:
+            return s.eval_options
+        gpus = max(1, int(self.evaluator.concurrency))
+        one = self.eval_s / self.eval_n * gpus if self.eval_n else self.PRIOR_EVAL_S
+        deadline = time.monotonic() + left - min(self.margin_s(), one)
+        return (s.eval_options or EvalOptions()).model_copy(update={"deadline": deadline})
+
+    def margin_s(self) -> float:
+        """Seconds kept at the end of a wall-clock budget for what is in flight when the deadline
+        passes (one candidate per GPU, a tuning batch) and for writing the results."""
+        return max(2.0, 0.05 * (self.settings.budget.wall_minutes or 0.0) * 60.0)
 
     def chunk(self, pending: int) -> int:
         """Candidates handed to the evaluator at once: all of them without a wall-clock budget;
@@ -136,8 +162,7 @@ class Measurements:
             if left is not None:  # tuning ends with the budget
                 # less a margin for the batch in flight when the tuner's deadline passes and for
                 # writing the results: the run then ends inside its budget, not just past it
-                margin = max(2.0, 0.05 * (s.budget.wall_minutes or 0.0) * 60.0)
-                minutes = max(0.0, left - margin) / 60.0
+                minutes = max(0.0, left - self.margin_s()) / 60.0
             outcome = self.tuner(s.problem, node.spec, node.result, minutes=minutes)
             if outcome is None:
                 self.write(NodeTuned(id=node.id))
@@ -180,7 +205,7 @@ class Measurements:
         timeout = self.PROFILE_TIMEOUT_S
         left = remaining_wall_s(s.budget, self.usage)
         if left is not None:  # the profile ends inside the budget, less the margin tuning keeps
-            timeout = min(timeout, left - max(2.0, 0.05 * (s.budget.wall_minutes or 0.0) * 60.0))
+            timeout = min(timeout, left - self.margin_s())
             if timeout < self.PROFILE_MIN_S:
                 return
         config = dict(node.config)

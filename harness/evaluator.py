@@ -29,6 +29,10 @@ class EvalOptions(BaseModel):
     bench: bool = True  # time the kernel when it is correct
     budget_ms: float = 200.0  # time budget of the timed repetitions
     timeout_s: float = 60.0  # per candidate, check and bench together
+    # a time.monotonic() of the process that calls evaluate(): a candidate not started by then
+    # (compiled or run) comes back ``cancelled``, never run. Not sent to workers (another process's
+    # clock), not part of the protocol a cached result depends on.
+    deadline: float | None = Field(default=None, exclude=True)
 
 
 OnResult = Callable[[int, EvalResult], None]

@@ -28,6 +28,9 @@ class Verdict(str, Enum):
     harness_error = "harness_error"
     # compiled and statically checked, not run: ``kerngen generate --dry-run`` (no GPU)
     not_run = "not_run"
+    # not started: the caller's deadline (``EvalOptions.deadline``) passed first. No verdict on the
+    # kernel: a search keeps no result for it (a resume evaluates it), a tuner caches nothing
+    cancelled = "cancelled"
 
 
 class CheckFailure(str, Enum):

@@ -277,9 +277,11 @@ def evaluate(text: str | int | float, env: Mapping[str, Any]) -> Number:
     """Evaluate ``text`` with names from ``env`` (numbers or :class:`TensorFacts`)."""
     if isinstance(text, (bool, int, float)):
         return _number(text, text)
-    tree = parse(text)
+    if not isinstance(text, str) or not 0 < len(text) <= MAX_LEN:
+        parse(text)  # raises the error that names what is wrong with it
+    code = _compiled(text)
     try:
-        value = _Eval(env, text).visit(tree.body)
+        value = code(env)
     except ExprError:
         raise
     except (ArithmeticError, ValueError, TypeError) as exc:  # 1/0, float(2**256)**9, sqrt(-1), min()
@@ -332,112 +334,192 @@ def _dotted(node: ast.AST) -> str | None:
     return ".".join(reversed(parts))
 
 
-class _Eval(ast.NodeVisitor):
-    """Walks a tree that :func:`parse` validated (depth included). Every arithmetic result goes
-    through :func:`_number`, so no intermediate value leaves the bounds."""
+# ----- compiled evaluation --------------------------------------------------------------------
+# Each validated tree is turned once (per text: the cache below) into nested closures, one per
+# node, that take the names and give the value. The planner evaluates the same few hundred texts
+# millions of times (every configuration of a tuning space, every constraint): walking the tree
+# with a NodeVisitor each time was most of the time of static pruning. Every arithmetic result
+# still goes through _number, so no intermediate value leaves the bounds.
+Env = Mapping[str, Any]
+Code = Callable[[Env], Any]
 
-    def __init__(self, env: Mapping[str, Any], text: str) -> None:
-        self.env = env
+
+@lru_cache(maxsize=4096)
+def _compiled(text: str) -> Code:
+    return _Compiler(text).build(parse(text).body)
+
+
+def _known(env: Env) -> str:
+    """What the expression could have named (a few dozen at most: a message stays short)."""
+    names = sorted(str(n) for n in env)
+    if not names:
+        return "no names are bound here: only numbers, operators and functions"
+    more = f", ... ({len(names)} in all)" if len(names) > _MAX_NAMES else ""
+    return f"known names: {', '.join(names[:_MAX_NAMES])}{more}"
+
+
+class _Compiler:
+    """Builds the closures of a tree that :func:`parse` validated (depth included)."""
+
+    def __init__(self, text: str) -> None:
         self.text = text
-
-    def generic_visit(self, node: ast.AST) -> Any:  # pragma: no cover - guarded by parse()
-        raise ExprError(f"{type(node).__name__} is not allowed in {shown(self.text)}")
 
     def num(self, value: Any) -> Number:
         return _number(value, self.text)
 
-    def visit_Constant(self, node: ast.Constant) -> Any:
-        return node.value
+    def unknown(self, name: str, env: Env) -> ExprError:
+        return ExprError(f"unknown name {name!r} in expression {shown(self.text)} ({_known(env)})")
 
-    def visit_Name(self, node: ast.Name) -> Any:
-        return self._lookup(node.id)
+    def build(self, node: ast.AST) -> Code:
+        method = getattr(self, f"build_{type(node).__name__}", None)
+        if method is None:  # pragma: no cover - guarded by parse()
+            raise ExprError(f"{type(node).__name__} is not allowed in {shown(self.text)}")
+        return method(node)
 
-    def _lookup(self, name: str) -> Any:
-        if name not in self.env:
-            raise ExprError(f"unknown name {name!r} in expression {shown(self.text)} ({self._known()})")
-        return self.env[name]
+    def build_Constant(self, node: ast.Constant) -> Code:
+        value = node.value
+        return lambda env: value
 
-    def _known(self) -> str:
-        """What the expression could have named (a few dozen at most: a message stays short)."""
-        names = sorted(str(n) for n in self.env)
-        if not names:
-            return "no names are bound here: only numbers, operators and functions"
-        more = f", ... ({len(names)} in all)" if len(names) > _MAX_NAMES else ""
-        return f"known names: {', '.join(names[:_MAX_NAMES])}{more}"
+    def build_Name(self, node: ast.Name) -> Code:
+        name = node.id
 
-    def visit_Attribute(self, node: ast.Attribute) -> Any:
-        dotted = _dotted(node)
-        if dotted is not None and dotted in self.env:
-            return self.env[dotted]
-        if node.attr in _TENSOR_ATTRS:
-            base = self.visit(node.value)
-            if isinstance(base, TensorFacts):
-                value = getattr(base, node.attr)
-                return tuple(value) if node.attr == "shape" else value
-        shown_name = dotted if dotted is not None else node.attr
-        raise ExprError(f"unknown name {shown_name!r} in expression {shown(self.text)} ({self._known()})")
+        def lookup(env: Env) -> Any:
+            try:
+                return env[name]
+            except KeyError:
+                raise self.unknown(name, env) from None
+        return lookup
 
-    def visit_Subscript(self, node: ast.Subscript) -> Any:
-        base = self.visit(node.value)
-        index = self.visit(node.slice)
-        if not isinstance(base, tuple) or isinstance(index, bool) or not isinstance(index, int):
-            raise ExprError(f"only shape[i] may be indexed, in {shown(self.text)}")
-        try:
-            return base[index]
-        except IndexError:
-            raise ExprError(f"shape index {index} out of range in {shown(self.text)}") from None
+    def build_Attribute(self, node: ast.Attribute) -> Code:
+        dotted, attr = _dotted(node), node.attr
+        base = self.build(node.value) if attr in _TENSOR_ATTRS else None
 
-    def visit_BinOp(self, node: ast.BinOp) -> Any:
-        left, right = self.num(self.visit(node.left)), self.num(self.visit(node.right))
+        def attribute(env: Env) -> Any:
+            if dotted is not None and dotted in env:
+                return env[dotted]
+            if base is not None:
+                value = base(env)
+                if isinstance(value, TensorFacts):
+                    got = getattr(value, attr)
+                    return tuple(got) if attr == "shape" else got
+            raise self.unknown(dotted if dotted is not None else attr, env)
+        return attribute
+
+    def build_Subscript(self, node: ast.Subscript) -> Code:
+        base, index = self.build(node.value), self.build(node.slice)
+
+        def subscript(env: Env) -> Any:
+            b, i = base(env), index(env)
+            if not isinstance(b, tuple) or isinstance(i, bool) or not isinstance(i, int):
+                raise ExprError(f"only shape[i] may be indexed, in {shown(self.text)}")
+            try:
+                return b[i]
+            except IndexError:
+                raise ExprError(f"shape index {i} out of range in {shown(self.text)}") from None
+        return subscript
+
+    def build_BinOp(self, node: ast.BinOp) -> Code:
+        left, right, op, num, text = self.build(node.left), self.build(node.right), _BINOPS[type(node.op)], \
+            self.num, self.text
         if isinstance(node.op, ast.Pow):
-            if abs(right) > MAX_POW:
-                raise ExprError(f"exponent too large in {shown(self.text)} (|exponent| <= {MAX_POW})")
-            if isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1:
-                # |left| ** right >= 2 ** ((bits - 1) * right): refuse before computing it
-                if (abs(left).bit_length() - 1) * right >= MAX_INT_BITS:
-                    raise ExprError(f"a value in {shown(self.text)} is out of range (|v| >= 2**{MAX_INT_BITS})")
-        if isinstance(node.op, ast.LShift) and right > MAX_SHIFT:
-            raise ExprError(f"shift too large in {shown(self.text)} (at most {MAX_SHIFT})")
-        return self.num(_BINOPS[type(node.op)](left, right))
+            def power(env: Env) -> Any:
+                a, b = num(left(env)), num(right(env))
+                if abs(b) > MAX_POW:
+                    raise ExprError(f"exponent too large in {shown(text)} (|exponent| <= {MAX_POW})")
+                if isinstance(a, int) and isinstance(b, int) and b > 0 and abs(a) > 1:
+                    # |a| ** b >= 2 ** ((bits - 1) * b): refuse before computing it
+                    if (abs(a).bit_length() - 1) * b >= MAX_INT_BITS:
+                        raise ExprError(f"a value in {shown(text)} is out of range (|v| >= 2**{MAX_INT_BITS})")
+                return num(op(a, b))
+            return power
+        if isinstance(node.op, ast.LShift):
+            def shift(env: Env) -> Any:
+                a, b = num(left(env)), num(right(env))
+                if b > MAX_SHIFT:
+                    raise ExprError(f"shift too large in {shown(text)} (at most {MAX_SHIFT})")
+                return num(op(a, b))
+            return shift
+        left, right = self.numeric(node.left, left), self.numeric(node.right, right)
 
-    def visit_UnaryOp(self, node: ast.UnaryOp) -> Any:
-        value = self.visit(node.operand)
+        def binop(env: Env) -> Any:
+            value = op(left(env), right(env))
+            if type(value) is int and value.bit_length() <= MAX_INT_BITS:  # the common case, inline
+                return value
+            return num(value)
+        return binop
+
+    def numeric(self, node: ast.AST, code: Code) -> Code:
+        """``code`` where ``node`` can only give a number within the bounds (a literal, arithmetic,
+        a call: each checked where it is made), else ``code`` followed by the check: a name may
+        be bound to a tensor or a shape, a comparison gives a bool."""
+        if isinstance(node, (ast.Constant, ast.BinOp, ast.Call)) or (
+                isinstance(node, ast.UnaryOp) and not isinstance(node.op, ast.Not)):
+            return code
+        num = self.num
+
+        def checked(env: Env) -> Any:
+            value = code(env)
+            return value if type(value) is int and value.bit_length() <= MAX_INT_BITS else num(value)
+        return checked
+
+    def build_UnaryOp(self, node: ast.UnaryOp) -> Code:
+        operand, num = self.build(node.operand), self.num
         if isinstance(node.op, ast.Not):
-            return not value
-        value = self.num(value)
+            return lambda env: not operand(env)
         if isinstance(node.op, ast.USub):
-            return -value
+            return lambda env: -num(operand(env))
         if isinstance(node.op, ast.UAdd):
-            return +value
+            return lambda env: +num(operand(env))
         raise ExprError(f"operator {type(node.op).__name__} is not allowed in {shown(self.text)}")
 
-    def visit_BoolOp(self, node: ast.BoolOp) -> Any:
-        values = [self.visit(v) for v in node.values]
-        return all(values) if isinstance(node.op, ast.And) else any(values)
+    def build_BoolOp(self, node: ast.BoolOp) -> Code:
+        values = [self.build(v) for v in node.values]  # every operand is evaluated (no short circuit)
+        if isinstance(node.op, ast.And):
+            return lambda env: all([v(env) for v in values])
+        return lambda env: any([v(env) for v in values])
 
-    def visit_Compare(self, node: ast.Compare) -> Any:
-        left = self.visit(node.left)
-        for op, comp in zip(node.ops, node.comparators):
+    def build_Compare(self, node: ast.Compare) -> Code:
+        for op in node.ops:
             if type(op) not in _CMPOPS:
                 raise ExprError(f"comparison {type(op).__name__} is not allowed in {shown(self.text)}")
-            right = self.visit(comp)
-            if not _CMPOPS[type(op)](left, right):
-                return False
-            left = right
-        return True
+        first = self.build(node.left)
+        rest = [(_CMPOPS[type(op)], self.build(comp)) for op, comp in zip(node.ops, node.comparators)]
+        if len(rest) == 1:
+            (op, second), = rest
+            return lambda env: bool(op(first(env), second(env)))
 
-    def visit_IfExp(self, node: ast.IfExp) -> Any:
-        return self.visit(node.body) if self.visit(node.test) else self.visit(node.orelse)
+        def compare(env: Env) -> bool:
+            left = first(env)
+            for op, comp in rest:
+                right = comp(env)
+                if not op(left, right):
+                    return False
+                left = right
+            return True
+        return compare
 
-    def visit_Call(self, node: ast.Call) -> Any:
+    def build_IfExp(self, node: ast.IfExp) -> Code:
+        test, body, orelse = self.build(node.test), self.build(node.body), self.build(node.orelse)
+        return lambda env: body(env) if test(env) else orelse(env)
+
+    def build_Call(self, node: ast.Call) -> Code:
         name = node.func.id  # type: ignore[union-attr]
+        fn, num = FUNCTIONS[name], self.num
+        args = [self.build(a) for a in node.args]
+        exact = None
         if name in _EXACT_DIV and len(node.args) == 1:
             arg = node.args[0]
             if isinstance(arg, ast.BinOp) and isinstance(arg.op, ast.Div):
-                a, b = self.num(self.visit(arg.left)), self.num(self.visit(arg.right))
+                exact = (_EXACT_DIV[name], self.build(arg.left), self.build(arg.right))
+
+        def call(env: Env) -> Any:
+            if exact is not None:
+                div, top, bottom = exact
+                a, b = num(top(env)), num(bottom(env))
                 if isinstance(a, int) and isinstance(b, int):  # ceil(N / 256): exact, however large N is
-                    return self.num(_EXACT_DIV[name](a, b))
-        args = [self.visit(a) for a in node.args]
-        if name in ("min", "max") and len(args) == 1 and isinstance(args[0], tuple):
-            args = list(args[0])  # min(x.shape): the shape's elements
-        return self.num(FUNCTIONS[name](*[self.num(a) for a in args]))
+                    return num(div(a, b))
+            values = [a(env) for a in args]
+            if name in ("min", "max") and len(values) == 1 and isinstance(values[0], tuple):
+                values = list(values[0])  # min(x.shape): the shape's elements
+            return num(fn(*[num(v) for v in values]))
+        return call

@@ -280,12 +280,14 @@ def compile_many(
     workers: int | None = None,
     cache: CompileCache | None = DEFAULT_CACHE,
     timeout_s: float | None = None,
-) -> list[CompiledKernel | CompileError]:
+    deadline: float | None = None,
+) -> list[CompiledKernel | CompileError | None]:
     """Compile ``jobs`` on all CPU cores (each in a sandboxed worker process, :mod:`.sandbox`);
     results in order, a failed job as its :class:`CompileError`. Cache hits are served without
     a worker, and a job identical to an earlier one in the batch is compiled once. A job still
     running after ``timeout_s`` (default ``KERNGEN_COMPILE_TIMEOUT_S``, 120 s) becomes a
-    ``CompileError`` and its worker is killed."""
+    ``CompileError`` and its worker is killed. A job not started by ``deadline`` (a
+    ``time.monotonic()``) is not compiled: its result is None (only with a deadline)."""
     cache = _resolve_cache(cache)
     results: list[CompiledKernel | CompileError | None] = [None] * len(jobs)
     pending: dict[tuple[str, tuple[str, ...]], list[int]] = {}
@@ -294,6 +296,8 @@ def compile_many(
     groups = list(pending.values())
 
     def one(group: list[int]) -> None:
+        if deadline is not None and time.monotonic() >= deadline:
+            return  # results stay None: not compiled in time
         out = _compile_safely(jobs[group[0]], cache, timeout_s)
         for i in group:
             results[i] = out
@@ -305,4 +309,4 @@ def compile_many(
     else:
         with ThreadPoolExecutor(n, thread_name_prefix="kerngen-compile") as pool:
             list(pool.map(one, groups))
-    return results  # type: ignore[return-value]
+    return results

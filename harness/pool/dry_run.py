@@ -54,8 +54,9 @@ class DryRunEvaluator:
             if on_result is not None:
                 on_result(i, r)
 
+        deadline = options.deadline if options is not None else None
         for ready in prepare(candidates, sizes=info.sizes, tensors=info.tensor_facts(), arch=self.facts.arch,
-                             land=land):
+                             land=land, deadline=deadline):
             land(ready.index, EvalResult(verdict=Verdict.not_run, message=NOT_RUN,
                                          spec_hash=ready.candidate.spec.content_hash(), config=ready.plan.config,
                                          compile=ready.compiled.info))

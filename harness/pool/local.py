@@ -13,7 +13,7 @@ from kerngen.problems.ref import ProblemRef
 
 from kerngen.errors import KerngenError, NoGPUError
 from kerngen.harness.evaluator import Candidate, EvalOptions, OnResult
-from kerngen.harness.pool.static_stage import Ready, prepare
+from kerngen.harness.pool.static_stage import Ready, cancelled, prepare
 from kerngen.harness.pool.protocol import BaselineRequest, EvaluateRequest, HelloRequest
 from kerngen.harness.results import Baseline, EvalResult, GpuFacts, ProfileOutcome, Verdict
 from kerngen.harness.pool.worker_proc import WorkerDied, WorkerProcess, WorkerTimeout
@@ -85,7 +85,7 @@ class WorkerPool:
         options = options or EvalOptions(timeout_s=self.timeout_s)
         arch = self.gpu_facts().arch
         results: list[EvalResult | None] = [None] * len(candidates)
-        ready = self._compile_all(problem, candidates, arch, results, on_result)
+        ready = self._compile_all(problem, candidates, arch, results, on_result, options.deadline)
         self._dispatch(problem, ready, options, results, on_result)
         return [r for r in results if r is not None]
 
@@ -136,11 +136,11 @@ class WorkerPool:
             self._problems[key] = load_problem(problem).info
         return self._problems[key]
 
-    def _compile_all(self, problem, candidates, arch, results, on_result) -> list[Ready]:
+    def _compile_all(self, problem, candidates, arch, results, on_result, deadline=None) -> list[Ready]:
         """The static stage (:mod:`.static_stage`): failures land as verdicts, the rest is ready."""
         info = self.problem_info(problem)
         return prepare(candidates, sizes=info.sizes, tensors=info.tensor_facts(), arch=arch,
-                       land=lambda i, r: self._land(i, r, results, on_result))
+                       land=lambda i, r: self._land(i, r, results, on_result), deadline=deadline)
 
     # ----- dispatch (one thread per worker) ---------------------------------------------------
     def _dispatch(self, problem, ready, options, results, on_result) -> None:
@@ -157,6 +157,9 @@ class WorkerPool:
                     except queue.Empty:
                         return
                     i, cand, plan, compiled = item.index, item.candidate, item.plan, item.compiled
+                    if options.deadline is not None and time.monotonic() >= options.deadline:
+                        self._land(i, cancelled(cand), results, on_result)  # run nothing new past it
+                        continue
                     try:
                         r = self._run_one(worker, problem, cand, plan, compiled, options)
                     except Exception as exc:  # noqa: BLE001 - a harness fault becomes this candidate's verdict

@@ -9,6 +9,7 @@ runs only this stage."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -31,12 +32,17 @@ class Ready:
 
 
 def prepare(candidates: Sequence[Candidate], *, sizes: Mapping[str, Any], tensors: Mapping[str, Any], arch: str,
-            land: Callable[[int, EvalResult], None]) -> list[Ready]:
+            land: Callable[[int, EvalResult], None], deadline: float | None = None) -> list[Ready]:
     """Run the static stage over ``candidates`` (compiles in parallel on the CPU cores); every
-    failure goes to ``land(index, result)`` as it is known; what passed is returned in order."""
+    failure goes to ``land(index, result)`` as it is known; what passed is returned in order.
+    With a ``deadline`` (``time.monotonic()``), a candidate whose compile had not started by then
+    lands ``cancelled``."""
     plans: dict[int, ResolvedPlan] = {}
     jobs = {}
     for i, cand in enumerate(candidates):
+        if deadline is not None and time.monotonic() >= deadline:
+            land(i, cancelled(cand))
+            continue
         plan = plan_or_failure(cand, sizes, tensors)
         if isinstance(plan, EvalResult):
             land(i, plan)
@@ -51,7 +57,10 @@ def prepare(candidates: Sequence[Candidate], *, sizes: Mapping[str, Any], tensor
         plans[i] = plan
     order = sorted(plans)
     ready = []
-    for i, out in zip(order, compile_many([jobs[i] for i in order])):
+    for i, out in zip(order, compile_many([jobs[i] for i in order], deadline=deadline)):
+        if out is None:
+            land(i, cancelled(candidates[i]))
+            continue
         if not isinstance(out, CompileError):
             out = with_launch_args_checked(out, plans[i])
         if isinstance(out, CompileError):
@@ -85,6 +94,12 @@ def plan_or_failure(cand: Candidate, sizes: Mapping[str, Any], tensors: Mapping[
     return static_failure(cand, why, verdict=Verdict.invalid_spec)
 
 
+def cancelled(cand: Candidate) -> EvalResult:
+    """The result of a candidate the caller's deadline stopped before it started."""
+    return EvalResult(verdict=Verdict.cancelled, message="not evaluated: the time budget ran out before it started",
+                      spec_hash=cand.spec.content_hash(), config=dict(cand.config))
+
+
 def static_failure(cand: Candidate, message: str, log: str = "", verdict: Verdict = Verdict.compile_error) -> EvalResult:
     first = message.splitlines()[0][:1000] if message else "compile error"
     return EvalResult(
@@ -101,4 +116,4 @@ def _config_ok(cand: Candidate) -> bool:
     return True
 
 
-__all__ = ["Ready", "plan_or_failure", "prepare", "static_failure", "with_launch_args_checked"]
+__all__ = ["Ready", "cancelled", "plan_or_failure", "prepare", "static_failure", "with_launch_args_checked"]

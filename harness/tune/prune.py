@@ -14,6 +14,7 @@ Two stages:
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import Iterable, Mapping
 
@@ -63,7 +64,7 @@ def static_reason(
     if not ok:
         return None, "constraint", why
     try:
-        plan = resolve(spec, sizes=sizes, tensors=tensors, config=cfg)
+        plan = resolve(spec, sizes=sizes, tensors=tensors, config=cfg, check_constraints=False)
     except KerngenError as exc:
         return None, "plan", f"launch plan does not resolve: {exc}"
     except (ArithmeticError, ValueError, TypeError) as exc:
@@ -89,11 +90,15 @@ def static_prune(
     sizes: Mapping[str, int | float],
     tensors: Mapping[str, TensorFacts],
     gpu: GpuFacts,
+    deadline: float | None = None,
 ) -> tuple[list[tuple[dict[str, int], ResolvedPlan]], list[PrunedConfig]]:
-    """Split configs into survivors (with their resolved plans) and pruned ones."""
+    """Split configs into survivors (with their resolved plans) and pruned ones; with a
+    ``deadline`` (``time.monotonic()``), the configs not examined by then are in neither list."""
     survivors: list[tuple[dict[str, int], ResolvedPlan]] = []
     pruned: list[PrunedConfig] = []
-    for config in configs:
+    for n, config in enumerate(configs):
+        if deadline is not None and n % 64 == 0 and time.monotonic() >= deadline:
+            break
         cfg = dict(config)
         plan, kind, reason = static_reason(spec, cfg, sizes=sizes, tensors=tensors, gpu=gpu)
         if plan is None:

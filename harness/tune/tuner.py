@@ -43,7 +43,9 @@ from kerngen.harness.tune.strategies import STRATEGIES, Space, make_strategy
 from kerngen.harness.tune.cache import CacheRecord, TuneCache, TuneKey, config_id
 from kerngen.harness.tune.outcome import TuneOutcome, TunePoint
 
-ENUM_LIMIT = 100_000  # larger spaces are sampled (seeded) down to this many configs
+# larger spaces are sampled (seeded) down to this many configs: a tuning run measures a few hundred,
+# and static pruning of 100,000 (the earlier limit) took 15-40 s of CPU before the first measurement
+ENUM_LIMIT = 25_000
 PER_GPU_BATCH = 8
 CONFIRM_TOP = 3  # cached configs re-measured on a run that reuses the cache
 
@@ -249,11 +251,13 @@ def tune(
     run = _Run(cache, key, on_result)
     cached = cache.load(key) if cache is not None else {}
     # 1. static pruning
-    plans = _feasible(spec, run, cached, seed=seed, sizes=sizes, tensors=tensors, gpu=gpu)
+    plans = _feasible(spec, run, cached, seed=seed, sizes=sizes, tensors=tensors, gpu=gpu, deadline=deadline)
     space = Space(spec.tunables, [plans[cid][0] for cid in plans])
     default = spec.default_config()
     strat = make_strategy(strategy, space, budget=max_evals, seed=seed,
                           default=default if config_id(default) in plans else None)
+    if deadline is not None:  # the evaluator starts nothing past it (a batch in flight is cut)
+        options = (options or EvalOptions()).model_copy(update={"deadline": deadline})
     tuning = _Tuning(evaluator, problem, spec, options, run, strat, plans, gpu, probe)
     # 2. the cache: reuse what was measured, re-measure the best few on this run
     hits, to_confirm = _seed_from_cache(cached, plans, run, strat, confirm)
@@ -266,14 +270,22 @@ def tune(
 
 def _feasible(spec: KernelSpec, run: "_Run", cached: Mapping[str, CacheRecord], *, seed: int,
               sizes: Mapping[str, int | float], tensors: Mapping[str, TensorFacts],
-              gpu: GpuFacts) -> dict[str, tuple[dict[str, int], ResolvedPlan]]:
+              gpu: GpuFacts, deadline: float | None = None) -> dict[str, tuple[dict[str, int], ResolvedPlan]]:
     """config id -> (config, resolved plan) of every config that survives static pruning (the
-    pruned ones are recorded on ``run``). A sampled space keeps what an earlier run measured."""
+    pruned ones are recorded on ``run``). A sampled space keeps what an earlier run measured.
+    Pruning that reaches ``deadline`` keeps the survivors found so far (the default config is
+    examined first, so it is among them when it is feasible)."""
     all_configs = enumerate_configs(spec, seed=seed, limit=ENUM_LIMIT)
     sampled = len(all_configs) < spec.space_size()
     if sampled:
         run.notes.append(f"space of {spec.space_size()} configs sampled down to {len(all_configs)}")
-    survivors, static_pruned = static_prune(spec, all_configs, sizes=sizes, tensors=tensors, gpu=gpu)
+    default = spec.default_config()
+    all_configs.sort(key=lambda c: c != default)  # stable: the default first, the rest as enumerated
+    survivors, static_pruned = static_prune(spec, all_configs, sizes=sizes, tensors=tensors, gpu=gpu,
+                                            deadline=deadline)
+    examined = len(survivors) + len(static_pruned)
+    if examined < len(all_configs):
+        run.notes.append(f"static pruning stopped by the time budget after {examined} of {len(all_configs)} configs")
     for p in static_pruned:
         run.prune(p.config, p.kind, p.reason, write=False)
     plans = {config_id(c): (c, plan) for c, plan in survivors}
@@ -334,7 +346,8 @@ class _Tuning:
         def landed_cb(i: int, result: EvalResult) -> None:
             if 0 <= i < len(configs) and i not in landed:
                 landed.add(i)
-                self.run.record(configs[i], result)
+                if result.verdict is not Verdict.cancelled:  # never run: nothing to record or cache
+                    self.run.record(configs[i], result)
 
         cands = [Candidate(spec=self.spec, config=c) for c in configs]
         try:
@@ -354,9 +367,13 @@ class _Tuning:
             res = results[i] if len(results) == len(configs) else _failed(
                 cfg, self.spec_hash, Verdict.runtime_error, "the evaluator returned no result for this config")
             landed.add(i)
-            self.run.record(cfg, res)
+            if res.verdict is not Verdict.cancelled:
+                self.run.record(cfg, res)
         with self.strat_lock:
             for cfg in configs:
+                if config_id(cfg) not in self.run.evaluated:  # cancelled by the deadline
+                    self._stopped(None)
+                    continue
                 res = self.run.evaluated[config_id(cfg)].result
                 self.strat.tell(cfg, res.ms)
                 if res.verdict is Verdict.harness_error and not self.harness_error:

@@ -26,6 +26,7 @@ from kerngen.agent.proposer import Branch
 from kerngen.agent.scripted import ScriptedEvaluator, ScriptedProposer, ScriptedTuner
 from kerngen.agent.context import minimal_context
 from kerngen.agent.search import resume_search, run_search
+from kerngen.harness.results import Verdict
 from kerngen.agent.tree import load_run
 from kerngen.errors import JournalError, KerngenError
 from kerngen.problems.ref import ProblemRef
@@ -184,6 +185,42 @@ def test_stop_between_evaluations_leaves_the_rest_to_a_resume(tmp_path):
     _, evaluated = _node_ids(out2.run_dir)
     assert len(evaluated) == len(set(evaluated))
     assert all(out2.tree.nodes[i].result is not None for i in pending)
+
+
+class SlowingEvaluator(ScriptedEvaluator):
+    """Fast for the first candidates (so the search plans large chunks), then 0.5 s each: only the
+    deadline the search passes (``EvalOptions.deadline``) can end such a chunk in time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.deadlines: list[float | None] = []
+
+    def evaluate_one(self, cand):
+        time.sleep(0.0 if self.evaluated < 6 else 0.5)
+        return super().evaluate_one(cand)
+
+    def evaluate(self, problem, candidates, options=None, on_result=None):
+        self.deadlines.append(options.deadline if options is not None else None)
+        return super().evaluate(problem, candidates, options, on_result)
+
+
+def test_the_search_passes_its_deadline_and_a_slow_chunk_still_ends_in_time(tmp_path):
+    ev = SlowingEvaluator()
+    limit_s = 4.0
+    budget = SearchBudget(rounds=1000, patience=None, max_llm_calls=None, max_tokens=None,
+                          wall_minutes=limit_s / 60.0, gpu_minutes=None)
+    usage = Usage()
+    t0 = time.monotonic()
+    out, _, _ = _search(tmp_path, evaluator=ev, tuner=None, budget=budget, usage=usage,
+                        config=SearchConfig(beam=3, ideas=4, branches=4, repairs=0))
+    took = time.monotonic() - t0
+    assert took <= 1.1 * limit_s, (took, out.reason)
+    assert out.reason.kind is StopKind.wall_minutes and "left for a resume" in out.reason.text
+    # every call carried the budget's end less the margin (2 s here): never past the budget's end
+    assert ev.deadlines and all(d is not None and d <= t0 + limit_s for d in ev.deadlines)
+    cancelled = [n for n in out.tree.nodes.values() if n.spec is not None and n.result is None]
+    assert cancelled  # not run, no verdict recorded against them: a resume evaluates them
+    assert all(n.result is None or n.result.verdict is not Verdict.cancelled for n in out.tree.nodes.values())
 
 
 def test_tuner_gets_what_is_left_of_the_wall_budget(tmp_path):

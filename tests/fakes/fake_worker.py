@@ -29,6 +29,10 @@ def main() -> None:
             reply = Reply(id=env.id, facts=GpuFacts(name="fake", arch="sm_90"))
         elif what == "hang":
             time.sleep(3600)
+        elif what == "slow":  # a candidate that takes a second: a deadline passes while it runs
+            time.sleep(1.0)
+            reply = Reply(id=env.id, result=EvalResult(verdict=Verdict.ok, spec_hash=req.spec_hash,
+                                                       config=req.plan.config))
         elif what == "crash":
             print("simulated illegal address", file=sys.stderr, flush=True)
             os._exit(11)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import pytest
 import torch
@@ -359,6 +360,30 @@ def test_pool_spreads_work_isolates_hangs_and_crashes_and_keeps_order(tmp_path, 
     assert [r.spec_hash for r in fine] == [c.spec.content_hash() for c in cands
                                            if c.spec.steps[0].kernel == "fine" and c.spec.source != "oops"]
     assert {r.worker for r in results if r.worker is not None} == {0, 1}
+
+
+def test_pool_starts_nothing_past_the_deadline(tmp_path, monkeypatch):
+    """A candidate not compiled or started by ``EvalOptions.deadline`` comes back ``cancelled``, in
+    its place; one started before it finishes."""
+    from kerngen.harness.evaluator import Candidate, EvalOptions
+    from kerngen.harness.pool.local import WorkerPool
+    from kerngen.problems.ref import ProblemRef
+
+    monkeypatch.setenv("KERNGEN_CACHE_DIR", str(tmp_path))
+    problem = ProblemRef(source="softmax", shape=(4, 32))
+    slow = [Candidate(spec=_fake_spec("slow", 32 * (i + 1))) for i in range(3)]
+    with WorkerPool(devices=["0"], timeout_s=10.0, worker_module="tests.fakes.fake_worker") as pool:
+        past = pool.evaluate(problem, slow, EvalOptions(deadline=time.monotonic() - 1.0))
+        assert [r.verdict for r in past] == [Verdict.cancelled] * 3  # nothing compiled, nothing run
+        assert all(r.worker is None and r.compile is None for r in past)
+        pool.evaluate(problem, slow[:1])  # compiled once: the next call's compile is a cache hit
+        seen: list[tuple[int, Verdict]] = []
+        results = pool.evaluate(problem, slow[:1] * 2 + slow[1:], EvalOptions(deadline=time.monotonic() + 0.5),
+                                on_result=lambda i, r: seen.append((i, r.verdict)))
+    # the first started before the deadline and took a second; the rest were not started
+    assert [r.verdict for r in results] == [Verdict.ok] + [Verdict.cancelled] * 3
+    assert sorted(seen) == [(0, Verdict.ok)] + [(i, Verdict.cancelled) for i in (1, 2, 3)]
+    assert results[3].spec_hash == slow[2].spec.content_hash()
 
 
 @pytest.mark.parametrize("user", [None, "max_split_size_mb:512"])

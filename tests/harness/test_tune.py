@@ -94,6 +94,45 @@ def test_budget_in_minutes_stops_between_batches():
     assert any("time budget" in n for n in res.notes)
 
 
+def test_the_deadline_reaches_the_evaluator_and_cancelled_configs_are_neither_recorded_nor_cached(tmp_path):
+    """An evaluator that honours ``EvalOptions.deadline`` (as the pool does) cuts a batch in flight:
+    its cancelled configs are no results, in the tuning or in the cache."""
+    class Honouring(FakeEvaluator):
+        def evaluate(self, problem, candidates, options=None, on_result=None):
+            assert options is not None and options.deadline is not None
+            out = []
+            for i, cand in enumerate(candidates):
+                if time.monotonic() >= options.deadline:
+                    res = EvalResult(verdict=Verdict.cancelled, config=dict(cand.config))
+                    out.append(res)
+                    if on_result is not None:
+                        on_result(i, res)
+                else:
+                    out.extend(super().evaluate(problem, [cand], options, lambda _, r, i=i: on_result(i, r)))
+            return out
+
+    ev = Honouring(fail_share=0.0, delay_s=0.05)
+    cache = TuneCache(tmp_path)
+    res = _tune(ev, strategy="exhaustive", max_evals=1000, batch=40, minutes=0.5 / 60, cache=cache)
+    assert 0 < len(res.evaluated) == len(ev.calls) < 40  # the first batch was cut by the deadline
+    assert all(t.result.verdict is not Verdict.cancelled for t in res.evaluated)
+    assert any("time budget" in n for n in res.notes)
+    lines = [ln for f in tmp_path.rglob("*") if f.is_file() for ln in f.read_text().splitlines() if ln.strip()]
+    assert len(lines) == len(ev.calls)  # one cache line per measured config, none for the cancelled
+
+
+def test_static_pruning_stops_at_its_deadline_with_the_default_examined_first():
+    from kerngen.harness.tune.prune import static_prune
+
+    spec = make_spec(BIG_TUNABLES)
+    configs = spec.configs()
+    survivors, pruned = static_prune(spec, configs, sizes=SIZES, tensors=TENSORS, gpu=GPU,
+                                     deadline=time.monotonic() - 1.0)
+    assert survivors == [] and pruned == []  # nothing examined past the deadline
+    res = _tune(FakeEvaluator(fail_share=0.0), spec, strategy="exhaustive", max_evals=10, minutes=1e-9)
+    assert any("static pruning stopped by the time budget" in n for n in res.notes)
+
+
 def test_default_batch_is_eight_per_gpu():
     ev = FakeEvaluator(fail_share=0.0, n_gpus=2)
     _tune(ev, strategy="exhaustive", max_evals=40)
