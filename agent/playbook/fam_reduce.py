@@ -209,9 +209,9 @@ def _read_graph(graph: Any, x_shape: tuple[int, ...]) -> dict[str, Any] | None:
         combine, pre_epi = _PLAIN[red], ([["div_len", 0.0]] if red == "mean" else [])
     epilogue = pre_epi + epilogue
     ops = [op for op, _ in epilogue]
-    if prologue == "square" and "div_len" in ops and "add" in ops:
-        return None  # sqrt(mean(x^2) + eps): rmsnorm, not this family's
     lo, hi = _dims(b.get("dim"), nd)
+    if prologue == "square" and "div_len" in ops and "add" in ops and hi == nd - 1:
+        return None  # sqrt(mean(x^2) + eps) over the last dim: the rmsnorm family's (over another dim: ours)
     keepdim = b.get("keepdim", False)
     if keepdim not in (True, False):  # 0 and 1 mean the same
         raise NotCovered(f"cannot read keepdim={keepdim!r}")

@@ -20,7 +20,8 @@ KB = next((p for p in (ROOT.parent / "shared" / "kernelbench", Path("/work/share
            if (p / "level1").is_dir()), None)
 
 # file -> the variants whose defaults run: L2 norm (rows + split, 8.6 GB in and out), argmax (cols, int64)
-KB_FILES = {"39_L2Norm_.py": ["rows", "split"], "51_Argmax_over_a_dimension.py": ["cols"]}
+# and rmsnorm over dim 1 (cols with the normalize pass, 7.5 GB in and out)
+KB_FILES = {"39_L2Norm_.py": ["rows", "split"], "51_Argmax_over_a_dimension.py": ["cols"], "36_RMSNorm_.py": ["cols"]}
 
 FILE = """
 import torch

@@ -221,11 +221,6 @@ template <class T> inline void __stwt(T *p, typename kgemu_same<T>::type v) { *p
 template <class T> inline void __stcv(T *p, typename kgemu_same<T>::type v) { *p = v; }
 template <class T> inline void __prefetch_global_l1(const T *) {}
 template <class T> inline void __prefetch_global_l2(const T *) {}
-inline size_t __cvta_generic_to_shared(const void *p) { return (size_t)(uintptr_t)p; }
-inline size_t __cvta_generic_to_global(const void *p) { return (size_t)(uintptr_t)p; }
-inline void *__cvta_shared_to_generic(size_t a) { return (void *)(uintptr_t)a; }
-template <class T> inline bool __isShared(const T *) { return false; }
-template <class T> inline bool __isGlobal(const T *) { return true; }
 
 // ----- fences: one OS thread, so every write is visible at once -------------------------------------
 inline void __threadfence() {}
@@ -329,15 +324,9 @@ KGEMU_WARP_REDUCE(__reduce_or_sync, kg_emu::W_RED_OR, unsigned)
 KGEMU_WARP_REDUCE(__reduce_xor_sync, kg_emu::W_RED_XOR, unsigned)
 #undef KGEMU_WARP_REDUCE
 
-// ----- inline PTX: the runner rewrites asm(...) into KG_EMU_ASM(...), an undefined function that
-// the linker reports only where the emitted code calls it (-ffunction-sections, --gc-sections) ----
-#define KGEMU_CAT_(a, b) a##b
-#define KGEMU_CAT(a, b) KGEMU_CAT_(a, b)
-#define KG_EMU_ASM(...)                                                       \
-  do {                                                                        \
-    extern void KGEMU_CAT(kg_emu_inline_ptx_asm_is_not_emulated_line_, __LINE__)(); \
-    KGEMU_CAT(kg_emu_inline_ptx_asm_is_not_emulated_line_, __LINE__)();          \
-  } while (0)
+// ----- inline PTX (the runner rewrites each asm statement into a call of a routine here) and the shared
+// window (__cvta_generic_to_shared) ----
+#include "emu_ptx.h"
 
 #include "emu_coop.h"
 #include "emu_abi.h"

@@ -28,6 +28,8 @@ Fiber *g_cur = nullptr;
 dim3 g_block_dim, g_grid_dim;
 int g_nthreads = 0;
 unsigned char *g_dyn_smem = nullptr;
+unsigned char *g_static_smem = nullptr;
+size_t g_static_smem_bytes = 0, g_dyn_smem_bytes = 0;
 Context g_sched_ctx;
 bool g_cooperative = false;
 Block *g_blocks = nullptr;
@@ -233,6 +235,8 @@ static void start_block(int slot, uint3 idx, std::mt19937_64 &rng) {
     f.state = i < n ? F_READY : F_DONE;
     f.in = f.out = 0xCDCDCDCDCDCDCDCDull;
     f.mask = 0;
+    f.copies.clear();
+    f.groups_committed = 0;
     if (i < n) context_init(&f.ctx, g_stacks + ((size_t)slot * n + i) * (g_stack_bytes + kPage) + kPage, g_stack_bytes,
                             fiber_entry);
   }
@@ -278,7 +282,7 @@ static void report_deadlock() {
   fail("deadlock: of %d threads, %d wait at __syncthreads, %d at warp-level operations (%s with mask 0x%08x waits "
        "for lanes that never arrive), %d at the grid barrier, %d have exited",
        (int)g_slots.size() * g_nthreads, count[F_BARRIER], count[F_WARP],
-       first && first->state == F_WARP ? kWarpOpNames[first->op] : "none", first ? first->mask : 0u, count[F_GRID],
+       first && first->state == F_WARP ? warp_op_name(*first) : "none", first ? first->mask : 0u, count[F_GRID],
        count[F_DONE]);
 }
 
@@ -332,6 +336,9 @@ static void launch(const Step &s, int index) {
   place(g_dyn_buffer);
   g_dyn_smem = g_dyn_buffer.data;
   g_shared_bytes = __start_kg_shared ? (size_t)(__stop_kg_shared - __start_kg_shared) : 0;
+  g_static_smem = __start_kg_shared;  // the shared window (emu_ptx.h): the static section, then the dynamic buffer
+  g_static_smem_bytes = g_shared_bytes;
+  g_dyn_smem_bytes = g_dyn_buffer.nbytes;
   const unsigned long long nblocks = (unsigned long long)s.grid[0] * s.grid[1] * s.grid[2];
   if (nblocks > (1ull << 26)) fail("a grid of %llu blocks is too large to emulate", nblocks);
   std::vector<unsigned> order(nblocks);
@@ -365,6 +372,7 @@ static void launch(const Step &s, int index) {
   munmap(g_dyn_buffer.map, g_dyn_buffer.map_len);
   g_dyn_buffer = Buffer{};
   g_dyn_smem = nullptr;
+  g_dyn_smem_bytes = 0;
   for (const Buffer &b : g_buffers) {
     const std::string damage = canary_damage(b);
     if (!damage.empty()) fail("%s (an out-of-bounds write within the 16-byte padding)", damage.c_str());

@@ -5,6 +5,7 @@
 // waiting fiber is never resumed before its barrier is released. Exited threads count as arrived.
 #pragma once
 #include <ucontext.h>
+#include <vector>
 
 namespace kg_emu {
 
@@ -22,15 +23,26 @@ inline void context_switch(Context *from, const Context *to) { swapcontext(&from
 
 enum WarpOp {
   W_SYNC, W_BALLOT, W_ALL, W_MATCH_ANY, W_MATCH_ALL, W_IDX, W_UP, W_DOWN, W_XOR,
-  W_RED_ADD, W_RED_MIN, W_RED_MAX, W_RED_AND, W_RED_OR, W_RED_XOR
+  W_RED_ADD, W_RED_MIN, W_RED_MAX, W_RED_AND, W_RED_OR, W_RED_XOR,
+  W_COLLECTIVE  // a warp-collective PTX instruction (mma.sync, ldmatrix: emu_ptx.h), all 32 lanes
 };
 inline const char *const kWarpOpNames[] = {
   "__syncwarp", "__ballot_sync", "__all_sync", "__match_any_sync", "__match_all_sync", "__shfl_sync",
   "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync", "__reduce_add_sync", "__reduce_min_sync",
-  "__reduce_max_sync", "__reduce_and_sync", "__reduce_or_sync", "__reduce_xor_sync"};
+  "__reduce_max_sync", "__reduce_and_sync", "__reduce_or_sync", "__reduce_xor_sync", "a warp-collective PTX instruction"};
 enum FiberState { F_READY, F_BARRIER, F_WARP, F_GRID, F_DONE };
 constexpr int kMaxThreads = 1024;
 constexpr int kWarps = kMaxThreads / 32;
+
+// A warp-collective instruction's work, run by the last lane to arrive on every lane's data (lanes[l]).
+using CollectiveRun = void (*)(void *const lanes[32]);
+// One cp.async copy of a thread, performed when a cp.async.wait covers its group (emu_ptx.h).
+struct AsyncCopy {
+  unsigned char *dst;
+  const unsigned char *src;
+  int bytes, src_bytes;  // src_bytes < bytes: the rest is zero-filled
+  long long group;  // -1: not committed yet
+};
 
 struct Block;
 struct Fiber {
@@ -43,6 +55,14 @@ struct Fiber {
   int op, b, width;
   unsigned mask;
   unsigned long long in, out;
+  // the warp-collective instruction this fiber waits in (op W_COLLECTIVE): its work, its data, where
+  CollectiveRun coll_run;
+  void *coll_data;
+  const char *coll_name;
+  int coll_line;
+  // cp.async: this thread's copies not performed yet, and the groups it committed so far
+  std::vector<AsyncCopy> copies;
+  long long groups_committed;
 };
 struct BarrierResult { int count, arrived; };
 struct Block {
@@ -65,6 +85,8 @@ extern Fiber *g_cur;  // the running fiber (null between blocks)
 extern dim3 g_block_dim, g_grid_dim;
 extern int g_nthreads;  // per block
 extern unsigned char *g_dyn_smem;  // this launch's dynamic shared memory
+extern unsigned char *g_static_smem;  // the static __shared__ variables (their linker section)
+extern size_t g_static_smem_bytes, g_dyn_smem_bytes;
 extern Context g_sched_ctx;
 extern bool g_cooperative;
 extern Block *g_blocks;  // a cooperative launch's blocks (else just the running one)
@@ -209,6 +231,33 @@ inline unsigned long long warp_result(const Fiber *base, int lane, unsigned grou
   return base[j].in;  // a source lane outside the group gives what it last held (undefined on a GPU)
 }
 
+inline const char *warp_op_name(const Fiber &f) { return f.op == W_COLLECTIVE ? f.coll_name : kWarpOpNames[f.op]; }
+
+inline bool collective_in(const Fiber *base, unsigned group) {
+  for (int l = 0; l < 32; ++l)
+    if ((group >> l & 1) && base[l].op == W_COLLECTIVE) return true;
+  return false;
+}
+// A warp-collective instruction (.sync.aligned): every lane of the warp at the same one, none exited.
+inline void run_collective(int w, const Fiber *base, unsigned group) {
+  int first = 0;
+  while (!(group >> first & 1) || base[first].op != W_COLLECTIVE) ++first;
+  const Fiber &f = base[first];
+  if (group != 0xffffffffu)
+    fail("%s (kernel.cu line %d) needs all 32 lanes of warp %d, but lanes 0x%08x have exited", f.coll_name,
+         f.coll_line, w, ~group);
+  void *lanes[32];
+  for (int l = 0; l < 32; ++l) {
+    const Fiber &o = base[l];
+    if (o.op != W_COLLECTIVE || o.coll_run != f.coll_run || o.coll_line != f.coll_line)
+      fail("lanes of warp %d meet at different warp-level operations: lane %d at %s (kernel.cu line %d), lane %d at "
+           "%s (line %d; 0: not inline PTX): a warp-collective instruction in divergent code", w, first, f.coll_name,
+           f.coll_line, l, warp_op_name(o), o.op == W_COLLECTIVE ? o.coll_line : 0);
+    lanes[l] = o.coll_data;
+  }
+  f.coll_run(lanes);
+}
+
 // Release the lanes of warp `w` that wait with `mask` once every live lane of `mask` has arrived.
 inline bool warp_try_release(int w, unsigned mask, Fiber *self) {
   Block *blk = g_blk;
@@ -218,10 +267,12 @@ inline bool warp_try_release(int w, unsigned mask, Fiber *self) {
   for (int l = 0; l < 32; ++l)
     if ((group >> l & 1) && base[l].mask != mask)
       fail("warp-level operations with different masks meet in warp %d: lane %d passed 0x%08x, lane %d 0x%08x "
-           "(%s)", w, l, base[l].mask, self ? self->lin % 32 : -1, mask, kWarpOpNames[base[l].op]);
-  unsigned long long out[32];
-  for (int l = 0; l < 32; ++l)
-    if (group >> l & 1) out[l] = warp_result(base, l, group);
+           "(%s)", w, l, base[l].mask, self ? self->lin % 32 : -1, mask, warp_op_name(base[l]));
+  unsigned long long out[32] = {};
+  if (collective_in(base, group)) run_collective(w, base, group);
+  else
+    for (int l = 0; l < 32; ++l)
+      if (group >> l & 1) out[l] = warp_result(base, l, group);
   blk->warp_arrived[w] &= ~group;
   for (int l = 0; l < 32; ++l) {
     if (!(group >> l & 1)) continue;
@@ -250,12 +301,28 @@ inline unsigned long long warp_op(int op, unsigned mask, unsigned long long valu
   return f->out;
 }
 
+// A warp-collective instruction (no mask: the whole warp): `run` runs once every lane has arrived.
+inline void warp_collective(CollectiveRun run, void *data, const char *name, int line) {
+  Fiber *f = g_cur;
+  const int w = f->lin / 32;
+  f->op = W_COLLECTIVE;
+  f->mask = 0xffffffffu;
+  f->coll_run = run;
+  f->coll_data = data;
+  f->coll_name = name;
+  f->coll_line = line;
+  f->state = F_WARP;
+  g_blk->warp_arrived[w] |= 1u << (f->lin % 32);
+  if (!warp_try_release(w, 0xffffffffu, f)) switch_away();
+}
+
 inline unsigned active_mask() { return g_blk->warp_live[g_cur->lin / 32]; }
 
 // A thread returned from the kernel: it counts as arrived at every barrier from now on.
 inline void fiber_finished(Fiber *f) {
   Block *b = f->block;
   f->state = F_DONE;
+  f->copies.clear();  // copies no wait covered never land (a missing wait shows as stale shared memory)
   --b->alive;
   const int w = f->lin / 32;
   b->warp_live[w] &= ~(1u << (f->lin % 32));

@@ -27,6 +27,7 @@ from kerngen.harness.compile.headers import PRELUDE
 from kerngen.harness.spec.plan import ResolvedLaunch, ResolvedMemset, ResolvedPlan, resolve
 from kerngen.harness.spec.spec import KernelSpec
 
+from tests.emu.ptx_asm import not_emulated
 from tests.emu.source_rewrite import rewrite_source
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ CXX_FLAGS = (
 )
 KERNEL_FLAGS = (  # for the kernel's translation unit only
     "-fno-weak",  # inline functions' __shared__ statics stay in the kg_shared section (poisoned per block)
-    "-ffunction-sections", "-Wl,--gc-sections",  # code that is never called may hold asm (see cuda_emu.h)
+    "-ffunction-sections", "-Wl,--gc-sections",  # code that is never called may hold asm (not emulated: ptx_asm.py)
     "-fstack-clash-protection",  # a frame larger than a thread's stack touches its guard page, not a neighbour's
 )
 # misaligned accesses (a GPU faults on them too) and indexes past a fixed-size array (shared or local);
@@ -188,12 +189,13 @@ def _driver_object() -> Path:
 
 
 def compile_failure(log: str, kernels: list[str]) -> str:
-    """One line for a failed compile: inline PTX reached, a kernel missing, or g++'s first error."""
-    asm = re.search(r"kg_emu_inline_ptx_asm_is_not_emulated_line_(\d+)", log)
+    """One line for a failed compile: inline PTX that is not emulated reached, a kernel missing, or g++'s
+    first error."""
+    asm = not_emulated(log)
     if asm:
         fn = re.search(r"in function [`']([^']+)'", log)
         where = f" in {fn.group(1)}" if fn else ""
-        return f"inline PTX asm ({_SOURCE_NAME} line {asm.group(1)}{where}) is not emulated"
+        return f"inline PTX asm '{asm[1]}' ({_SOURCE_NAME} line {asm[0]}{where}) is not emulated"
     for line in log.splitlines():
         if _TABLE_NAME in line and "error" in line:
             missing = [k for k in kernels if f"'{k}'" in line or f"‘{k}’" in line]

@@ -316,7 +316,7 @@ extern "C" __global__ void k(const float *x, float *out, int n) { out[threadIdx.
     x, out = torch.randn(4), torch.zeros(4)
     emulate(_spec(src.replace("CALL", ""), [_launch("k", 1, 4, T + [N])]), {"x": x, "out": out})
     assert torch.equal(out, x)
-    with pytest.raises(EmuError, match=r"inline PTX asm \(kernel.cu line 5 in k\) is not emulated"):
+    with pytest.raises(EmuError, match=r"inline PTX asm 'mov.f32' \(kernel.cu line 5 in k\) is not emulated"):
         emulate(_spec(src.replace("CALL", "used"), [_launch("k", 1, 4, T + [N])]), {"x": x, "out": out})
 
 
