@@ -11,6 +11,7 @@ the geometry (kernel, stride, padding, dilation, groups) is the module's and is 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from kerngen.harness.spec.spec import KernelSpec
@@ -19,10 +20,11 @@ from kerngen.agent.playbook.epilogue import EpIndex, Epilogue
 from kerngen.agent.playbook.match import FamilyMatch
 from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
 
-__all__ = ["SPEC_PREFIX", "VARIANT_NAMES", "conv_epi_depthwise", "conv_epi_direct", "conv_epi_igemm"]
+__all__ = ["SPEC_PREFIX", "VARIANT_NAMES", "ConvFrame", "conv_epi_depthwise", "conv_epi_direct", "conv_epi_igemm",
+           "frame"]
 
 SPEC_PREFIX = "playbook-conv-epi-"  # + variant: Family.spec_name's spelling, which the proposer reads back
-VARIANT_NAMES = ("igemm", "direct", "depthwise")
+VARIANT_NAMES = ("igemm", "direct", "depthwise", "tf32x3")  # tf32x3: build_conv_tf32 (3xTF32 on the tensor cores)
 _BN_CHOICES = (128, 96, 64, 48, 32, 16)  # the igemm's channel tile, largest first
 _TN_FOR_BN = {128: 8, 96: 12, 64: 8, 48: 6, 32: 4, 16: 4}  # BN / TN = 8 or 16 thread columns
 
@@ -99,6 +101,29 @@ def _what(m: FamilyMatch) -> str:
                                                                  (f["DH"], f["DW"]) != (1, 1))) if on]
     fused = f" + {ep.formula} fused before the store" if not ep.empty else ""
     return f"{kind}{' (' + ', '.join(extra) + ')' if extra else ''}{fused}"
+
+
+@dataclass(frozen=True)
+class ConvFrame:
+    """What any kernel of a conv_epi match shares, for builders outside this module (the 3xTF32
+    convolution of :mod:`.build_conv_tf32`): the geometry defines, the checks of the bound tensors,
+    the epilogue's template variables, a one-line description, (OH, OW) and H as expressions."""
+
+    defines: dict[str, str | int]
+    checks: list[str]
+    template_vars: dict[str, Any]
+    what: str
+    out_hw: tuple[str, str]
+    in_h: str | int
+    match: FamilyMatch
+
+    def args(self, *head: str) -> list[dict[str, Any]]:
+        """Launch arguments: ``head`` tensors, the conv's bias, ``out``, then the epilogue's operands."""
+        return _tensor_args(self.match, *head)
+
+
+def frame(m: FamilyMatch) -> ConvFrame:
+    return ConvFrame(_defines(m), _checks(m), _template_vars(m), _what(m), _out_hw(m), _in_hw(m)[0], m)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,7 +3,9 @@ batched and transposed-B products) on the tensor cores at fp32 accuracy, from th
 as the matmul family's (``templates/tf32x3_sgemm.cu.j2``, whose header explains the split and the
 layouts). It serves the layouts whose tiles divide the shape: A row-major and contiguous, B
 either [K][N] or [N][K] (nn.Linear's weight), no triangle mask; the others stay with the FFMA
-``tiled`` variant. Tunables, register and shared-memory limits are the matmul variant's."""
+``tiled`` variant. Tunables, register and shared-memory limits are the matmul variant's, and so is
+split-K (``SPLIT_K`` > 1 in ``defaults``: :func:`.build_tf32.split_k_plan`; grid z spans batch and slice,
+the epilogue moves to the second kernel)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ from kerngen.harness.spec.spec import KernelSpec
 
 from kerngen.agent.playbook.build_gemm import epilogue_vars, gemm_facts
 from kerngen.agent.playbook.build_tf32 import (ACC_FLOATS, DEFAULTS, KERNEL, MAX_ACC_FLOATS, MAX_REGS, NO_FLUSH,
-                                               REGS_EST, REGS_PER_SM, TEMPLATE, THREADS, TUNABLES)
+                                               REGS_EST, REGS_PER_SM, SPLIT_DESCRIPTION, SPLIT_TEXT, SPLIT_VALUES,
+                                               TEMPLATE, THREADS, TUNABLES, split_k_of, split_k_plan)
 from kerngen.agent.playbook.entry import A, M, P, PAR, Entry
 from kerngen.agent.playbook.match import FamilyMatch
 from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
@@ -33,7 +36,8 @@ def gemm_tf32x3(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     M_, N_, K_, batch = _p(f["M"]), _p(f["N"]), _p(f["K"]), _p(f["BATCH"])
     trans_b = bool(f["trans_b"])
     ep_vars, ep_args, formula = epilogue_vars(f)
-    src = render(TEMPLATE, kernel=KERNEL, has_bias=bool(f.get("bias")), **ep_vars)
+    split = split_k_of(defaults)
+    src = render(TEMPLATE, kernel=KERNEL, has_bias=bool(f.get("bias")), split_k=split > 1, **ep_vars)
     b_tile = "BN * (BK + 8)" if trans_b else "BK * (BN + 4)"
     smem = f"4 * STAGES * (BM * (BK + 8) + {b_tile})"
     # contiguous operands: the template's row strides are K (A, and B stored [N][K]) and N (B stored [K][N])
@@ -53,20 +57,27 @@ def gemm_tf32x3(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
         f"({M_} // BM) * ({N_} // BN) < 2**31", f"{batch} <= 65535",
     ]
     tunables = {k: list(v) for k, v in TUNABLES.items()}
+    d = pick(defaults, DEFAULTS)
     args = ([{"name": f["a"]}, {"name": f["b"]}] + ([{"name": f["bias"]}] if f.get("bias") else []) + ep_args
             + [{"name": "out"}, {"kind": "int32", "value": M_}, {"kind": "int32", "value": N_},
                {"kind": "int32", "value": K_}])
+    step = dict(kernel=KERNEL, grid=[f"({M_} // BM) * ({N_} // BN)", 1, batch], block=[THREADS], shared_mem=smem,
+                args=args)
+    plan = dict(steps=[step], constraints=[])
+    if split > 1:
+        plan = split_k_plan(step, M_, N_, K_, batch)
+        tunables["SPLIT_K"], d["SPLIT_K"] = list(SPLIT_VALUES), split
     epi = f", then {formula} in registers" if formula else ""
     return make_spec(
         f"playbook-gemm-{VARIANT}",
         f"fp32 GEMM {f['what']}{epi} on the tensor cores at fp32 accuracy (3xTF32): operands split into tf32 "
         "hi + lo, lo*hi + hi*lo + hi*hi per k8 step with mma.sync m16n8k8, per-k-tile fp32 partial sums, "
-        "cp.async STAGES-deep ring, conflict-free fragment loads, the epilogue applied before each store",
-        src, tunables, pick(defaults, DEFAULTS),
+        "cp.async STAGES-deep ring, conflict-free fragment loads, the epilogue applied before each store"
+        + (SPLIT_DESCRIPTION if split > 1 else ""),
+        src, tunables, d,
         defines=dict(TRANS_B=int(trans_b), SA=_p(f["SA"]), SB=_p(f["SB"])),
-        constraints=constraints,
-        steps=[dict(kernel=KERNEL, grid=[f"({M_} // BM) * ({N_} // BN)", 1, batch], block=[THREADS],
-                    shared_mem=smem, args=args)],
+        constraints=constraints + plan["constraints"], scratch=plan.get("scratch", []),
+        steps=plan["steps"],
     )
 
 
@@ -83,6 +94,9 @@ IDEAS: tuple[Entry, ...] = (
     Entry("gemm-tf32x3-pipeline", "Retune the cp.async ring of the 3xTF32 GEMM (more stages, or BK 16) so more "
           "tiles are in flight while the tensor cores work.", A, "0-10%", VARIANT,
           ({"STAGES": 4}, {"STAGES": 4, "BK": 16}), after=_AFTER),
+    Entry("gemm-tf32x3-splitk", SPLIT_TEXT, PAR, "up to SPLIT_K x where the output's tiles (all batches) leave most "
+          "SMs idle; not offered where they fill two waves", VARIANT,
+          ({"SPLIT_K": 8}, {"SPLIT_K": 16, "BM": 64, "WM": 32}), after=_AFTER),
     Entry("gemm-tf32x3-l2", "Tune the 3xTF32 GEMM's grouped block order (GROUP_M) for L2 reuse of the operands.",
           M, "0-5%", VARIANT, ({"GROUP_M": 1},), after=_AFTER),
 )

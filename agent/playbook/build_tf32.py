@@ -10,6 +10,12 @@ Tunables: BM x BN block tile, BK k tile, WM x WN warp tile (WM % 16, WN % 32), S
 ring depth, GROUP_M block grouping, FLUSH (1: a fresh mma accumulator per k tile, summed in fp32
 with round-to-nearest; 0: accumulate in the mma accumulator, half the registers) and TERMS
 (3 = 3xTF32; 1 = plain TF32, offered only when asked for: it must fail the fp32 check).
+
+Split-K: asked for with ``SPLIT_K`` > 1 in ``defaults``, the spec is the two-launch plan of
+:func:`split_k_plan` (the k tiles divided among SPLIT_K blocks per output tile, their partial tiles
+summed in slice order by a second kernel that applies the epilogue), SPLIT_K tunable over
+:data:`SPLIT_VALUES`, admissible only for outputs of fewer than two waves of 128 x 128 tiles. Without it
+(absent or 1) the spec is the single fused launch, no SPLIT_K tunable, its source unchanged.
 """
 
 from __future__ import annotations
@@ -20,8 +26,8 @@ from kerngen.agent.playbook.entry import A, M, P, PAR, Entry
 from kerngen.agent.playbook.match import FamilyMatch
 from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
 
-__all__ = ["DEFAULTS", "NO_FLUSH", "SPEC_NAME", "TERMS_PLAIN", "TERMS_SPLIT", "TF32_IDEAS", "VARIANT",
-           "sgemm_tf32x3", "smem_bytes"]
+__all__ = ["DEFAULTS", "NO_FLUSH", "SPEC_NAME", "SPLIT_VALUES", "TERMS_PLAIN", "TERMS_SPLIT", "TF32_IDEAS", "VARIANT",
+           "sgemm_tf32x3", "smem_bytes", "split_k_of", "split_k_plan"]
 
 VARIANT = "tf32x3"
 SPEC_NAME = "playbook-matmul-tf32x3"
@@ -57,6 +63,51 @@ DEFAULTS = dict(BM=128, BN=64, BK=32, WM=64, WN=32, STAGES=2, GROUP_M=8, TERMS=T
 TUNABLES = dict(BM=[64, 128, 256], BN=[64, 128, 256], BK=[16, 32], WM=[32, 64], WN=[32, 64], STAGES=[2, 3, 4],
                 GROUP_M=[1, 8], TERMS=[TERMS_SPLIT], FLUSH=[0, 1])
 
+# split-K: values of SPLIT_K in a split spec (1 is the single-launch spec); offered while the output (all
+# batches) has fewer 128 x 128 tiles than two waves of an H100/H200's 132 SMs at one block each (a bound on
+# the shape alone: more outputs fill the GPU without it, whatever the tile); the partials' scratch at most
+# 2**26 floats (256 MiB); the second kernel's block
+SPLIT_VALUES = (2, 4, 8, 16, 32)
+SPLIT_MAX_OUTPUTS = 2 * 132 * 128 * 128
+MAX_SPLIT_FLOATS = 2**26
+SUM_THREADS = 256
+PARTIALS = "partials"  # the scratch tensor [SPLIT_K][batch][M][N]
+SPLIT_DESCRIPTION = ("; split-K: SPLIT_K blocks per output tile, each over its slice of the k tiles, write "
+                     "partial tiles that a second kernel adds in slice order (deterministic) before the epilogue")
+
+
+def split_k_of(defaults: dict[str, int]) -> int:
+    """The SPLIT_K asked for in ``defaults`` (1: none); ValueError for a value not offered."""
+    split = defaults.get("SPLIT_K", 1)
+    if split != 1 and split not in SPLIT_VALUES:
+        raise ValueError(f"SPLIT_K {split} is not one of 1, {', '.join(map(str, SPLIT_VALUES))}")
+    return split
+
+
+def split_k_plan(step: dict, rows: str, cols: str, inner: str, batch: str) -> dict:
+    """The split-K plan made from the template's single fused launch ``step`` (arguments A, B, the
+    epilogue's tensors, out, M, N, K; grid x = the output tiles): make_spec's ``steps``, ``scratch`` and
+    the extra ``constraints``. The main kernel runs SPLIT_K blocks per tile (grid z = batch * SPLIT_K)
+    into the partials; ``<kernel>_sum`` adds them and applies the epilogue (its tensors move there)."""
+    args = step["args"]
+    operands, fused, (out, m_, n_, k_) = args[:2], args[2:-4], args[-4:]
+    tiles = step["grid"][0]
+    main = dict(step, grid=[tiles, 1, f"{batch} * SPLIT_K"], args=[*operands, {"name": PARTIALS}, m_, n_, k_])
+    total = f"{batch} * {rows} * {cols}"
+    reduce = dict(kernel=f"{step['kernel']}_sum", grid=[f"cdiv({total}, {4 * SUM_THREADS})"], block=[SUM_THREADS],
+                  args=[{"name": PARTIALS}, *fused, out, m_, n_, {"kind": "int32", "value": batch}])
+    ktiles = f"{inner} // BK"
+    return dict(
+        steps=[main, reduce],
+        scratch=[dict(name=PARTIALS, dtype="float32", size=f"SPLIT_K * {total}")],
+        constraints=[
+            f"{total} < {SPLIT_MAX_OUTPUTS}",  # fewer than two waves of tiles: else no split
+            f"(SPLIT_K - 1) * cdiv({ktiles}, SPLIT_K) < {ktiles}",  # every slice has a k tile (the last may be short)
+            f"SPLIT_K * {total} <= {MAX_SPLIT_FLOATS}",
+            f"{batch} * SPLIT_K <= 65535",
+        ],
+    )
+
 
 def smem_bytes(cfg: dict[str, int]) -> int:
     """Shared memory of one block at ``cfg`` (the spec's SMEM expression, in Python)."""
@@ -66,18 +117,29 @@ def smem_bytes(cfg: dict[str, int]) -> int:
 
 def sgemm_tf32x3(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     a, b = m.inputs[0].name, m.inputs[1].name
-    src = render(TEMPLATE, kernel=KERNEL, has_bias=False, statements=(), expr="v", n_ep=0)
+    split = split_k_of(defaults)
+    src = render(TEMPLATE, kernel=KERNEL, has_bias=False, statements=(), expr="v", n_ep=0, split_k=split > 1)
     d = pick(defaults, DEFAULTS)
     rows, inner, cols = f"{a}.shape[0]", f"{a}.shape[1]", f"{b}.shape[1]"
+    step = dict(kernel=KERNEL, grid=[f"({rows} // BM) * ({cols} // BN)"], block=[THREADS], shared_mem=SMEM,
+                args=[{"name": a}, {"name": b}, {"name": "out"}, {"kind": "int32", "value": rows},
+                      {"kind": "int32", "value": cols}, {"kind": "int32", "value": inner}])
+    plan = dict(steps=[step], constraints=[])
+    tunables = {k: list(v) for k, v in TUNABLES.items()}
+    if split > 1:
+        plan = split_k_plan(step, rows, cols, inner, "1")
+        tunables["SPLIT_K"], d["SPLIT_K"] = list(SPLIT_VALUES), split
     return make_spec(
         SPEC_NAME,
         "fp32 GEMM on the tensor cores at fp32 accuracy (3xTF32): each operand split into tf32 hi + lo, "
         "lo*hi + hi*lo + hi*hi per k8 step with mma.sync m16n8k8 (small terms first), per-k-tile fp32 "
         "partial sums (FLUSH), cp.async STAGES-deep ring, k/n-permuted shared layout for float2/float4 "
-        "conflict-free fragment loads and float4 stores, grouped block order for L2 reuse",
+        "conflict-free fragment loads and float4 stores, grouped block order for L2 reuse"
+        + (SPLIT_DESCRIPTION if split > 1 else ""),
         src,
-        {k: list(v) for k, v in TUNABLES.items()},
+        tunables,
         d,
+        scratch=plan.get("scratch", []),
         constraints=[
             f"{inner} == {b}.shape[0]",
             f"{rows} % BM == 0", f"{cols} % BN == 0", f"{inner} % BK == 0",
@@ -92,11 +154,15 @@ def sgemm_tf32x3(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
             "FLUSH == 0 or FLUSH == 1",
             f"{rows} < 2**31 and {cols} < 2**31 and {inner} < 2**31",
             f"({rows} // BM) * ({cols} // BN) < 2**31",
+            *plan["constraints"],
         ],
-        steps=[dict(kernel=KERNEL, grid=[f"({rows} // BM) * ({cols} // BN)"], block=[THREADS], shared_mem=SMEM,
-                    args=[{"name": a}, {"name": b}, {"name": "out"}, {"kind": "int32", "value": rows},
-                          {"kind": "int32", "value": cols}, {"kind": "int32", "value": inner}])],
+        steps=plan["steps"],
     )
+
+
+SPLIT_TEXT = ("Split K across CTAs when the output has too few tiles to fill the GPU: SPLIT_K blocks per output "
+              "tile each multiply a slice of the k tiles into fp32 partial tiles, summed in a fixed order (slice 0 "
+              "first: the same result every run, no atomics) by a second small kernel that applies the epilogue.")
 
 
 # catalogue ideas for the built-in "matmul" family (the lead adds them to catalog.CATALOG["matmul"])
@@ -119,6 +185,9 @@ TF32_IDEAS: tuple[Entry, ...] = (
     Entry("mm-tf32x3-pipeline", "Retune the cp.async ring of the 3xTF32 GEMM: more stages or a shorter k tile, "
           "so more tiles are in flight while the tensor cores work.", A, "0-10%", VARIANT,
           ({"STAGES": 4, "BK": 16}, {"STAGES": 2}), after=frozenset({VARIANT})),
+    Entry("mm-tf32x3-splitk", SPLIT_TEXT, PAR, "up to SPLIT_K x where the output's tiles leave most SMs idle "
+          "(a long K, a small M x N); not offered where they fill two waves", VARIANT,
+          ({"SPLIT_K": 8}, {"SPLIT_K": 16, "BM": 64, "WM": 32}), after=frozenset({VARIANT})),
     Entry("mm-tf32x3-l2", "Tune the grouped block order (GROUP_M) of the 3xTF32 GEMM for L2 reuse of A and B.",
           M, "0-5%", VARIANT, ({"GROUP_M": 1},), after=frozenset({VARIANT})),
 )

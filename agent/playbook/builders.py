@@ -15,6 +15,7 @@ from typing import Callable
 from kerngen.harness.spec.spec import KernelSpec
 
 from kerngen.agent.playbook.builders_gemm import conv2d_direct, conv2d_igemm, conv_relu_pool, sgemm_simple, sgemm_tiled
+from kerngen.agent.playbook.build_conv_tf32 import conv2d_tf32x3
 from kerngen.agent.playbook.build_tf32 import sgemm_tf32x3
 from kerngen.agent.playbook.builders_rows import elementwise_vec, layernorm_coop, layernorm_split, rmsnorm_two_pass, rows_reg, softmax_long
 from kerngen.agent.playbook.match import FamilyMatch
@@ -30,7 +31,7 @@ VARIANTS: dict[str, dict[str, Builder]] = {
     "softmax": {"rows_reg": rows_reg, "long": softmax_long},
     "layernorm": {"rows_reg": rows_reg, "split": layernorm_split, "coop": layernorm_coop},
     "rmsnorm": {"rows_reg": rows_reg, "two_pass": rmsnorm_two_pass},
-    "conv2d": {"direct": conv2d_direct, "igemm": conv2d_igemm},
+    "conv2d": {"direct": conv2d_direct, "igemm": conv2d_igemm, "tf32x3": conv2d_tf32x3},
     "conv_relu_maxpool": {"fused": conv_relu_pool},
     "matmul": {"tiled": sgemm_tiled, "simple": sgemm_simple, "tf32x3": sgemm_tf32x3},
 }

@@ -6,6 +6,7 @@ a parent built from one of the variants in ``after``."""
 from __future__ import annotations
 
 from kerngen.agent.playbook.entry import A, C, CF, Entry, M, PAR
+from kerngen.agent.playbook.build_conv_tf32 import CONV2D_IDEAS
 from kerngen.agent.playbook.build_tf32 import TF32_IDEAS
 from kerngen.agent.playbook.registry import REGISTRY
 
@@ -182,4 +183,5 @@ CATALOG: dict[str, list[Entry]] = {
 }
 
 CATALOG["matmul"] += TF32_IDEAS  # fp32 on the tensor cores, split precision (build_tf32)
+CATALOG["conv2d"] += CONV2D_IDEAS  # the same for the convolution (build_conv_tf32)
 CATALOG.update({f.name: list(f.ideas) for f in REGISTRY})

@@ -17,6 +17,7 @@ import ast
 from typing import Any
 
 from kerngen.agent.playbook import build_conv_epi as build
+from kerngen.agent.playbook.build_conv_tf32 import CONV_EPI_IDEAS, conv_epi_tf32x3
 from kerngen.agent.playbook.entry import A, C, CF, Entry, M, PAR
 from kerngen.agent.playbook.epilogue import Epilogue, trace_epilogue
 from kerngen.agent.playbook.family import Family
@@ -189,7 +190,8 @@ IDEAS: tuple[Entry, ...] = (
 FAMILY = Family(
     name=NAME,
     recognise=recognise,
-    variants={"igemm": build.conv_epi_igemm, "direct": build.conv_epi_direct, "depthwise": build.conv_epi_depthwise},
-    ideas=IDEAS,
+    variants={"igemm": build.conv_epi_igemm, "direct": build.conv_epi_direct, "depthwise": build.conv_epi_depthwise,
+              "tf32x3": conv_epi_tf32x3},
+    ideas=IDEAS + CONV_EPI_IDEAS,
     spec_names={v: build.SPEC_PREFIX + v for v in build.VARIANT_NAMES},
 )

@@ -137,10 +137,6 @@ def read_problem(problem: Any) -> Read:
     params = _tensors(getattr(info, "params", None))
     outputs = _tensors(getattr(info, "outputs", None))
     source = _source(problem)
-    name = str(getattr(problem, "name", "") or getattr(info, "name", "") or "")
-    low = source.lower()
-    if "attention" in low or "scaled_dot_product" in low or "attention" in name.lower():
-        raise NotCovered("the playbook does not cover attention; use an LLM proposer (--proposer llm)")
     if not inputs or not outputs:
         raise NotCovered("the problem has no tensor inputs or outputs the playbook can read")
     if len(outputs) != 1:

@@ -14,6 +14,7 @@ from kerngen.harness.spec.spec import KernelSpec
 from kerngen.harness.tune.prune import static_reason
 
 from kerngen.agent.playbook import builders
+from kerngen.agent.playbook.build_conv_tf32 import CONV2D_SPEC_NAME
 from kerngen.agent.playbook.build_tf32 import SPEC_NAME
 from kerngen.agent.playbook.catalog import CATALOG, Entry
 from kerngen.agent.playbook.coverage import Offer, default_limits, offer
@@ -33,6 +34,7 @@ _NAMES: dict[tuple[str, str], str] = {
     ("rmsnorm", "two_pass"): "playbook-rmsnorm-two-pass",
     ("conv2d", "direct"): "playbook-conv2d-direct",
     ("conv2d", "igemm"): "playbook-conv2d-igemm",
+    ("conv2d", "tf32x3"): CONV2D_SPEC_NAME,
     ("conv_relu_maxpool", "fused"): "playbook-conv-relu-maxpool",
     ("matmul", "tiled"): "playbook-matmul-sgemm",
     ("matmul", "simple"): "playbook-matmul-simple",

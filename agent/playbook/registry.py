@@ -7,6 +7,7 @@ norms, losses, pooling and scans. Each returns None for problems that are not it
 
 from __future__ import annotations
 
+from kerngen.agent.playbook import fam_attention  # the most specific: first
 from kerngen.agent.playbook import (fam_conv_epi, fam_conv_nd, fam_conv_tail, fam_gemm, fam_gemm_rows, fam_loss, fam_norm,
                                    fam_pool, fam_reduce, fam_scan)
 from kerngen.agent.playbook.family import Family
@@ -14,7 +15,8 @@ from kerngen.agent.playbook.family import Family
 __all__ = ["REGISTRY", "by_name"]
 
 REGISTRY: tuple[Family, ...] = tuple(
-    f for f in (fam_gemm_rows.FAMILY, fam_gemm.FAMILY, fam_conv_tail.FAMILY, fam_conv_epi.FAMILY, fam_conv_nd.FAMILY,
+    f for f in (fam_attention.FAMILY,
+                fam_gemm_rows.FAMILY, fam_gemm.FAMILY, fam_conv_tail.FAMILY, fam_conv_epi.FAMILY, fam_conv_nd.FAMILY,
                 fam_reduce.FAMILY, fam_norm.FAMILY, fam_loss.FAMILY, fam_pool.FAMILY, fam_scan.FAMILY) if f is not None)
 
 

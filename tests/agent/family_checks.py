@@ -29,6 +29,17 @@ def seeds(ref: ProblemRef) -> list[Candidate]:
     return [Candidate(spec=s) for s in specs]
 
 
+def problem_files(root: Path, template: str, cases: dict[str, tuple], fields: tuple[str, ...]) -> dict:
+    """Each case written as a problem file (``template`` formatted with ``fields`` zipped with the
+    case's values) in ``root`` and loaded: name -> problem."""
+    out = {}
+    for name, values in cases.items():
+        path = root / f"{name}.py"
+        path.write_text(template.format(**dict(zip(fields, values, strict=True))))
+        out[name] = load_problem(str(path))
+    return out
+
+
 def assert_all_pass(pool, ref: ProblemRef, cands: list[Candidate], *, seeds_n: int = 3, budget_ms: float = 30,
                     timeout_s: float = 600) -> None:
     results = pool.evaluate(ref, cands, EvalOptions(seeds=seeds_n, budget_ms=budget_ms, timeout_s=timeout_s))

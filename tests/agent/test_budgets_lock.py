@@ -161,7 +161,8 @@ def test_wall_budget_ends_within_ten_percent_with_slow_evaluations_and_tuning(tm
                         budget=budget, config=SearchConfig(beam=2, ideas=3, branches=3, repairs=1), usage=usage)
     took = time.monotonic() - t0
     assert out.reason.kind is StopKind.wall_minutes
-    assert limit_s <= usage.wall_s and took <= 1.1 * limit_s, (took, out.reason)
+    # within 10% either way: the evaluator's deadline ends a chunk about one candidate before the end
+    assert 0.9 * limit_s <= usage.wall_s and took <= 1.1 * limit_s, (took, out.reason)
     assert ev.evaluated > 40  # it did work up to the end: several rounds and tunings
     tuned = [n for n in out.tree.nodes.values() if n.tuned is not None and n.tuned.config]
     assert tuned

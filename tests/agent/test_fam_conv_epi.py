@@ -169,8 +169,8 @@ KB_NOT_MINE = {"level1/50_conv_standard_2D__square_input__square_kernel.py": "fa
                "level1/86_conv_depthwise_separable_2D.py": "one nn.Conv2d"}
 # which variants each kind of KernelBench problem is offered at its own size (sm_90 limits)
 KB_OFFERED = {"level1/82_conv_depthwise_2D_square_input_square_kernel.py": ["depthwise"],
-              "level1/76_conv_standard_1D_dilated_strided__.py": ["igemm", "direct"],
-              "level2/54_Conv2d_Multiply_LeakyReLU_GELU.py": ["igemm", "direct"]}
+              "level1/76_conv_standard_1D_dilated_strided__.py": ["igemm", "direct", "tf32x3"],
+              "level2/54_Conv2d_Multiply_LeakyReLU_GELU.py": ["igemm", "direct", "tf32x3"]}
 
 
 @needs_kb
@@ -214,9 +214,9 @@ def test_depthwise_problems_get_the_depthwise_kernel_only(problems, name):
     if m.facts["C"] == m.facts["G"]:
         assert offered == ["depthwise"]
     elif (m.facts["OC"] // m.facts["G"]) % 4:  # the direct kernel reads its channels' weights as float4
-        assert offered == ["igemm"]
+        assert offered == ["igemm", "tf32x3"]
     else:
-        assert offered == ["igemm", "direct"]
+        assert offered == ["igemm", "direct", "tf32x3"]
 
 
 def test_specs_compile_for_sm90_at_default_and_sampled_configs(problems):
@@ -281,7 +281,7 @@ def test_idea_branches_name_tunables_of_their_variant(problems):
                     assert set(branch) <= set(spec.tunables), (e.id, branch)
 
 
-@pytest.mark.parametrize("name, first", [("conv2d_bias_relu", {"cepi-igemm", "cepi-direct"}),
+@pytest.mark.parametrize("name, first", [("conv2d_bias_relu", {"cepi-igemm", "cepi-direct", "cepi-tf32x3"}),
                                          ("depthwise_mult_strided_tanh", {"cepi-depthwise"})])
 def test_proposer_starts_with_the_offered_variants_and_refines_its_parent(problems, name, first):
     prop = PlaybookProposer(problems[name])

@@ -17,6 +17,7 @@ from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.spec import plan
 from kerngen.problems.load import load_problem
+from tests.agent.family_checks import problem_files
 from tests.emu.runner import available, emulate
 
 KB = Path("/work/shared/kernelbench")
@@ -64,13 +65,7 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def problems(tmp_path_factory):
-    root = tmp_path_factory.mktemp("conv_nd")
-    out = {}
-    for name, (ctor, init, body, inputs) in CASES.items():
-        path = root / f"{name}.py"
-        path.write_text(PROBLEM.format(ctor=ctor, init=init, body=body, inputs=inputs))
-        out[name] = load_problem(str(path))
-    return out
+    return problem_files(tmp_path_factory.mktemp("conv_nd"), PROBLEM, CASES, ("ctor", "init", "body", "inputs"))
 
 
 def test_output_sizes_are_torchs():

@@ -1,9 +1,10 @@
 """The gemm family's 3xTF32 variant (#19): the fused-epilogue GEMM on the tensor cores at fp32
 accuracy. Offered where its tiles divide the shape and A is row-major (nn.Linear, batched and
 transposed-B products of KernelBench), never for a triangle mask; its specs resolve against the
-files' own sizes and compile with NVRTC for sm_90 and sm_80 without spills. The numbers are the GPU
-tier's (tests/agent/test_gpu_gemm_tf32.py): the mma.sync PTX has no CPU model here beyond
-tests/agent/test_tf32.py's split arithmetic."""
+files' own sizes and compile with NVRTC for sm_90 and sm_80 without spills; so does its split-K plan
+(SPLIT_K 2 and 4, on resized copies whose outputs have few tiles: the files' own sizes fill the GPU and
+are refused it). The numbers are the emulator's (tests/agent/test_emu_tf32.py) and the GPU tier's
+(tests/agent/test_gpu_gemm_tf32.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from kerngen.agent.playbook.proposer import variant_of_spec
 from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.spec import plan
 from kerngen.problems.load import load_problem
+from tests.agent.family_checks import resized_copy
 
 KB = Path("/work/shared/kernelbench")
 pytestmark = pytest.mark.skipif(not (KB / "level1").is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
@@ -69,3 +71,37 @@ def test_not_offered_where_it_cannot_serve_and_said_why(name, why):
     dropped = {v.variant: v.why for v in o.dropped}
     assert VARIANT not in [v.variant for v in o.offered] and why in dropped[VARIANT]
     assert o.offered  # an FFMA kernel still serves it
+
+
+# split-K at sizes of few output tiles: (file, its resized sizes, launch args of the two kernels, batch)
+SPLIT_CASES = {
+    "level2/76_Gemm_Add_ReLU.py": (dict(batch_size=128, in_features=4096, out_features=256),
+                                   ["x", "gemm.weight", "partials"], ["partials", "bias", "out"], 1),
+    "level1/3_Batched_matrix_multiplication.py": (dict(batch_size=4, m=128, k=4096, n=128),
+                                                  ["A", "B", "partials"], ["partials", "out"], 4),
+}
+
+
+@pytest.mark.parametrize("split", [2, 4])
+@pytest.mark.parametrize("name", list(SPLIT_CASES))
+def test_split_k_plan_and_compiles(tmp_path, name, split):
+    sizes, main_args, sum_args, batch = SPLIT_CASES[name]
+    m = explain(load_problem(str(resized_copy(KB / name, tmp_path, **sizes))))
+    spec = builders.build(m, VARIANT, {"SPLIT_K": split})
+    r = plan.resolve(spec, sizes={}, tensors=m.tensor_facts())
+    main, reduce = r.launches
+    assert [a.name for a in main.args if a.name] == main_args and main.grid[2] == batch * split
+    assert [a.name for a in reduce.args if a.name] == sum_args and reduce.args[-1].value == batch
+    assert [(s.name, s.size) for s in r.scratch] == [("partials", split * batch * m.outputs[0].shape[-2]
+                                                      * m.outputs[0].shape[-1])]
+    for arch in ("sm_90", "sm_80"):
+        res = compile_job(job_for(spec, r, arch), cache=None).info.worst()
+        assert res.spill_stores == 0 and 0 < res.registers <= 255, (arch, res)
+
+
+@pytest.mark.parametrize("name", list(SPLIT_CASES))
+def test_split_k_is_refused_at_the_files_own_size_and_absent_by_default(name):
+    m, spec, r = _resolved(name)
+    assert "SPLIT_K" not in spec.tunables and len(r.launches) == 1  # the single fused launch
+    with pytest.raises(Exception, match="constraint"):
+        plan.resolve(builders.build(m, VARIANT, {"SPLIT_K": 2}), sizes={}, tensors=m.tensor_facts())

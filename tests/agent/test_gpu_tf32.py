@@ -1,15 +1,20 @@
 """GPU tier of the 3xTF32 fp32 GEMM (``build_tf32.sgemm_tf32x3``): the kernel passes the harness's
 full check on the suite's matmul, an odd admissible shape and matmul_wide; plain TF32 (TERMS 1)
 is rejected on matmul_wide; and its error against an fp64 product is measured beside
-torch.matmul's fp32 (TF32 off), printed, and held to at most twice torch's (run with ``-s``)."""
+torch.matmul's fp32 (TF32 off), printed, and held to at most twice torch's (run with ``-s``). Split-K:
+on KernelBench's large-K matmul (256 x 256 outputs, K = 524288: 8 tiles for 132 SMs) every SPLIT_K passes
+the full check (two runs must agree: the ordered sum is deterministic), and its time is printed beside
+SPLIT_K 1 and torch."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import torch
 
 from kerngen.agent.playbook import explain
-from kerngen.agent.playbook.build_tf32 import NO_FLUSH, TERMS_PLAIN, sgemm_tf32x3
+from kerngen.agent.playbook.build_tf32 import NO_FLUSH, SPLIT_VALUES, TERMS_PLAIN, sgemm_tf32x3
 from kerngen.expr import TensorFacts
 from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.evaluator import Candidate, EvalOptions
@@ -23,6 +28,8 @@ pytestmark = pytest.mark.gpu
 SUITE = ProblemRef(source="matmul")  # 4096^3
 WIDE = ProblemRef(source="matmul_wide")  # 4096^3, inputs over ten orders of magnitude
 PASSING = [SUITE, ProblemRef(source="matmul", shape=(1152, 640, 800)), WIDE]
+LARGE_K = Path("/work/shared/kernelbench/level1/6_Matmul_with_large_K_dimension_.py")
+SPLIT_TILES = ({}, {"BM": 64, "WM": 32})  # the default 128 x 64 tile (8 of them here), and 64 x 64 (16)
 
 
 def _spec(ref: ProblemRef, defaults: dict | None = None):
@@ -80,3 +87,22 @@ def test_error_against_fp64_is_at_most_twice_torch_fp32(ref):
     print(f"\n{ref.label()} vs fp64: tf32x3 max {ours[0]:.3g} rel {ours[1]:.3g}; torch fp32 max {theirs[0]:.3g} "
           f"rel {theirs[1]:.3g}; tf32x3 FLUSH 0 max {no_flush[0]:.3g} rel {no_flush[1]:.3g}")
     assert ours[1] <= 2 * theirs[1] and ours[0] <= 2 * theirs[0]
+
+
+@pytest.mark.skipif(not LARGE_K.is_file(), reason="no KernelBench copy at /work/shared/kernelbench")
+def test_split_k_passes_and_beats_one_slice_on_the_large_k_matmul(pool):
+    ref = ProblemRef(source=str(LARGE_K))
+    split = _spec(ref, {"SPLIT_K": SPLIT_VALUES[0]})
+    cands = [Candidate(spec=_spec(ref))] + [Candidate(spec=split, config={**tile, "SPLIT_K": s})
+                                            for tile in SPLIT_TILES for s in SPLIT_VALUES]
+    results = pool.evaluate(ref, cands, EvalOptions(seeds=3, budget_ms=200, timeout_s=600))
+    bad = [f"{r.config}: {r.verdict.value} {r.message}" for r in results if not r.ok]
+    assert not bad, "\n".join(bad)
+    base = pool.baseline(ref, with_compile=False)
+    one, best = results[0], min(results[1:], key=lambda r: r.ms)
+    for r in results:
+        print(f"\n  {r.config}: {r.ms:.3f} ms")
+    torch_ms = base.eager.median_ms
+    print(f"\n{LARGE_K.name}: SPLIT_K 1 {one.ms:.3f} ms ({torch_ms / one.ms:.2f}x torch); best split "
+          f"{best.config} {best.ms:.3f} ms ({torch_ms / best.ms:.2f}x torch); torch fp32 {torch_ms:.3f} ms")
+    assert best.ms < one.ms

@@ -34,11 +34,10 @@ EXPECTED = {
     "kb_relu": "elementwise",
     "kb_softmax_named": "softmax",
 }
-REFUSED = {"suite_attention": "attention", "kb_attention": "attention", "kb_softmax_dim0": "dim 0",
-           "kb_softmax_scaled": "other ops"}
+REFUSED = {"kb_softmax_dim0": "dim 0", "kb_softmax_scaled": "other ops"}
 BUILTINS = {
     "softmax": "softmax", "layernorm": "layernorm", "rmsnorm": "rmsnorm", "gelu": "elementwise",
-    "conv2d": "conv2d", "conv_relu_maxpool": "conv_relu_maxpool", "matmul": "matmul",
+    "conv2d": "conv2d", "conv_relu_maxpool": "conv_relu_maxpool", "matmul": "matmul", "attention": "attention",
 }
 
 
@@ -122,8 +121,6 @@ def test_builtin_suite():
         facts.update({"out": TensorFacts(tuple(p.info.outputs[0].shape))})
         for spec in specs:
             plan.resolve(spec, sizes=dict(getattr(p.info, "sizes", {}) or {}), tensors=facts)
-    att = load_problem("attention")
-    assert recognise_family(att) is None and "attention" in why_not(att)
 
 
 WIDE_LINEAR = """
@@ -387,14 +384,14 @@ def test_proposer_skips_ideas_already_tried():
 
 
 def test_proposer_for_a_problem_it_does_not_cover():
-    prop = PlaybookProposer(_kb("kb_attention"))
-    assert prop.match is None and "attention" in prop.reason
+    prop = PlaybookProposer(_kb("kb_softmax_dim0"))
+    assert prop.match is None and "dim 0" in prop.reason
     ctx = SearchContext(problem_name="a", problem_source="", problem_summary="", gpu=GpuFacts(name="H100"))
     assert prop.ideas(ctx, None, 3) == []
     from kerngen.agent.proposer import Idea
 
     (b,) = prop.implement(ctx, None, Idea(text="x", category=Category.compute), 2)
-    assert b.spec is None and "attention" in b.error
+    assert b.spec is None and "dim 0" in b.error
 
 
 def test_matmul_repair_offers_the_safe_gemm():
@@ -408,7 +405,7 @@ def test_matmul_repair_offers_the_safe_gemm():
 
 
 def test_seed_specs():
-    assert seed_specs(_kb("kb_attention")) == []
+    assert seed_specs(_kb("kb_softmax_dim0")) == []
     specs = seed_specs(_kb("suite_softmax"))
     assert [s.name for s in specs] == ["playbook-softmax-long"]
     for s in seed_specs(_kb("suite_conv2d")):

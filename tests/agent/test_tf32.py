@@ -1,7 +1,9 @@
 """3xTF32 fp32 GEMM, CPU tier: the matmul_wide problem has teeth (a TF32 product fails it, the
 3-term split passes it, kernels that only work on N(0, 1) data fail it, correct fp32 stays well
 inside it), the template's index algebra (fragment layouts, k/n permutations, epilogue) and
-shared-memory banks checked in Python, the spec's constraints, and NVRTC compiles for sm_90/sm_80.
+shared-memory banks checked in Python, the spec's constraints, and NVRTC compiles for sm_90/sm_80;
+split-K's plan (SPLIT_K absent or 1: the single launch as before; > 1: two launches and a scratch, offered
+only for outputs of few tiles) and its compiles. Its numbers are the emulator's (test_emu_tf32.py).
 
 Numerical models here are emulations of the kernel's arithmetic, not of a GPU: products of tf32
 operands are exact in float64, a k8 step adds their sum to the accumulator with one rounding to
@@ -16,8 +18,8 @@ import pytest
 import torch
 
 from kerngen.agent.playbook import explain
-from kerngen.agent.playbook.build_tf32 import (DEFAULTS, SPEC_NAME, TERMS_PLAIN, TERMS_SPLIT, TF32_IDEAS, VARIANT,
-                                               sgemm_tf32x3, smem_bytes)
+from kerngen.agent.playbook.build_tf32 import (DEFAULTS, SPEC_NAME, SPLIT_MAX_OUTPUTS, SPLIT_VALUES, TERMS_PLAIN,
+                                               TERMS_SPLIT, TF32_IDEAS, VARIANT, sgemm_tf32x3, smem_bytes)
 from kerngen.agent.playbook.match import FamilyMatch, Tensor
 from kerngen.agent.playbook.render import MAX_SMEM
 from kerngen.harness.compile.compiler import compile_job, job_for
@@ -30,6 +32,7 @@ from kerngen.problems.registry import is_builtin
 
 SMALL = (128, 128, 512)  # M, N, K of the CPU checks (the proof of teeth runs at this size)
 SUITE = (4096, 4096, 4096)
+LARGE_K = (256, 256, 131072 * 4)  # KernelBench level 1 6_Matmul_with_large_K_dimension_: 8 tiles of 128 x 64
 ARCHS = ("sm_90", "sm_80")
 FP32_REL_LIMIT = 1e-5  # the harness's ||out - ref|| / ||ref|| limit for fp32 outputs
 
@@ -352,7 +355,7 @@ def test_catalogue_ideas_resolve_and_compile_without_spills():
     seen = set()
     for e in TF32_IDEAS:
         for branch in e.branches:
-            spec, r = _resolve(SUITE, branch)
+            spec, r = _resolve(LARGE_K if "SPLIT_K" in branch else SUITE, branch)  # split-K: few tiles only
             assert spec.default_config()["TERMS"] == TERMS_SPLIT
             key = spec.content_hash()
             if key in seen:
@@ -360,3 +363,59 @@ def test_catalogue_ideas_resolve_and_compile_without_spills():
             seen.add(key)
             res = compile_job(job_for(spec, r, "sm_90"), cache=None).info.worst()
             assert res.spill_stores == 0, (e.id, branch, res)
+
+
+# ----- split-K ------------------------------------------------------------------------------------
+def test_split_k_absent_or_1_is_the_single_launch_plan():
+    spec, r = _resolve(LARGE_K)
+    assert sgemm_tf32x3(_match(*LARGE_K), {"SPLIT_K": 1}) == spec
+    assert "SPLIT_K" not in spec.tunables and not spec.scratch and "_sum" not in spec.source
+    (launch,) = r.launches
+    assert launch.grid == (8, 1, 1) and [a.name for a in launch.args if a.name] == ["A", "B", "out"]
+
+
+@pytest.mark.parametrize("split", [2, 4])
+def test_split_k_plan_is_partials_then_an_ordered_sum(split):
+    spec, r = _resolve(LARGE_K, {"SPLIT_K": split})
+    assert spec.tunables["SPLIT_K"] == list(SPLIT_VALUES) and spec.defaults["SPLIT_K"] == split
+    main, reduce = r.launches
+    assert main.kernel == "sgemm_tf32x3" and main.grid == (8, 1, split) and main.shared_mem == smem_bytes(spec.defaults)
+    assert [a.name or a.value for a in main.args] == ["A", "B", "partials", 256, 256, LARGE_K[2]]
+    assert reduce.kernel == "sgemm_tf32x3_sum" and reduce.grid == (256 * 256 // 1024, 1, 1) and reduce.block == (256, 1, 1)
+    assert [a.name or a.value for a in reduce.args] == ["partials", "out", 256, 256, 1]
+    (scratch,) = r.scratch
+    assert (scratch.name, scratch.size) == ("partials", split * 256 * 256)
+
+
+def test_split_k_is_not_offered_where_the_tiles_fill_two_waves():
+    spec = sgemm_tf32x3(_match(*SUITE), {"SPLIT_K": 2})
+    facts = _match(*SUITE).tensor_facts()
+    assert SUITE[0] * SUITE[1] >= SPLIT_MAX_OUTPUTS > 2048 * 2048  # 4096^2 fills two waves; 2048^2 does not
+    for bm, bn, split in itertools.product(spec.tunables["BM"], spec.tunables["BN"], SPLIT_VALUES):
+        with pytest.raises(Exception, match="constraint"):
+            plan.resolve(spec, sizes={}, tensors=facts, config=dict(spec.defaults, BM=bm, BN=bn, SPLIT_K=split))
+
+
+def test_split_k_keeps_every_slice_non_empty_and_takes_only_its_values():
+    _resolve((256, 256, 5 * 32), {"SPLIT_K": 2})  # 5 k tiles: 3 + 2
+    with pytest.raises(Exception, match="constraint"):
+        _resolve((256, 256, 5 * 32), {"SPLIT_K": 4})  # slices of 2: 2 + 2 + 1 + 0
+    with pytest.raises(ValueError, match="SPLIT_K 3"):
+        sgemm_tf32x3(_match(*LARGE_K), {"SPLIT_K": 3})
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("split", [2, 4])
+def test_split_k_compiles_without_spills(arch, split):
+    spec, r = _resolve(LARGE_K, {"SPLIT_K": split})
+    res = compile_job(job_for(spec, r, arch), cache=None).info.worst()
+    assert res.spill_stores == 0 and res.spill_loads == 0 and 0 < res.registers <= 255, res
+
+
+def test_split_k_idea_renders_only_for_a_few_tiles():
+    (idea,) = [e for e in TF32_IDEAS if "SPLIT_K" in str(e.branches)]
+    for branch in idea.branches:
+        spec, r = _resolve(LARGE_K, branch)
+        assert len(r.launches) == 2 and r.config["SPLIT_K"] == branch["SPLIT_K"]
+        with pytest.raises(Exception, match="constraint"):
+            _resolve(SUITE, branch)

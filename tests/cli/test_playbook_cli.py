@@ -3,6 +3,8 @@ out for ``kerngen tune`` (no GPU)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from typer.testing import CliRunner
 
 import kerngen.cli.app
@@ -48,8 +50,8 @@ def test_bad_variant_and_uncovered_problem_are_one_line_errors(tmp_path):
     # without --out too: an unknown variant is an error, not silently ignored
     res = invoke("playbook", "layernorm", "--variant", "cop")
     assert res.exit_code == 2 and "unknown --variant 'cop'" in stderr_of(res) and "coop" in stderr_of(res)
-    res = invoke("playbook", "attention")
-    assert res.exit_code == 2 and "nothing for attention" in stderr_of(res)
+    res = invoke("playbook", str(Path(__file__).resolve().parents[1] / "data" / "playbook" / "kb_softmax_dim0.py"))
+    assert res.exit_code == 2 and "nothing for" in stderr_of(res) and "dim 0" in stderr_of(res)
     res = invoke("playbook", "conv2d", "--out", str(tmp_path / "missing" / "x.json"))
     assert res.exit_code == 2 and "cannot write" in stderr_of(res)
 
@@ -67,13 +69,13 @@ def test_a_folder_lists_each_file_and_the_count_covered(tmp_path):
     assert res.exit_code == 0, res.output
     lines = res.output.strip().splitlines()
     assert lines[0].startswith("2_broken.py  -: does not load:")  # numeric order: 2, 3, 19
-    assert lines[1].startswith("3_attention.py  -: the playbook does not cover attention")
+    assert lines[1] == "3_attention.py  attention [fa2]"
     assert lines[2] == "19_ReLU.py  elementwise [vec]"
-    assert lines[-1] == "1 of 3 files have a playbook kernel (sm_90 limits); families: elementwise"
+    assert lines[-1] == "2 of 3 files have a playbook kernel (sm_90 limits); families: attention, elementwise"
     res = invoke("playbook", str(tmp_path), "--json")
     assert res.exit_code == 0, res.output
     got = json.loads(res.output)
-    assert got["files"] == 3 and got["covered"] == 1
+    assert got["files"] == 3 and got["covered"] == 2
     assert got["rows"][2] == {"file": "19_ReLU.py", "family": "elementwise", "variants": ["vec"], "why": ""}
 
 

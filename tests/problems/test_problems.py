@@ -28,7 +28,8 @@ from kerngen.problems.torch_modes import strict_fp32
 
 DATA = Path(__file__).parents[1] / "data" / "kernelbench"
 
-BUILTINS = ["softmax", "layernorm", "rmsnorm", "gelu", "conv2d", "conv_relu_maxpool", "matmul", "matmul_wide", "attention"]
+BUILTINS = ["softmax", "layernorm", "rmsnorm", "gelu", "conv2d", "conv2d_wide", "conv_relu_maxpool", "matmul", "matmul_wide",
+            "attention"]
 
 # small shapes for running the references on the CPU (attention stays bf16: CPU SDPA supports it)
 SMALL = {
@@ -37,6 +38,7 @@ SMALL = {
     "rmsnorm": (32, 128),
     "gelu": (64, 128),
     "conv2d": (2, 3, 48, 48),
+    "conv2d_wide": (2, 3, 48, 48),
     "conv_relu_maxpool": (2, 3, 16, 16),
     "matmul": (32, 48, 64),
     "matmul_wide": (32, 48, 64),

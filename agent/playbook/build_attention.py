@@ -1,0 +1,186 @@
+"""Variant builders of the ``attention`` family (each ``(match, defaults) -> KernelSpec``):
+
+- ``fa2``: FlashAttention-2 style forward on the tensor cores (bf16/fp16, head dim 64 or 128):
+  ``templates/attention_fa2.cu.j2``, whose header gives the tiling, the pipeline and the mma/ldmatrix
+  fragment layouts;
+- ``simt``: the same online softmax in fp32 FFMA for fp32 inputs of any head dim (a multiple of 4;
+  KernelBench's 97 has D = 1024): ``templates/attention_simt.cu.j2``. fp32 stays fp32: no TF32.
+
+The match's facts (made by :mod:`.fam_attention`): ``q``, ``k``, ``v`` (input names), ``dtype``,
+``causal``, ``scale`` (None: PyTorch's default 1/sqrt(D), else the constant), ``nd`` (the rank of q),
+``what`` (a human description). Shapes enter as expressions over the bound tensors, so a spec follows
+the tensors it is resolved against; constraints reject what the kernels cannot do.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from kerngen.harness.spec.spec import KernelSpec
+
+from kerngen.agent.playbook.match import FamilyMatch
+from kerngen.agent.playbook.render import make_spec, pick, render
+
+__all__ = ["FA2_DEFAULTS", "MAX_SMEM_SM80", "SIMT_DEFAULTS", "SPEC_NAMES", "TENSOR_CORE_DTYPES",
+           "TENSOR_CORE_HEAD_DIMS", "attention_fa2", "attention_simt", "fa2_smem_bytes"]
+
+FAMILY = "attention"  # the spec names are f"playbook-attention-{variant}" (Family.spec_name)
+TENSOR_CORE_DTYPES = ("bfloat16", "float16")
+TENSOR_CORE_HEAD_DIMS = (64, 128)
+# every offered configuration fits both an A100 (sm_80: 163 KB a block, opted in) and an H100 (227 KB)
+MAX_SMEM_SM80 = 166912
+LOG2E = math.log2(math.e)
+SPEC_NAMES = {v: f"playbook-{FAMILY}-{v}" for v in ("fa2", "simt")}
+
+# defaults per head dim. D = 128: 8 warps of 16 query rows on a 128 x 64 tile, K/V double-buffered, XOR
+# swizzle (FlashAttention-2's H100 tile for causal head dim 128); D = 64: 4 warps of 32 rows (two m16
+# tiles a warp: each K/V fragment feeds two mmas)
+FA2_DEFAULTS = {
+    128: dict(BLOCK_M=128, BLOCK_N=64, WARPS=8, STAGES=2, SWIZZLE=1),
+    64: dict(BLOCK_M=128, BLOCK_N=64, WARPS=4, STAGES=2, SWIZZLE=1),
+}
+FA2_TUNABLES = dict(BLOCK_M=[64, 128], BLOCK_N=[32, 64, 128], WARPS=[4, 8], STAGES=[2, 3, 4], SWIZZLE=[0, 1])
+FA2_THREADS = "32 * WARPS"
+FA2_MI = "(BLOCK_M // (16 * WARPS))"  # m16 tiles of one warp
+FA2_ROW = "(HEAD_DIM if SWIZZLE else HEAD_DIM + 8)"  # elements between rows in shared memory
+FA2_SMEM = f"2 * {FA2_ROW} * (BLOCK_M + 2 * STAGES * BLOCK_N)"  # the Q tile, then STAGES x (K, V)
+# registers a thread needs, roughly: O (MI x D/8 n8 tiles x 4), S (MI x BLOCK_N/8 x 4), Q's fragments
+# (MI x D/16 x 4), P's packed A fragments of one k step and two B fragments, ~40 for addresses, the
+# softmax state and counters. NVRTC 13 (every admissible configuration at D = 64 and 128): none spills for
+# sm_90 (up to 255 registers at D = 128, BLOCK_N = 128); for sm_80 two spill 12 bytes (D = 64, 8 warps,
+# padded rows, 3-4 stages: ptxas stops at 128 registers there). The estimate excludes 2 m16 tiles a warp
+# at D = 128, which would need ~300.
+FA2_REGS = f"({FA2_MI} * (HEAD_DIM // 2 + BLOCK_N // 2 + HEAD_DIM // 4 + 4) + 8 + 40)"
+
+SIMT_DEFAULTS = dict(BLOCK_N=64, WARPS=8)
+SIMT_TUNABLES = dict(BLOCK_N=[32, 64], WARPS=[4, 8])
+SIMT_THREADS = "32 * WARPS"
+SIMT_QT = "min(32 * WARPS, HEAD_DIM // 4)"  # threads along the float4 columns of O
+SIMT_SMEM = "4 * (16 * (HEAD_DIM + 4) + WARPS * 16 * BLOCK_N + 16 * (BLOCK_N + 4) + 32)"
+SIMT_O_FLOATS = "16 * HEAD_DIM // (32 * WARPS)"  # O accumulators of one thread
+MAX_SIMT_O_FLOATS = 128
+
+
+def _p(e: object) -> str:
+    return f"({e})"
+
+
+def _at(constraints: list[str], d: str) -> list[str]:
+    """Constraints written over HEAD_DIM, made over the problem's expression for it (a spec's defines are
+    known to its launch steps, not to its constraints)."""
+    return [c.replace("HEAD_DIM", _p(d)) for c in constraints]
+
+
+def _facts(m: FamilyMatch) -> dict[str, Any]:
+    if m.facts.get("kind") != "attention":
+        raise ValueError(f"this variant computes attention; the problem is a {m.facts.get('kind')}")
+    return m.facts
+
+
+def _shapes(f: dict[str, Any]) -> dict[str, str]:
+    """Expressions of the problem's sizes over the bound tensors: BH (the leading dims), Sq, Sk, D."""
+    q, k, nd = f["q"], f["k"], f["nd"]
+    return dict(BH=" * ".join(f"{q}.shape[{i}]" for i in range(nd - 2)), Sq=f"{q}.shape[{nd - 2}]",
+                Sk=f"{k}.shape[{nd - 2}]", D=f"{q}.shape[{nd - 1}]")
+
+
+def _scale_log2(f: dict[str, Any], d: str) -> str:
+    """scale * log2(e): the kernel's exp2 argument factor (an fp32 argument)."""
+    if f["scale"] is None:
+        return f"{_p(d)} ** -0.5 * {LOG2E!r}"
+    return repr(float(f["scale"]) * LOG2E)
+
+
+def _common_constraints(f: dict[str, Any], s: dict[str, str]) -> list[str]:
+    q, k, v, nd = f["q"], f["k"], f["v"], f["nd"]
+    same = [f"{k}.shape[{i}] == {q}.shape[{i}] and {v}.shape[{i}] == {q}.shape[{i}]" for i in range(nd - 2)]
+    out = [*same, f"{v}.shape[{nd - 2}] == {s['Sk']}", f"{k}.shape[{nd - 1}] == {s['D']}",
+           f"{v}.shape[{nd - 1}] == {s['D']}", f"{s['Sq']} >= 1 and {s['Sk']} >= 1",
+           f"({s['BH']}) * {s['Sq']} * {s['D']} < 2**62", f"({s['BH']}) <= 65535",
+           f"{s['Sq']} < 2**31 and {s['Sk']} < 2**31"]
+    if f["causal"]:  # PyTorch's causal mask is top-left aligned; the kernels take the square case
+        out.append(f"{s['Sq']} == {s['Sk']}")
+    return out
+
+
+def _args(f: dict[str, Any], s: dict[str, str]) -> list[dict[str, str]]:
+    return [{"name": f["q"]}, {"name": f["k"]}, {"name": f["v"]}, {"name": "out"},
+            {"kind": "int32", "value": s["Sq"]}, {"kind": "int32", "value": s["Sk"]},
+            {"kind": "float32", "value": _scale_log2(f, s["D"])}]
+
+
+def fa2_smem_bytes(cfg: dict[str, int], head_dim: int) -> int:
+    """Dynamic shared memory of the fa2 kernel at ``cfg`` (the spec's expression, in Python)."""
+    row = head_dim if cfg["SWIZZLE"] else head_dim + 8
+    return 2 * row * (cfg["BLOCK_M"] + 2 * cfg["STAGES"] * cfg["BLOCK_N"])
+
+
+# ---------------------------------------------------------------------------------------------
+def attention_fa2(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
+    f = _facts(m)
+    if f["dtype"] not in TENSOR_CORE_DTYPES:
+        raise ValueError(f"the tensor-core kernel takes bf16 or fp16 inputs, not {f['dtype']}")
+    if f["head_dim"] not in TENSOR_CORE_HEAD_DIMS:
+        raise ValueError(f"the tensor-core kernel takes head dims 64 and 128, not {f['head_dim']}")
+    s = _shapes(f)
+    kernel = "attention_fa2"
+    src = render("attention_fa2.cu.j2", kernel=kernel, dtype=f["dtype"], causal=f["causal"])
+    d = pick(defaults, FA2_DEFAULTS[f["head_dim"]])
+    nt = FA2_THREADS
+    constraints = _common_constraints(f, s) + _at([
+        "HEAD_DIM == 64 or HEAD_DIM == 128",
+        "BLOCK_M % (16 * WARPS) == 0", f"{FA2_MI} <= 2",
+        f"(BLOCK_M * HEAD_DIM // 8) % ({nt}) == 0", f"(BLOCK_N * HEAD_DIM // 8) % ({nt}) == 0",
+        "STAGES >= 2", "SWIZZLE == 0 or SWIZZLE == 1",
+        f"{FA2_SMEM} <= {MAX_SMEM_SM80}",
+        f"{FA2_REGS} <= 255", f"{FA2_REGS} * {nt} <= 65536",
+    ], s["D"])
+    mask = "causal" if f["causal"] else "no mask"
+    return make_spec(
+        SPEC_NAMES["fa2"],
+        f"attention {f['what']} ({mask}, {f['dtype']}): FlashAttention-2 style forward on the tensor cores. One block per "
+        "(BLOCK_M query rows, batch*head), the longest causal tiles launched first; Q copied once (cp.async) and "
+        "held in registers (ldmatrix); K/V tiles of BLOCK_N keys through a STAGES-deep cp.async ring in shared "
+        "memory (XOR-swizzled or padded rows); S = Q K^T and O += P V with mma.sync m16n8k16 (fp32 accumulate); "
+        "online softmax in fp32 registers with exp2 and the scale folded into one FFMA; P converted to 16 bits in "
+        "registers and fed straight into the P V mma; causal tiles above the diagonal skipped, only the diagonal "
+        "and ragged tiles masked; output staged through shared memory for 16-byte stores",
+        src, {k: list(vals) for k, vals in FA2_TUNABLES.items()}, d,
+        defines=dict(HEAD_DIM=s["D"]), constraints=constraints,
+        steps=[dict(kernel=kernel, grid=[f"cdiv({s['Sq']}, BLOCK_M)", s["BH"]], block=[nt], shared_mem=FA2_SMEM,
+                    args=_args(f, s))],
+    )
+
+
+def attention_simt(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
+    f = _facts(m)
+    if f["dtype"] != "float32":
+        raise ValueError(f"the FFMA kernel takes fp32 inputs (fp32 stays fp32), not {f['dtype']}; bf16 and fp16 "
+                         "go to the tensor-core kernel")
+    s = _shapes(f)
+    kernel = "attention_simt"
+    src = render("attention_simt.cu.j2", kernel=kernel, causal=f["causal"])
+    d = pick(defaults, SIMT_DEFAULTS)
+    nt = SIMT_THREADS
+    constraints = _common_constraints(f, s) + _at([
+        "HEAD_DIM % (4 * WARPS) == 0",  # each warp's head-dim slice is whole float4s
+        f"(HEAD_DIM // 4) % {SIMT_QT} == 0", f"(16 * {SIMT_QT}) % ({nt}) == 0",
+        f"BLOCK_N % (({nt}) // 16) == 0", f"({nt}) // 16 <= 32",  # a row's softmax threads are in one warp
+        f"{SIMT_O_FLOATS} <= {MAX_SIMT_O_FLOATS}",
+        f"{SIMT_SMEM} <= {MAX_SMEM_SM80}",
+    ], s["D"])
+    mask = "causal" if f["causal"] else "no mask"
+    return make_spec(
+        SPEC_NAMES["simt"],
+        f"attention {f['what']} ({mask}, fp32): online-softmax attention in fp32 FFMA (no TF32). One block per (16 query "
+        "rows, batch*head), Q kept in shared memory; per tile of BLOCK_N keys the head dim is split over the warps "
+        "for S = Q K^T (register-tiled, partial tiles summed in shared memory), the online softmax runs with a "
+        "row's threads in one warp (exp2, scale folded in), and O += P V with O in registers, V read once per "
+        "block through L2, P broadcast from shared memory",
+        src, {k: list(vals) for k, vals in SIMT_TUNABLES.items()}, d,
+        defines=dict(HEAD_DIM=s["D"]), constraints=constraints,
+        steps=[dict(kernel=kernel, grid=[f"cdiv({s['Sq']}, 16)", s["BH"]], block=[nt], shared_mem=SIMT_SMEM,
+                    args=_args(f, s))],
+    )
+
