@@ -8,7 +8,7 @@ passed to ``eval``.
 
 Two spellings models carry over from C and Python are understood as well: ``ceil(a / b)`` and
 ``floor(a / b)`` give integers (exact when ``a`` and ``b`` are integers, not rounded through a
-float), and ``sizeof(T)`` of a C/CUDA type in :data:`SIZEOF` (``sizeof(float)``,
+float), and ``sizeof(T)`` of a C/CUDA type in :data:`kerngen.c_types.SIZEOF` (``sizeof(float)``,
 ``sizeof(long long)``, ``sizeof(__half)``, ``sizeof(float4)``...) is replaced by its size in bytes
 before the text is parsed, so ``"BLOCK * sizeof(float)"`` is a valid shared-memory size.
 
@@ -31,11 +31,11 @@ from __future__ import annotations
 import ast
 import math
 import operator
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Mapping
 
+from kerngen.c_types import sizeof_replaced
 from kerngen.errors import ExprError
 
 Number = int | float
@@ -88,31 +88,6 @@ FUNCTIONS: dict[str, Callable[..., Number]] = {
 }
 _EXACT_DIV = {"ceil": _cdiv, "floor": operator.floordiv}  # ceil(a / b) of integers, without a float
 
-# sizeof(T) of the C/CUDA types a kernel's shared memory is made of (LP64, as NVRTC compiles)
-SIZEOF: dict[str, int] = {
-    **dict.fromkeys(("char", "signed char", "unsigned char", "bool", "int8_t", "uint8_t", "char1", "uchar1"), 1),
-    **dict.fromkeys(("short", "short int", "unsigned short", "unsigned short int", "int16_t", "uint16_t", "half",
-                     "__half", "bfloat16", "__nv_bfloat16", "nv_bfloat16", "char2", "uchar2", "short1",
-                     "ushort1"), 2),
-    **dict.fromkeys(("int", "signed", "signed int", "unsigned", "unsigned int", "int32_t", "uint32_t", "float",
-                     "half2", "__half2", "__nv_bfloat162", "nv_bfloat162", "char4", "uchar4", "short2", "ushort2",
-                     "int1", "uint1", "float1"), 4),
-    **dict.fromkeys(("long", "long int", "unsigned long", "unsigned long int", "long long", "long long int",
-                     "unsigned long long", "unsigned long long int", "int64_t", "uint64_t", "size_t", "ptrdiff_t",
-                     "double", "float2", "int2", "uint2", "short4", "ushort4", "longlong1", "ulonglong1",
-                     "double1"), 8),
-    **dict.fromkeys(("float3", "int3", "uint3"), 12),
-    **dict.fromkeys(("float4", "int4", "uint4", "double2", "longlong2", "ulonglong2"), 16),
-    **dict.fromkeys(("double3",), 24),
-    **dict.fromkeys(("double4", "longlong4", "ulonglong4"), 32),
-}
-_SIZEOF_SHOWN = ", ".join(("float", "double", "half", "__half", "__nv_bfloat16", "int", "unsigned", "long long",
-                            "int64_t", "char", "short", "float2", "float4", "int4", "T*"))
-_POINTER_BYTES = 8
-_QUALIFIERS = {"const", "volatile", "__restrict__"}
-# the argument of sizeof up to its closing parenthesis; [^()]* cannot backtrack quadratically
-_SIZEOF = re.compile(r"\bsizeof\s*\(([^()]*)\)")
-
 _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
@@ -164,26 +139,9 @@ def parse(text: str) -> ast.Expression:
     return _parse(text)
 
 
-def _sizeof_replaced(text: str) -> str:
-    """``text`` with each ``sizeof(T)`` replaced by the size of ``T`` in bytes (linear)."""
-    if "sizeof" not in text:
-        return text
-
-    def size(match: re.Match[str]) -> str:
-        words = [w for w in match.group(1).replace("*", " * ").split() if w not in _QUALIFIERS]
-        if words and words[-1] == "*":
-            return str(_POINTER_BYTES)  # sizeof(float*) and the like
-        name = " ".join(words)
-        if name not in SIZEOF:
-            raise ExprError(f"unknown type {shown(name)} in sizeof in {shown(text)} (known: {_SIZEOF_SHOWN}, ...)")
-        return str(SIZEOF[name])
-
-    return _SIZEOF.sub(size, text)
-
-
 @lru_cache(maxsize=4096)
 def _parse(text: str) -> ast.Expression:
-    source = _sizeof_replaced(text)
+    source = sizeof_replaced(text, shown(text))
     try:
         tree = ast.parse(source.strip(), mode="eval")
     except SyntaxError as exc:  # also "too many nested parentheses", null bytes, huge literals

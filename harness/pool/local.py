@@ -3,11 +3,12 @@ per visible GPU. Every failure comes back as a verdict; the caller never sees a 
 
 from __future__ import annotations
 
+import copy
 import os
 import queue
 import threading
 import time
-from typing import Sequence
+from typing import Protocol, Sequence
 
 from kerngen.problems.ref import ProblemRef
 
@@ -35,18 +36,40 @@ def visible_devices() -> list[str]:
     return ids[:count]
 
 
+class WorkerHandle(Protocol):
+    """What the dispatch asks of one GPU worker: a local :class:`WorkerProcess`, or the proxy of
+    a Ray actor that hosts one (:class:`kerngen.harness.pool.ray_pool.ActorWorker`)."""
+
+    index: int
+    device: str
+
+    def request(self, request, timeout_s: float): ...  # a Reply; raises WorkerTimeout or WorkerDied
+
+    def kill(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class WorkerPool:
     def __init__(
-        self, devices: Sequence[str] | None = None, timeout_s: float = 60.0, worker_module: str | None = None
+        self, devices: Sequence[str] | None = None, timeout_s: float = 60.0, worker_module: str | None = None,
+        *, workers: Sequence[WorkerHandle] | None = None,
     ) -> None:
-        self.devices = list(devices) if devices is not None else visible_devices()
+        """One worker process per GPU of ``devices`` (default: the visible ones), or the given
+        ``workers`` (a Ray pool's actors)."""
+        if workers is not None:
+            self.devices = [w.device for w in workers]
+        else:
+            self.devices = list(devices) if devices is not None else visible_devices()
         if not self.devices:
             raise NoGPUError("no CUDA device visible: this command needs an NVIDIA GPU")
         self.timeout_s = timeout_s
         extra = {"module": worker_module} if worker_module else {}  # tests: a fake worker, no GPU
-        self.workers = [WorkerProcess(i, d, **extra) for i, d in enumerate(self.devices)]
+        self.workers: list[WorkerHandle] = (list(workers) if workers is not None else
+                                            [WorkerProcess(i, d, **extra) for i, d in enumerate(self.devices)])
         self.concurrency = len(self.workers)  # one candidate per GPU worker at a time
-        self._free: queue.Queue[WorkerProcess] = queue.Queue()
+        self._owner = True  # closes its workers (a shard does not: the pool it came from does)
+        self._free: queue.Queue[WorkerHandle] = queue.Queue()
         for w in self.workers:
             self._free.put(w)
         self._facts: GpuFacts | None = None
@@ -97,7 +120,7 @@ class WorkerPool:
         must start the process it profiles, and its time limit then kills only ncu, never a
         worker with its problem state."""
         if self._ncu is None:
-            self._ncu = find_ncu() or ""
+            self._ncu = self._find_ncu()
         if not self._ncu:
             return ProfileOutcome(available=False, error="ncu (Nsight Compute) not found: no profiler feedback")
         results: list[EvalResult | None] = [None]
@@ -113,11 +136,37 @@ class WorkerPool:
                                  cubin_b64=ProfileRequest.encode(ready[0].compiled.cubin))
         worker = self._free.get()
         try:
-            return run_ncu(self._ncu, request, device=worker.device, arch=arch, timeout_s=timeout_s)
+            return self._run_ncu(worker, request, arch, timeout_s)
         finally:
             self._free.put(worker)
 
+    def _find_ncu(self) -> str:
+        """ncu on this host ("": none). A Ray pool asks its actors' hosts instead."""
+        return find_ncu() or ""
+
+    def _run_ncu(self, worker, request: ProfileRequest, arch: str, timeout_s: float) -> ProfileOutcome:
+        """ncu started from this process on ``worker``'s GPU; a Ray pool runs it on the actor's host."""
+        return run_ncu(self._ncu or "", request, device=worker.device, arch=arch, timeout_s=timeout_s)
+
+    def shards(self) -> list["WorkerPool"]:
+        """One evaluator per worker, for running several problems side by side (a batch: one
+        problem per GPU). A shard is this pool bound to one of its workers: the same compiles
+        and dispatch, its own baselines, the GPU facts measured once here; closing it closes
+        nothing (this pool owns the workers)."""
+        facts = self.gpu_facts()
+        out = []
+        for worker in self.workers:
+            shard = copy.copy(self)  # a Ray pool's shard stays a Ray pool (its ncu on the actor's host)
+            shard.workers, shard.concurrency, shard._owner = [worker], 1, False
+            shard._free = queue.Queue()
+            shard._free.put(worker)
+            shard._facts, shard._baselines, shard._lock = facts, {}, threading.Lock()
+            out.append(shard)
+        return out
+
     def close(self) -> None:
+        if not self._owner:
+            return
         for w in self.workers:
             w.close()
 

@@ -21,7 +21,7 @@ from typing import Any, Mapping
 from kerngen.expr import TensorFacts
 from kerngen.harness.results import GpuFacts
 from kerngen.harness.spec.spec import KernelSpec
-from kerngen.harness.tune.prune import PrunedConfig, examples, static_prune, summarize
+from kerngen.harness.tune.prune import PrunedConfig, enumerate_configs, examples, static_prune, summarize
 from kerngen.text import one_line
 
 __all__ = ["CONFIG_LIMIT", "SMEM_OPTIN", "Admissible", "admissible", "compile_stage", "count_configs", "limits_for"]
@@ -120,7 +120,6 @@ def admissible(
     """The admissible configurations of ``spec``: static pruning (constraints, plans that do not
     resolve, threads, dynamic shared memory), and with ``compile_all`` the compile, argument and
     resource checks of every survivor for ``arch`` (default: ``gpu.arch``)."""
-    from kerngen.harness.tune.tuner import enumerate_configs
 
     configs = enumerate_configs(spec, seed=0, limit=CONFIG_LIMIT)
     survivors, pruned = static_prune(spec, configs, sizes=sizes, tensors=tensors, gpu=gpu)

@@ -14,9 +14,10 @@ Two stages:
 
 from __future__ import annotations
 
+import random
 import time
 from collections import Counter
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping, Sequence
 
 from pydantic import BaseModel
 
@@ -149,4 +150,41 @@ def examples(pruned: Iterable[PrunedConfig]) -> dict[str, str]:
     out: dict[str, str] = {}
     for p in pruned:
         out.setdefault(p.kind, p.reason)
+    return out
+
+
+def enumerate_configs(spec: KernelSpec, *, seed: int = 0, limit: int) -> list[dict[str, int]]:
+    """Every configuration, or a seeded sample of ``limit`` distinct ones (default config
+    included) when the space is larger."""
+    if spec.space_size() <= limit:
+        return spec.configs()
+    rng = random.Random(seed)
+    names = list(spec.tunables)
+    seen = {tuple(spec.default_config()[n] for n in names)}
+    while len(seen) < limit:
+        seen.add(tuple(rng.choice(spec.tunables[n]) for n in names))
+    return [dict(zip(names, combo)) for combo in seen]
+
+
+# (spec, [(config, plan)], gpu) -> per item: CompileInfo, or an exception (compile error)
+ResourceProbe = Callable[[KernelSpec, Sequence[tuple[dict[str, int], ResolvedPlan]], GpuFacts], list]
+
+
+def compile_probe(spec: KernelSpec, items: Sequence[tuple[dict[str, int], ResolvedPlan]], gpu: GpuFacts) -> list:
+    """Compile the configs with NVRTC (in parallel, cached on disk by the compile layer) and
+    return each one's CompileInfo or its CompileError."""
+    from kerngen.harness.compile import compiler as nvrtc_compile  # lazy: keeps the tuner importable without NVRTC
+
+    from kerngen.errors import CompileError
+    from kerngen.harness.spec.kparams import check_launch_args
+
+    jobs = [nvrtc_compile.job_for(spec, plan, gpu.arch) for _, plan in items]
+    out = []
+    for (_, plan), res in zip(items, nvrtc_compile.compile_many(jobs)):
+        if not isinstance(res, BaseException):
+            try:  # a launch whose arguments do not match its kernel's parameters fails like a compile
+                check_launch_args(res.cubin, plan, res.info.log)
+            except CompileError as exc:
+                res = exc
+        out.append(res if isinstance(res, BaseException) else getattr(res, "info", res))
     return out

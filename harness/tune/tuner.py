@@ -20,12 +20,11 @@ Flow of :func:`tune`:
 from __future__ import annotations
 
 import math
-import random
 import statistics
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping
 
 from pydantic import BaseModel, Field
 
@@ -36,7 +35,8 @@ from kerngen.harness.compile.nvrtc_info import nvrtc_version
 from kerngen.harness.evaluator import Candidate, EvalOptions, Evaluator
 from kerngen.expr import TensorFacts
 from kerngen.harness.spec.plan import ResolvedPlan
-from kerngen.harness.tune.prune import KINDS, PrunedConfig, examples, resource_reason, static_prune, summarize
+from kerngen.harness.tune.prune import (KINDS, PrunedConfig, ResourceProbe, compile_probe, enumerate_configs, examples,
+                                        resource_reason, static_prune, summarize)
 from kerngen.harness.results import CompileInfo, EvalResult, GpuFacts, Verdict
 from kerngen.harness.spec.spec import KernelSpec
 from kerngen.harness.tune.strategies import STRATEGIES, Space, make_strategy
@@ -117,30 +117,6 @@ class TuneResult(BaseModel):
         return out
 
 
-# (spec, [(config, plan)], gpu) -> per item: CompileInfo, or an exception (compile error)
-ResourceProbe = Callable[[KernelSpec, Sequence[tuple[dict[str, int], ResolvedPlan]], GpuFacts], list]
-
-
-def compile_probe(spec: KernelSpec, items: Sequence[tuple[dict[str, int], ResolvedPlan]], gpu: GpuFacts) -> list:
-    """Compile the configs with NVRTC (in parallel, cached on disk by the compile layer) and
-    return each one's CompileInfo or its CompileError."""
-    from kerngen.harness.compile import compiler as nvrtc_compile  # lazy: keeps the tuner importable without NVRTC
-
-    from kerngen.errors import CompileError
-    from kerngen.harness.spec.kparams import check_launch_args
-
-    jobs = [nvrtc_compile.job_for(spec, plan, gpu.arch) for _, plan in items]
-    out = []
-    for (_, plan), res in zip(items, nvrtc_compile.compile_many(jobs)):
-        if not isinstance(res, BaseException):
-            try:  # a launch whose arguments do not match its kernel's parameters fails like a compile
-                check_launch_args(res.cubin, plan, res.info.log)
-            except CompileError as exc:
-                res = exc
-        out.append(res if isinstance(res, BaseException) else getattr(res, "info", res))
-    return out
-
-
 def protocol_of(options: EvalOptions | None) -> str:
     """The parts of the evaluation protocol that change a cached result: input sets checked,
     whether and how long it was timed, the timeout that may have failed it."""
@@ -151,19 +127,6 @@ def protocol_of(options: EvalOptions | None) -> str:
 def gpu_count(evaluator: Evaluator) -> int:
     """How many candidates the evaluator runs at once (its ``concurrency``), at least 1."""
     return max(1, int(evaluator.concurrency))
-
-
-def enumerate_configs(spec: KernelSpec, *, seed: int = 0, limit: int = ENUM_LIMIT) -> list[dict[str, int]]:
-    """Every configuration, or a seeded sample of ``limit`` distinct ones (default config
-    included) when the space is larger."""
-    if spec.space_size() <= limit:
-        return spec.configs()
-    rng = random.Random(seed)
-    names = list(spec.tunables)
-    seen = {tuple(spec.default_config()[n] for n in names)}
-    while len(seen) < limit:
-        seen.add(tuple(rng.choice(spec.tunables[n]) for n in names))
-    return [dict(zip(names, combo)) for combo in seen]
 
 
 def _failed(config: dict[str, int], spec_hash: str, verdict: Verdict, message: str, log: str = "") -> EvalResult:
@@ -508,7 +471,6 @@ def replay_strategy(table: TuneResult, spec: KernelSpec, strategy: str, *, budge
 
 
 __all__ = [
-    "KINDS", "CurvePoint", "TuneOutcome", "TunePoint", "TuneResult", "TunedConfig", "compile_probe",
-    "enumerate_configs", "gpu_count",
+    "KINDS", "CurvePoint", "TuneOutcome", "TunePoint", "TuneResult", "TunedConfig", "gpu_count",
     "nvrtc_version", "replay_strategy", "tune",
 ]

@@ -1,4 +1,4 @@
-"""``kerngen generate DIR`` (or several problems): each problem in turn, one run folder each,
+"""``kerngen generate DIR`` (or several problems): one search per problem, one run folder each,
 with its own budget, a progress bar over the problems and a summary table at the end.
 
 A batch is the list of problems given and the runs folder: its state is
@@ -7,7 +7,10 @@ change. Running the same command again continues it: a problem whose search fini
 cannot be searched, e.g. the playbook has nothing for it) is not done again, one whose search was
 interrupted is resumed in its own run folder (nothing evaluated is evaluated again), the others
 start. ``--fresh`` starts a new batch. One problem's failure is its row of the summary, never the
-end of the batch. The problems share one evaluator (the GPU workers keep two problems' state).
+end of the batch. The problems share one evaluator; where it has several GPU workers (a pool on
+a host of several GPUs, a Ray cluster), each problem's search gets one of them to itself and the
+problems run side by side, one per GPU (a search keeps its GPU busy only part of the time: its
+proposer, its baseline and its compiles run between the batches it times).
 """
 
 from __future__ import annotations
@@ -15,10 +18,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import threading
 import time
+from collections import deque
 from enum import Enum
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from pydantic import BaseModel, Field, ValidationError
 from rich.console import Console
@@ -30,6 +35,7 @@ from kerngen.agent.journal import has_journal, write_atomic
 from kerngen.agent.tree import Run, load_run
 from kerngen.errors import JournalError, KerngenError
 from kerngen.results.show import no_kernel_why
+from kerngen.results.suite import reference_metrics
 from kerngen.text import one_line, strict_json
 
 BATCHES = "batches"
@@ -85,43 +91,108 @@ def save(batch: Batch, path: Path) -> None:
     write_atomic(path, batch.model_dump_json(indent=1))
 
 
-# (problem, the run folder to resume or None, called with the run folder once it exists) -> the run
-# folder of its search; raises KerngenError when the problem cannot be searched
-SearchOne = Callable[[str, "Path | None", Callable[[Path], None]], Path]
+# (problem, the run folder to resume or None, called with the run folder once it exists, the slot
+# it runs on: an evaluator of its own) -> the run folder of its search; raises KerngenError when the
+# problem cannot be searched
+SearchOne = Callable[[str, "Path | None", Callable[[Path], None], Any], Path]
 
 
-def run_batch(batch: Batch, path: Path, runs_dir: Path, search_one: SearchOne, *, quiet: bool = False) -> Batch:
-    todo = [e for e in batch.entries if e.status in (Status.pending, Status.running)]
+def todo(batch: Batch) -> list[Entry]:
+    """The entries still to search: pending, or interrupted (resumed)."""
+    return [e for e in batch.entries if e.status in (Status.pending, Status.running)]
+
+
+def run_batch(batch: Batch, path: Path, runs_dir: Path, search_one: SearchOne, *, slots: Sequence[Any] = (None,),
+              quiet: bool = False) -> Batch:
+    """Search the batch's pending and interrupted problems, one per slot at a time (a slot is an
+    evaluator: one GPU worker of the pool or one actor of a Ray cluster; one slot: in turn, in this
+    thread). The state file has one writer: entries change and are saved under one lock."""
+    left = deque(todo(batch))
     err = Console(stderr=True, highlight=False)
+    lock = threading.Lock()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, disable=quiet) as bar:
-        task = bar.add_task("problems", total=len(batch.entries), completed=len(batch.entries) - len(todo))
-        for entry in todo:
-            bar.update(task, description=one_line(Path(entry.problem).stem, 40))
-            t0 = time.monotonic()
-            resume = runs_dir / entry.run if entry.run and has_journal(runs_dir / entry.run) else None
+        task = bar.add_task("problems", total=len(batch.entries), completed=len(batch.entries) - len(left))
 
-            def started(run_dir: Path, entry: Entry = entry) -> None:  # interrupted from here on: resumed
-                entry.run, entry.status = run_dir.name, Status.running
-                save(batch, path)
+        def next_entry() -> Entry | None:
+            with lock:
+                if not left:
+                    return None
+                entry = left.popleft()
+                bar.update(task, description=one_line(Path(entry.problem).stem, 40))
+                return entry
 
-            try:
-                run_dir = search_one(entry.problem, resume, started)
-                entry.run, entry.status = run_dir.name, Status.finished
-                run = load_run(run_dir)
-                entry.reason = run.finished.reason if run.finished else ""
-            except KeyboardInterrupt:
-                entry.wall_s += time.monotonic() - t0
-                save(batch, path)
-                raise
-            except KerngenError as exc:
-                entry.status, entry.reason = Status.failed, one_line(str(exc), 300)
-            except Exception as exc:  # noqa: BLE001 - one problem's crash is its row, not the batch's end
-                entry.status, entry.reason = Status.failed, one_line(f"{type(exc).__name__}: {exc}", 300)
-            entry.wall_s += time.monotonic() - t0
-            save(batch, path)
-            bar.advance(task)
+        def work(slot: Any) -> None:
+            while (entry := next_entry()) is not None:
+                _search_entry(batch, path, runs_dir, entry, search_one, slot, lock)
+                bar.advance(task)
+
+        if len(slots) == 1:
+            work(slots[0])
+        else:
+            _in_threads(work, slots, stop=left.clear, lock=lock)
     return batch
+
+
+def _search_entry(batch: Batch, path: Path, runs_dir: Path, entry: Entry, search_one: SearchOne, slot: Any,
+                  lock: threading.Lock) -> None:
+    """One problem's search, its entry updated and the state saved as it goes."""
+    t0 = time.monotonic()
+    resume = runs_dir / entry.run if entry.run and has_journal(runs_dir / entry.run) else None
+
+    def update(**fields: Any) -> None:
+        with lock:
+            for name, value in fields.items():
+                setattr(entry, name, value)
+            save(batch, path)
+
+    def started(run_dir: Path) -> None:  # interrupted from here on: resumed
+        update(run=run_dir.name, status=Status.running)
+
+    try:
+        run_dir = search_one(entry.problem, resume, started, slot)
+        run = load_run(run_dir)
+        update(run=run_dir.name, status=Status.finished, reason=run.finished.reason if run.finished else "",
+               wall_s=entry.wall_s + time.monotonic() - t0)
+    except KeyboardInterrupt:
+        update(wall_s=entry.wall_s + time.monotonic() - t0)
+        raise
+    except KerngenError as exc:
+        update(status=Status.failed, reason=one_line(str(exc), 300), wall_s=entry.wall_s + time.monotonic() - t0)
+    except Exception as exc:  # noqa: BLE001 - one problem's crash is its row, not the batch's end
+        update(status=Status.failed, reason=one_line(f"{type(exc).__name__}: {exc}", 300),
+               wall_s=entry.wall_s + time.monotonic() - t0)
+
+
+def _in_threads(work: Callable[[Any], None], slots: Sequence[Any], *, stop: Callable[[], None],
+                lock: threading.Lock) -> None:
+    """``work(slot)`` in one thread per slot. A Ctrl-C (here, or raised in a search) stops handing
+    out problems and is raised here; the searches under way are left to the process's exit, their
+    entries saved as running (resumed next time)."""
+    interrupts: list[BaseException] = []
+
+    def run(slot: Any) -> None:
+        try:
+            work(slot)
+        except BaseException as exc:  # noqa: BLE001 - raised again in the calling thread
+            with lock:
+                stop()
+                interrupts.append(exc)
+
+    threads = [threading.Thread(target=run, args=(s,), daemon=True, name=f"kerngen-batch-{i}")
+               for i, s in enumerate(slots)]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            while t.is_alive() and not interrupts:
+                t.join(0.2)
+    except KeyboardInterrupt:
+        with lock:
+            stop()
+        raise
+    if interrupts:
+        raise interrupts[0]
 
 
 def summary_rows(batch: Batch, runs_dir: Path) -> list[dict]:
@@ -171,7 +242,25 @@ def render_summary(rows: list[dict], minutes: float | None, wall_s: float) -> Ta
     budget = f" (budget {minutes * len(rows):.1f} = {len(rows)} x {minutes:g})" if minutes else ""
     t.caption = (f"{with_kernel} of {len(rows)} problems have a correct kernel; "
                  f"wall {wall_s / 60:.2f} min this session{budget}")
+    ran = [r for r in rows if r["status"] != Status.pending.value]
+    if ran:
+        t.caption += "\n" + metrics_line(ran)
     return t
+
+
+def metrics_line(rows: list[dict]) -> str:
+    """fast_1 and the geometric-mean speedup of the problems that ran, against eager and against
+    torch.compile, from each run's own baseline (measured in the same worker as its kernels; a
+    problem without a kernel is a miss). ``kerngen suite`` re-measures them side by side."""
+    def ref(key: str, ms_key: str) -> str:
+        outcomes = [(r["best_ms"] is not None, r[key]) for r in rows if r[ms_key] is not None]
+        m = reference_metrics(key, outcomes)
+        geo = "-" if m.geomean_speedup is None else f"{m.geomean_speedup:.2f}x"
+        return f"fast_1 {m.fast_p['1']:.2f} (geomean {geo} over {m.geomean_of})"
+
+    wall = sum(r["wall_min"] for r in rows)
+    return (f"{len(rows)} ran, {wall:.1f} min in all: vs eager {ref('vs_eager', 'eager_ms')}; "
+            f"vs torch.compile {ref('vs_compile', 'compile_ms')}")
 
 
 def summary_json(rows: list[dict]) -> str:

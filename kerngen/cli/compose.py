@@ -1,7 +1,8 @@
 """The composition root: the evaluator, the proposer, the tuner and the proposer's context a
 command asked for (``kerngen generate``, ``replay``, ``suite``, ``tune``).
 
-Evaluators (``--evaluator``, hidden): ``pool`` (the GPUs: :class:`kerngen.harness.pool.local.WorkerPool`)
+Evaluators (``--evaluator``, hidden): ``pool`` (the GPUs: :class:`kerngen.harness.pool.local.WorkerPool`,
+or with ``--ray`` :class:`kerngen.harness.pool.ray_pool.RayPool`, those of a Ray cluster)
 or ``scripted`` (:class:`kerngen.agent.scripted.ScriptedEvaluator`: deterministic, no GPU,
 made-up times); ``dry-run`` (``--dry-run``: :class:`kerngen.harness.pool.dry_run.DryRunEvaluator`,
 real compiles for a preset GPU, nothing run). Proposers:
@@ -21,6 +22,7 @@ proposer is imported where it is made (its HTTP client would slow every ``kernge
 from __future__ import annotations
 
 import os
+from types import ModuleType
 from typing import Any
 
 from kerngen.agent.budget import Usage
@@ -45,17 +47,43 @@ EVALUATORS = ("pool", "scripted", "dry-run")
 
 
 # ----- the evaluator and what the proposer is told -------------------------------------------
-def make_evaluator(kind: str, *, gpu: str = "h100", **pool_options: Any) -> Any:
+def make_evaluator(kind: str, *, gpu: str = "h100", ray: str | None = None, ray_gpu_model: str | None = None,
+                   **pool_options: Any) -> Any:
     """The evaluator ``--evaluator`` names; ``pool_options`` go to the WorkerPool (e.g.
     ``timeout_s``). The pool raises NoGPUError where no GPU is visible. ``dry-run``
-    (``--dry-run``): compiles for the preset ``gpu``, runs nothing."""
+    (``--dry-run``): compiles for the preset ``gpu``, runs nothing. ``ray`` (``--ray``, only for
+    the pool: the other evaluators use no GPU): the GPUs of the Ray cluster at that address,
+    ``ray_gpu_model`` those of one model."""
     if kind == "scripted":
         return ScriptedEvaluator()
     if kind == "dry-run":
         return DryRunEvaluator(gpu)
     if kind != "pool":
         raise KerngenError(f"unknown evaluator {kind!r} (choose from {', '.join(EVALUATORS)})")
+    if ray_gpu_model and not ray:
+        raise KerngenError("--ray-gpu-model picks the GPUs of a Ray cluster: give --ray ADDRESS too")
+    if ray:
+        return _ray_pool().RayPool(ray, gpu_model=ray_gpu_model, **pool_options)
     return pool.WorkerPool(**pool_options)
+
+
+def _ray_pool() -> ModuleType:
+    """The Ray evaluator's module. Imported here, where --ray is used, and not at the top: Ray is
+    an optional extra (a large install and a slow import) that the default install lacks."""
+    try:
+        from kerngen.harness.pool import ray_pool
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] != "ray":
+            raise
+        raise KerngenError("--ray needs Ray on this machine: pip install 'kerngen[ray]'") from None
+    return ray_pool
+
+
+def shards(evaluator: Any) -> list[Any]:
+    """The evaluators a batch runs its problems on side by side: one per GPU worker of a pool
+    (:meth:`~kerngen.harness.pool.local.WorkerPool.shards`), else the evaluator itself."""
+    split = getattr(evaluator, "shards", None)
+    return split() if split is not None else [evaluator]
 
 
 def make_context_factory(evaluator_kind: str) -> ContextFactory:

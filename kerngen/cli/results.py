@@ -16,6 +16,7 @@ from typing import Any, List, Optional
 import typer
 from rich.console import Console
 
+from kerngen.cli import cluster
 from kerngen.cli.compose import make_evaluator
 
 
@@ -38,6 +39,8 @@ def suite(
     config: Optional[str] = typer.Option(None, "--config", help="tunables of --kernel, e.g. BLOCK=256"),
     budget_ms: float = typer.Option(300.0, "--budget-ms", min=1.0, help="time budget of each timed series"),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
+    ray: Optional[str] = cluster.RAY,
+    ray_gpu_model: Optional[str] = cluster.RAY_GPU_MODEL,
     evaluator_kind: str = typer.Option("pool", "--evaluator", hidden=True),
 ) -> None:
     """The best kernel of each problem vs PyTorch eager and torch.compile on this GPU, fast_p vs both,
@@ -51,7 +54,7 @@ def suite(
 
     names = expand_problems(problems or [])  # ProblemError before any GPU work
     spec = KernelSpec.load(kernel) if kernel else None
-    evaluator = _suite_evaluator(evaluator_kind)
+    evaluator = _suite_evaluator(evaluator_kind, ray, ray_gpu_model)
     try:
         with _progress(len(names), enabled=not as_json) as on_progress:
             rep = run_suite(names, evaluator, runs_dir, kernel=spec, config=parse_config(config),
@@ -64,12 +67,15 @@ def suite(
         print_suite(rep)
 
 
-def _suite_evaluator(kind: str) -> Any:
-    """The suite's Evaluator: on GPUs, a pool of ONE worker (the first visible GPU), so that a
-    problem's baseline and its kernel are measured in the same worker process on the same GPU
-    (the suite measures one thing at a time: a second worker would only ever idle)."""
+def _suite_evaluator(kind: str, ray: str | None = None, ray_gpu_model: str | None = None) -> Any:
+    """The suite's Evaluator: on GPUs, a pool of ONE worker (the first visible GPU, or one actor of
+    the Ray cluster), so that a problem's baseline and its kernel are measured in the same worker
+    process on the same GPU (the suite measures one thing at a time: a second worker would only
+    ever idle)."""
     if kind != "pool":
         return make_evaluator(kind)
+    if ray or ray_gpu_model:
+        return make_evaluator(kind, ray=ray, ray_gpu_model=ray_gpu_model, gpus=1)
     from kerngen.harness.pool.local import visible_devices
 
     return make_evaluator(kind, devices=visible_devices()[:1])

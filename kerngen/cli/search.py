@@ -26,8 +26,9 @@ from kerngen.agent.search import Search, SearchSettings
 from kerngen.agent.search_records import budget_for_resume
 from kerngen.agent.tree import load_run
 from kerngen.cli import batch as batch_mod
+from kerngen.cli import cluster
 from kerngen.cli.compose import (
-    make_context_factory, make_evaluator, make_proposer, make_search_tuner, playbook_seed,
+    make_context_factory, make_evaluator, make_proposer, make_search_tuner, playbook_seed, shards,
 )
 from kerngen.errors import KerngenError
 from kerngen.harness.spec.spec import KernelSpec
@@ -92,12 +93,14 @@ def generate(
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="where run folders live"),
     fresh: bool = typer.Option(False, "--fresh", help="several problems: start a new batch instead of continuing"),
     as_json: bool = typer.Option(False, "--json", help="several problems: print the summary as JSON"),
+    ray: Optional[str] = cluster.RAY,
+    ray_gpu_model: Optional[str] = cluster.RAY_GPU_MODEL,
     evaluator_kind: str = typer.Option("pool", "--evaluator", hidden=True,
                                        help="pool (the GPUs) | scripted (deterministic, no GPU, made-up times)"),
 ) -> None:
     """Search for a fast CUDA-C kernel of PROBLEM; journal the search under runs/<id>/. Several
     problems (or a folder of KernelBench files): one search each, --minutes each, resumable by
-    running the same command again."""
+    running the same command again; on several GPUs (or --ray), one problem per GPU at a time."""
     out = Console(highlight=False)
     given = {k: v for k, v in dict(rounds=rounds, max_llm_calls=max_llm_calls, max_tokens=max_tokens,
                                    max_cost_usd=max_cost, wall_minutes=minutes, gpu_minutes=gpu_minutes,
@@ -121,7 +124,7 @@ def generate(
     problem = problems[0] if problems else None
     defaults = SearchConfig()
     asked = _Asked(proposer=proposer, model=model, base_url=base_url, knobs=knobs, given=given, force=force,
-                   no_playbook_seed=no_playbook_seed, runs_dir=runs_dir, gpu=gpu,
+                   no_playbook_seed=no_playbook_seed, runs_dir=runs_dir, gpu=gpu, ray=ray, ray_gpu_model=ray_gpu_model,
                    config=SearchConfig(beam=beam or defaults.beam, ideas=ideas or defaults.ideas,
                                        branches=branches or defaults.branches,
                                        repairs=repairs if repairs is not None else defaults.repairs,
@@ -144,7 +147,7 @@ def generate(
         prop, settings = _new_settings(ref, asked, usage, KernelSpec.load(kernel) if kernel else None)
     run_dir = settings.run_dir
     try:
-        evaluator = make_evaluator(evaluator_kind, gpu=gpu)
+        evaluator = make_evaluator(evaluator_kind, **asked.where())
         try:
             tuner = make_search_tuner(evaluator_kind, evaluator, ref, no_tune or not settings.config.tune)
             view = LiveView(total_rounds=settings.budget.rounds)
@@ -185,6 +188,12 @@ class _Asked:
     no_playbook_seed: bool
     runs_dir: Path
     gpu: str = "h100"  # the preset a dry run compiles for
+    ray: str | None = None  # the Ray cluster's address (--ray), else this host's GPUs
+    ray_gpu_model: str | None = None
+
+    def where(self) -> dict[str, Any]:
+        """What make_evaluator needs to know of where the evaluations run."""
+        return dict(gpu=self.gpu, ray=self.ray, ray_gpu_model=self.ray_gpu_model)
 
 
 def _resume_settings(rec: Any, ref: Any, asked: _Asked, usage: Usage) -> tuple[Any, SearchSettings]:
@@ -209,39 +218,44 @@ def _new_settings(ref: Any, asked: _Asked, usage: Usage, seed: KernelSpec | None
 
 
 def _generate_many(problems: list[str], asked: _Asked, *, fresh: bool, as_json: bool, evaluator_kind: str) -> None:
-    """One search per problem, in turn (:mod:`kerngen.cli.batch`)."""
+    """One search per problem, one problem per GPU worker at a time (:mod:`kerngen.cli.batch`)."""
     runs_dir = asked.runs_dir
     names = expand_problems(problems)  # a missing file or an empty folder: one line, before any GPU work
     batch, path = batch_mod.open_batch(names, runs_dir, asked.given.get("wall_minutes"), fresh)
     t0 = time.monotonic()
-    evaluator = make_evaluator(evaluator_kind, gpu=asked.gpu)
+    # a batch with nothing left to search needs no GPU: its summary only
+    evaluator = make_evaluator(evaluator_kind, **asked.where()) if batch_mod.todo(batch) else None
 
-    def search_one(source: str, resume_dir: Path | None, started) -> Path:
+    def search_one(source: str, resume_dir: Path | None, started, shard: Any) -> Path:
         usage = Usage()
         if resume_dir is not None:
             rec = load_run(resume_dir)
             ensure_unlocked(rec.path)
-            ref, _ = rerun_ref(rec.started, None)
+            # the user named this file on this command line (the batch holds only those): it may run
+            # again even where the run folder came from another machine, once it matches the record
+            ref, _ = rerun_ref(rec.started, source)
             prop, settings = _resume_settings(rec, ref, asked, usage)
         else:
             ref = parse_problem_ref(source, None, None)
             _check_problem(ref, evaluator_kind)
             prop, settings = _new_settings(ref, asked, usage, None)
-        tuner = make_search_tuner(evaluator_kind, evaluator, ref, not settings.config.tune)
-        search = Search(settings, prop, evaluator, tuner=tuner, usage=usage,
+        tuner = make_search_tuner(evaluator_kind, shard, ref, not settings.config.tune)
+        search = Search(settings, prop, shard, tuner=tuner, usage=usage,
                         context_factory=make_context_factory(evaluator_kind))
         started(settings.run_dir)
         search.run()
         return settings.run_dir
 
     try:
-        batch_mod.run_batch(batch, path, runs_dir, search_one, quiet=as_json)
+        if evaluator is not None:
+            batch_mod.run_batch(batch, path, runs_dir, search_one, slots=shards(evaluator), quiet=as_json)
     except KeyboardInterrupt:
         Console(stderr=True, highlight=False, soft_wrap=True).print(one_line(
             f"interrupted: the batch is saved in {path}; run the same command again to continue it"), markup=False)
         raise typer.Exit(130) from None
     finally:
-        evaluator.close()
+        if evaluator is not None:
+            evaluator.close()
     rows = batch_mod.summary_rows(batch, runs_dir)
     if as_json:
         typer.echo(batch_mod.summary_json(rows))

@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 import typer
 
+from kerngen.cli import cluster
 from kerngen.cli.compose import make_evaluator
 from kerngen.text import strict_json
 from kerngen.errors import KerngenError
@@ -129,8 +130,11 @@ def tune_cmd(
         False, "--compare-exhaustive", help="run exhaustive and model-guided (20% budget) and compare"
     ),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
+    ray: Optional[str] = cluster.RAY,
+    ray_gpu_model: Optional[str] = cluster.RAY_GPU_MODEL,
 ) -> None:
-    """Autotune a kernel spec's tunables on this machine's GPUs (every config fully checked)."""
+    """Autotune a kernel spec's tunables on this machine's GPUs, or a Ray cluster's (every config
+    fully checked)."""
     from kerngen.problems.load import load_problem
     from kerngen.problems.ref import parse_problem_ref
 
@@ -154,7 +158,8 @@ def tune_cmd(
 
     console = Console(highlight=False, soft_wrap=True)
     progress = None if as_json else _progress(console)
-    with make_evaluator("pool", timeout_s=timeout_s) as pool:  # raises NoGPUError without a GPU
+    # this host's GPUs, or a Ray cluster's (--ray); NoGPUError where there is none
+    with make_evaluator("pool", timeout_s=timeout_s, ray=ray, ray_gpu_model=ray_gpu_model) as pool:
         gpu = pool.gpu_facts()
         try:
             base = pool.baseline(ref, with_compile=False)  # tune reports eager and roofline only

@@ -246,7 +246,7 @@ def test_check_launch_args_raises_a_compile_error():
 
 def test_tuner_compile_probe_reports_a_bad_launch_as_a_compile_error():
     from kerngen.harness.results import GpuFacts
-    from kerngen.harness.tune.tuner import compile_probe
+    from kerngen.harness.tune.prune import compile_probe
 
     spec, plan, _ = _plan_and_cubin(gelu_spec([{"name": "x"}, {"name": "out"}]))
     good, gplan, _ = _plan_and_cubin(gelu_spec())

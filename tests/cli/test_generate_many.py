@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 import kerngen.cli.app
 from kerngen.agent.search import Search
 from kerngen.agent.tree import load_run
-from kerngen.cli.batch import Batch, Status, batch_path
+from kerngen.cli.batch import Batch, Status, batch_path, metrics_line
 
 DATA = Path(__file__).parents[1] / "data" / "kernelbench"
 runner = CliRunner()
@@ -51,6 +51,21 @@ def test_a_folder_gets_one_run_per_problem_and_a_summary(tmp_path):
     # the table
     res = invoke("generate", str(d), "--runs-dir", str(runs), *SCRIPTED)
     assert res.exit_code == 0 and "one search per problem" in res.output and "2 of 3 problems" in res.output
+    assert "3 ran" in res.output and "vs torch.compile fast_1" in res.output
+
+
+def test_the_summary_line_counts_a_problem_without_a_kernel_as_a_miss():
+    def row(best, eager, compiled):
+        return {"best_ms": best, "eager_ms": eager, "compile_ms": compiled, "wall_min": 0.5,
+                "vs_eager": eager / best if best else None, "vs_compile": compiled / best if best and compiled else None}
+
+    rows = [row(1.0, 4.0, 2.0), row(2.0, 1.0, 1.0), row(None, 1.0, 1.0), row(1.0, 3.0, None)]
+    line = metrics_line(rows)
+    # vs eager: 4x and 3x beat it, 0.5x does not, no kernel is a miss: 2 of 4; geomean of 4, 0.5, 3
+    assert "4 ran, 2.0 min in all" in line
+    assert "vs eager fast_1 0.50 (geomean 1.82x over 3)" in line
+    # vs torch.compile: the problem without a compile time is left out: 1 of 3; geomean of 2 and 0.5
+    assert "vs torch.compile fast_1 0.33 (geomean 1.00x over 2)" in line
 
 
 def test_running_the_same_command_again_redoes_nothing_and_resumes_the_interrupted(tmp_path, monkeypatch):
@@ -73,6 +88,8 @@ def test_running_the_same_command_again_redoes_nothing_and_resumes_the_interrupt
     first = sorted(p.name for p in runs.iterdir() if p.name != "batches")
     assert len(first) == 2
     seen = []
+    # resumed on "another machine" (an empty trust list): the file is named on this command line, so it runs
+    monkeypatch.setenv("KERNGEN_CACHE_DIR", str(tmp_path / "another-machine"))
     monkeypatch.setattr(Search, "run", lambda self: seen.append((self.settings.mode.value,
                                                                   self.settings.run_dir.name)) or real_run(self))
     res = invoke("generate", str(d), "--runs-dir", str(runs), *SCRIPTED, "--json")

@@ -9,6 +9,13 @@ from kerngen.harness.pool.protocol import Envelope, EvaluateRequest, PrepareRequ
 from kerngen.harness.results import EvalResult, GpuFacts, Verdict
 
 
+def gpu_name() -> str:
+    """The GPU's name: "fake", or (a test of a mixed cluster) what FAKE_GPU_MODELS names its device:
+    "0=A100,1=H100" names the worker whose CUDA_VISIBLE_DEVICES is 0 "A100"."""
+    models = dict(p.split("=", 1) for p in os.environ.get("FAKE_GPU_MODELS", "").split(",") if "=" in p)
+    return models.get(os.environ.get("CUDA_VISIBLE_DEVICES", ""), "fake")
+
+
 def main() -> None:
     built: set[str] = set()
     for line in sys.stdin:
@@ -26,7 +33,7 @@ def main() -> None:
         if isinstance(req, PrepareRequest):
             reply = Reply(id=env.id)
         elif not isinstance(req, EvaluateRequest):
-            reply = Reply(id=env.id, facts=GpuFacts(name="fake", arch="sm_90"))
+            reply = Reply(id=env.id, facts=GpuFacts(name=gpu_name(), arch="sm_90"))
         elif what == "hang":
             time.sleep(3600)
         elif what == "slow":  # a candidate that takes a second: a deadline passes while it runs

@@ -483,7 +483,7 @@ def test_an_evaluator_that_keeps_raising_stops_with_its_error(tmp_path):
 
 def test_huge_spaces_are_sampled_with_the_default_kept(monkeypatch):
     import kerngen.harness.tune.tuner as tuner_mod
-    from kerngen.harness.tune.tuner import enumerate_configs
+    from kerngen.harness.tune.prune import enumerate_configs
 
     spec = make_spec(BIG_TUNABLES)
     sample = enumerate_configs(spec, seed=1, limit=100)
