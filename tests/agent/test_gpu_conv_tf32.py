@@ -17,14 +17,11 @@ from kerngen.agent.playbook import builders, explain
 from kerngen.agent.playbook.build_conv_tf32 import VARIANT
 from kerngen.agent.playbook.build_tf32 import TERMS_PLAIN
 from kerngen.agent.playbook.coverage import offer
-from kerngen.expr import TensorFacts
-from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.evaluator import Candidate, EvalOptions
-from kerngen.harness.gpu.launcher import LoadedModule, PlanRunner
 from kerngen.harness.results import Verdict
-from kerngen.harness.spec import plan
 from kerngen.problems.load import load_problem
 from kerngen.problems.ref import ProblemRef
+from tests.agent.gpu_runs import fp64_errors, run_spec
 
 pytestmark = pytest.mark.gpu
 
@@ -98,25 +95,10 @@ def test_plain_tf32_is_rejected_on_conv2d_wide(pool):
 
 
 def _run(spec, model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """One call of the spec: NVRTC for this device, launched through the harness's runner."""
     conv = model.conv
     out = torch.empty_like(conv(x))
-    tensors = {"x": x, "conv.weight": conv.weight, "conv.bias": conv.bias, "out": out}
-    resolved = plan.resolve(spec, sizes={}, tensors={k: TensorFacts(tuple(v.shape)) for k, v in tensors.items()})
-    for s in resolved.scratch:
-        tensors[s.name] = torch.empty(s.size, device=x.device, dtype=getattr(torch, s.dtype))
-    major, minor = torch.cuda.get_device_capability(x.device)
-    compiled = compile_job(job_for(spec, resolved, f"sm_{major}{minor}"), cache=None)
-    module = LoadedModule(compiled.cubin, [launch.kernel for launch in resolved.launches])
-    PlanRunner(module, resolved, tensors, torch.cuda.current_stream(x.device))()
-    torch.cuda.synchronize(x.device)
+    run_spec(spec, {"x": x, "conv.weight": conv.weight, "conv.bias": conv.bias, "out": out})
     return out
-
-
-def _errors(y: torch.Tensor, exact: torch.Tensor) -> tuple[float, float]:
-    """(max |y - exact|, ||y - exact|| / ||exact||) against the fp64 convolution."""
-    d = y.double() - exact
-    return float(d.abs().max()), float(torch.linalg.vector_norm(d) / torch.linalg.vector_norm(exact))
 
 
 @pytest.mark.parametrize("ref", [SUITE, WIDE], ids=["conv2d", "conv2d_wide"])
@@ -127,7 +109,7 @@ def test_error_against_fp64_is_at_most_twice_pytorch_fp32(ref):
     (torch32,) = p.run_reference(model, [x])  # cuDNN fp32, TF32 off (strict_fp32)
     conv = model.conv
     exact = torch.nn.functional.conv2d(x.double(), conv.weight.double(), conv.bias.double(), conv.stride, conv.padding)
-    ours, theirs = _errors(_run(_spec(ref), model, x), exact), _errors(torch32, exact)
+    ours, theirs = fp64_errors(_run(_spec(ref), model, x), exact), fp64_errors(torch32, exact)
     print(f"\n{ref.label()} vs fp64: tf32x3 max {ours[0]:.3g} rel {ours[1]:.3g}; "
           f"torch fp32 max {theirs[0]:.3g} rel {theirs[1]:.3g}")
     assert ours[1] <= 2 * theirs[1] and ours[0] <= 2 * theirs[0]

@@ -15,13 +15,11 @@ import torch
 
 from kerngen.agent.playbook import explain
 from kerngen.agent.playbook.build_tf32 import NO_FLUSH, SPLIT_VALUES, TERMS_PLAIN, sgemm_tf32x3
-from kerngen.expr import TensorFacts
-from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.evaluator import Candidate, EvalOptions
 from kerngen.harness.results import Verdict
-from kerngen.harness.spec import plan
 from kerngen.problems.load import load_problem
 from kerngen.problems.ref import ProblemRef
+from tests.agent.gpu_runs import fp64_errors, run_spec
 
 pytestmark = pytest.mark.gpu
 
@@ -53,24 +51,9 @@ def test_plain_tf32_is_rejected_on_matmul_wide(pool):
 
 
 def _run(spec, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """One call of the spec on (a, b): NVRTC for this device, launched through the harness's runner."""
-    from kerngen.harness.gpu.launcher import LoadedModule, PlanRunner
-
     out = torch.empty(a.shape[0], b.shape[1], device=a.device, dtype=torch.float32)
-    facts = {"A": TensorFacts(tuple(a.shape)), "B": TensorFacts(tuple(b.shape)), "out": TensorFacts(tuple(out.shape))}
-    resolved = plan.resolve(spec, sizes={}, tensors=facts)
-    major, minor = torch.cuda.get_device_capability(a.device)
-    compiled = compile_job(job_for(spec, resolved, f"sm_{major}{minor}"), cache=None)
-    module = LoadedModule(compiled.cubin, [launch.kernel for launch in resolved.launches])
-    PlanRunner(module, resolved, {"A": a, "B": b, "out": out}, torch.cuda.current_stream(a.device))()
-    torch.cuda.synchronize(a.device)
+    run_spec(spec, {"A": a, "B": b, "out": out})
     return out
-
-
-def _errors(x: torch.Tensor, exact: torch.Tensor) -> tuple[float, float]:
-    """(max |x - exact|, ||x - exact|| / ||exact||) against the fp64 product."""
-    d = x.double() - exact
-    return float(d.abs().max()), float(torch.linalg.vector_norm(d) / torch.linalg.vector_norm(exact))
 
 
 @pytest.mark.parametrize("ref", [SUITE, WIDE], ids=["matmul", "matmul_wide"])
@@ -79,11 +62,11 @@ def test_error_against_fp64_is_at_most_twice_torch_fp32(ref):
     a, b = p.make_inputs("cuda", 7)
     (torch32,) = p.run_reference(p.build_model("cuda", 7), [a, b])  # TF32 off (strict_fp32)
     exact = a.double() @ b.double()
-    ours = _errors(_run(_spec(ref), a, b), exact)
-    theirs = _errors(torch32, exact)
+    ours = fp64_errors(_run(_spec(ref), a, b), exact)
+    theirs = fp64_errors(torch32, exact)
     # FLUSH 0 (accumulating in the mma accumulator): its error depends on how the tensor core
     # rounds the accumulator (see the template); measured and printed, not asserted
-    no_flush = _errors(_run(_spec(ref, NO_FLUSH), a, b), exact)
+    no_flush = fp64_errors(_run(_spec(ref, NO_FLUSH), a, b), exact)
     print(f"\n{ref.label()} vs fp64: tf32x3 max {ours[0]:.3g} rel {ours[1]:.3g}; torch fp32 max {theirs[0]:.3g} "
           f"rel {theirs[1]:.3g}; tf32x3 FLUSH 0 max {no_flush[0]:.3g} rel {no_flush[1]:.3g}")
     assert ours[1] <= 2 * theirs[1] and ours[0] <= 2 * theirs[0]
