@@ -33,25 +33,30 @@ MAX_SMEM_SM80 = 166912
 LOG2E = math.log2(math.e)
 SPEC_NAMES = {v: f"playbook-{FAMILY}-{v}" for v in ("fa2", "simt")}
 
-# defaults per head dim. D = 128: 8 warps of 16 query rows on a 128 x 64 tile, K/V double-buffered, XOR
-# swizzle (FlashAttention-2's H100 tile for causal head dim 128); D = 64: 4 warps of 32 rows (two m16
-# tiles a warp: each K/V fragment feeds two mmas)
+# defaults per head dim. D = 128: FlashAttention-2's H100 tile, 4 warps of 32 query rows on a 128 x 64 tile
+# with Q re-read from shared memory, K/V double-buffered, XOR swizzle (the best of the exhaustive tune on an
+# H100, 2026-11-23); D = 64: 4 warps of 32 rows with Q in registers (each K/V fragment feeds two mmas)
 FA2_DEFAULTS = {
-    128: dict(BLOCK_M=128, BLOCK_N=64, WARPS=8, STAGES=2, SWIZZLE=1),
-    64: dict(BLOCK_M=128, BLOCK_N=64, WARPS=4, STAGES=2, SWIZZLE=1),
+    128: dict(BLOCK_M=128, BLOCK_N=64, WARPS=4, STAGES=2, SWIZZLE=1, QSMEM=1),
+    64: dict(BLOCK_M=128, BLOCK_N=64, WARPS=4, STAGES=2, SWIZZLE=1, QSMEM=0),
 }
-FA2_TUNABLES = dict(BLOCK_M=[64, 128], BLOCK_N=[32, 64, 128], WARPS=[4, 8], STAGES=[2, 3, 4], SWIZZLE=[0, 1])
+FA2_TUNABLES = dict(BLOCK_M=[64, 128, 256], BLOCK_N=[32, 64, 128], WARPS=[4, 8], STAGES=[2, 3, 4], SWIZZLE=[0, 1],
+                    QSMEM=[0, 1])
 FA2_THREADS = "32 * WARPS"
 FA2_MI = "(BLOCK_M // (16 * WARPS))"  # m16 tiles of one warp
 FA2_ROW = "(HEAD_DIM if SWIZZLE else HEAD_DIM + 8)"  # elements between rows in shared memory
 FA2_SMEM = f"2 * {FA2_ROW} * (BLOCK_M + 2 * STAGES * BLOCK_N)"  # the Q tile, then STAGES x (K, V)
 # registers a thread needs, roughly: O (MI x D/8 n8 tiles x 4), S (MI x BLOCK_N/8 x 4), Q's fragments
-# (MI x D/16 x 4), P's packed A fragments of one k step and two B fragments, ~40 for addresses, the
-# softmax state and counters. NVRTC 13 (every admissible configuration at D = 64 and 128): none spills for
-# sm_90 (up to 255 registers at D = 128, BLOCK_N = 128); for sm_80 two spill 12 bytes (D = 64, 8 warps,
-# padded rows, 3-4 stages: ptxas stops at 128 registers there). The estimate excludes 2 m16 tiles a warp
-# at D = 128, which would need ~300.
-FA2_REGS = f"({FA2_MI} * (HEAD_DIM // 2 + BLOCK_N // 2 + HEAD_DIM // 4 + 4) + 8 + 40)"
+# (MI x D/16 x 4 held, or MI x 4 of one k step with QSMEM), P's packed A fragments of one k step and two
+# B fragments, ~36 for addresses, the softmax state and counters. Calibrated on NVRTC 13 for sm_90 over
+# every configuration with 2-3 stages: the admitted ones compile without spills (up to 255 registers: D =
+# 128, 4 warps of 32 rows, BLOCK_N 64, Q re-read from shared memory, is FlashAttention-2's tile and takes
+# exactly 255) except three with padded rows, where ptxas is not monotone near the limit: D = 128 BLOCK_M
+# 256 8 warps BLOCK_N 64 QSMEM (8 bytes), and D = 64 BLOCK_M 128 4 warps BLOCK_N 32 with Q in registers
+# (4-16 bytes at 168 registers). Those stay admitted (the tuner measures them like any other). Excluded:
+# 2 m16 tiles a warp at D = 128 with Q held in registers (~300 registers). Q re-read from shared memory only
+# pays with 2 m16 tiles a warp (one tile holds Q in 32 registers at most).
+FA2_REGS = f"({FA2_MI} * (HEAD_DIM // 2 + BLOCK_N // 2 + (4 if QSMEM else HEAD_DIM // 4) + 4) + 44)"
 
 SIMT_DEFAULTS = dict(BLOCK_N=64, WARPS=8)
 SIMT_TUNABLES = dict(BLOCK_N=[32, 64], WARPS=[4, 8])
@@ -132,7 +137,7 @@ def attention_fa2(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
         "HEAD_DIM == 64 or HEAD_DIM == 128",
         "BLOCK_M % (16 * WARPS) == 0", f"{FA2_MI} <= 2",
         f"(BLOCK_M * HEAD_DIM // 8) % ({nt}) == 0", f"(BLOCK_N * HEAD_DIM // 8) % ({nt}) == 0",
-        "STAGES >= 2", "SWIZZLE == 0 or SWIZZLE == 1",
+        "STAGES >= 2", "SWIZZLE == 0 or SWIZZLE == 1", f"QSMEM == 0 or (QSMEM == 1 and {FA2_MI} == 2)",
         f"{FA2_SMEM} <= {MAX_SMEM_SM80}",
         f"{FA2_REGS} <= 255", f"{FA2_REGS} * {nt} <= 65536",
     ], s["D"])
@@ -141,9 +146,9 @@ def attention_fa2(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
         SPEC_NAMES["fa2"],
         f"attention {f['what']} ({mask}, {f['dtype']}): FlashAttention-2 style forward on the tensor cores. One block per "
         "(BLOCK_M query rows, batch*head), the longest causal tiles launched first; Q copied once (cp.async) and "
-        "held in registers (ldmatrix); K/V tiles of BLOCK_N keys through a STAGES-deep cp.async ring in shared "
+        "held in registers (ldmatrix) or, with QSMEM and 32 rows a warp, re-read from shared memory every k step; K/V tiles of BLOCK_N keys through a STAGES-deep cp.async ring in shared "
         "memory (XOR-swizzled or padded rows); S = Q K^T and O += P V with mma.sync m16n8k16 (fp32 accumulate); "
-        "online softmax in fp32 registers with exp2 and the scale folded into one FFMA; P converted to 16 bits in "
+        "online softmax in fp32 registers with ex2.approx and the scale folded into one FFMA; P converted to 16 bits in "
         "registers and fed straight into the P V mma; causal tiles above the diagonal skipped, only the diagonal "
         "and ragged tiles masked; output staged through shared memory for 16-byte stores",
         src, {k: list(vals) for k, vals in FA2_TUNABLES.items()}, d,

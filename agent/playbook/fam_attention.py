@@ -150,6 +150,8 @@ def _recognise(r: Read) -> FamilyMatch:
     if causal and sq != sk:
         raise NotCovered(f"causal attention with Sq {sq} != Sk {sk} is not covered (PyTorch's causal mask is "
                          "top-left aligned)")
+    if not scale > 0.0:  # the kernels take a row's max of q k^T before scaling: a positive scale only
+        raise NotCovered(f"attention with a scale of {scale:.6g} (not positive) is not covered")
     default = abs(scale * math.sqrt(d) - 1.0) < DEFAULT_SCALE_RTOL
     bh = math.prod(q.shape[:-2])
     scale_text = f"1/sqrt({d})" if default else f"{scale:.6g}"
@@ -183,12 +185,16 @@ IDEAS = (
           "folded into one FFMA), P converted to 16 bits in registers and never stored; the causal tiles above the "
           "diagonal skipped and the longest query tiles launched first.", C,
           "O(S) memory instead of the S x S score matrix; FlashAttention-2 reaches ~70% of the mma.sync peak",
-          "fa2", ({}, {"BLOCK_N": 32}), round0=True),
+          "fa2", ({}, {"BLOCK_N": 32}, {"WARPS": 8, "QSMEM": 0}), round0=True),
     Entry("attn-fa2-tile", "Re-shape the attention tile: 64 query rows per block (twice the blocks, more of them "
           "resident per SM, a shorter causal tail), or 4 warps of 32 rows each (every K/V fragment feeds two "
-          "mmas, half the ldmatrix traffic per FLOP), or 128 keys per tile (fewer softmax rescales and barriers).",
+          "mmas, half the ldmatrix traffic per FLOP; at head dim 128 Q is then re-read from shared memory at "
+          "every k step, as FlashAttention-2 does, so O and S fit in 255 registers), or 8 such warps on 256 "
+          "rows, or 128 keys per tile (fewer softmax rescales and barriers).",
           PAR, "0-15%", "fa2",
-          ({"BLOCK_M": 64, "WARPS": 4}, {"BLOCK_M": 128, "WARPS": 4}, {"BLOCK_N": 128}), after=_FA2),
+          ({"BLOCK_M": 64, "WARPS": 4, "QSMEM": 0}, {"BLOCK_M": 128, "WARPS": 4, "QSMEM": 0},
+           {"BLOCK_M": 128, "WARPS": 4, "QSMEM": 1}, {"BLOCK_M": 256, "WARPS": 8, "QSMEM": 1, "BLOCK_N": 32},
+           {"BLOCK_N": 128, "WARPS": 8, "QSMEM": 0}), after=_FA2),
     Entry("attn-fa2-pipeline", "Deepen the K/V cp.async ring to 3 or 4 stages so more key tiles are in flight "
           "while the tensor cores work on this one (shorter key tiles keep the shared memory in bounds).", A,
           "0-10% where the loads are exposed", "fa2", ({"STAGES": 3}, {"STAGES": 4, "BLOCK_N": 32}), after=_FA2),

@@ -132,6 +132,7 @@ def test_recognises_sdpa_calls_and_explicit_chains(tmp_path, body, q, k, dtype, 
     (SDPA.format("").replace("(q, k, v", "(q.transpose(-2, -1), k.transpose(-2, -1), v.transpose(-2, -1)")
      + ".transpose(-2, -1)", (1, 2, 64, 64), None, None, "bfloat16", "pass", "computes none"),  # (.., dim, seq)
     (SDPA.format(""), (1, 2, 16, 64), None, None, "float64", "pass", "float64"),
+    (SDPA.format(", scale=-0.125"), (1, 2, 16, 64), None, None, "bfloat16", "pass", "not positive"),
 ])
 def test_refuses_what_it_does_not_cover_with_the_reason(tmp_path, body, q, k, v, dtype, init, why):
     p = _problem(tmp_path, body, q, k, v, dtype=dtype, init=init)
@@ -155,7 +156,7 @@ def test_suite_problem_offers_the_tensor_core_kernel_at_its_own_size():
     assert spec.default_config() == FA2_DEFAULTS[128]
     r = plan.resolve(spec, sizes={}, tensors=m.tensor_facts())
     (launch,) = r.launches
-    assert launch.grid == (4096 // 128, 8 * 16, 1) and launch.block == (256, 1, 1)
+    assert launch.grid == (4096 // 128, 8 * 16, 1) and launch.block == (128, 1, 1)
     assert launch.shared_mem == fa2_smem_bytes(spec.default_config(), 128) == 2 * 128 * (128 + 2 * 2 * 64)
     assert [a.name for a in launch.args[:4]] == ["q", "k", "v", "out"]
     assert [(a.kind, a.value) for a in launch.args[4:6]] == [("int32", 4096), ("int32", 4096)]
@@ -180,6 +181,17 @@ def test_every_offered_configuration_fits_sm80_shared_memory():
     for cfg in ({"BLOCK_N": 128, "STAGES": 3}, {"SWIZZLE": 0, "BLOCK_N": 128, "STAGES": 2, "BLOCK_M": 128}):
         fits = fa2_smem_bytes({**spec.default_config(), **cfg}, 128) <= MAX_SMEM_SM80
         assert fits == _admits(spec, m, cfg)
+
+
+@needs_kb
+def test_q_from_shared_memory_only_with_two_row_tiles_a_warp_and_q_in_registers_only_where_it_fits():
+    m = explain(load_problem("attention"))  # D = 128
+    spec = builders.build(m, "fa2")
+    assert _admits(spec, m, {"BLOCK_M": 128, "WARPS": 4, "QSMEM": 1})  # FlashAttention-2's tile
+    assert not _admits(spec, m, {"BLOCK_M": 128, "WARPS": 4, "QSMEM": 0})  # O, S and Q: ~300 registers
+    assert not _admits(spec, m, {"BLOCK_M": 128, "WARPS": 8, "QSMEM": 1})  # one m16 tile a warp: no gain
+    assert _admits(spec, m, {"BLOCK_M": 256, "WARPS": 8, "BLOCK_N": 32, "QSMEM": 1})
+    assert not _admits(spec, m, {"BLOCK_M": 256, "WARPS": 8, "BLOCK_N": 128, "QSMEM": 1})
 
 
 @needs_kb
@@ -212,8 +224,11 @@ def test_round0_and_refinement_ideas_render():
 
 # ----- NVRTC --------------------------------------------------------------------------------------------
 FA2_SAMPLES = {  # per head dim: the default, then the configurations nearest the register limit
-    128: [{}, {"BLOCK_N": 128}, {"BLOCK_M": 64, "WARPS": 4, "BLOCK_N": 128}, {"SWIZZLE": 0, "STAGES": 3}],
-    64: [{}, {"SWIZZLE": 0, "STAGES": 4}, {"BLOCK_M": 64, "WARPS": 4, "BLOCK_N": 128}, {"WARPS": 8, "BLOCK_N": 128}],
+    128: [{}, {"WARPS": 8, "QSMEM": 0, "BLOCK_N": 128}, {"BLOCK_M": 64, "WARPS": 4, "BLOCK_N": 128, "QSMEM": 0},
+          {"SWIZZLE": 0, "STAGES": 3}, {"WARPS": 8, "QSMEM": 0},
+          {"BLOCK_M": 256, "WARPS": 8, "BLOCK_N": 32, "QSMEM": 1, "STAGES": 3}],
+    64: [{}, {"SWIZZLE": 0, "STAGES": 4}, {"BLOCK_M": 64, "WARPS": 4, "BLOCK_N": 128}, {"WARPS": 8, "BLOCK_N": 128},
+         {"QSMEM": 1}, {"BLOCK_M": 256, "WARPS": 8, "BLOCK_N": 64, "QSMEM": 1}],
 }
 
 
@@ -274,10 +289,13 @@ FA2_CASES = [  # (q shape, k shape, dtype, causal, config): odd lengths, every t
     ((1, 1, 130, 128), None, "bfloat16", True, {}),
     ((1, 1, 77, 128), (1, 1, 45, 128), "float16", False, {}),
     ((1, 1, 200, 64), None, "bfloat16", True, {"BLOCK_M": 64, "WARPS": 4, "BLOCK_N": 32, "STAGES": 3, "SWIZZLE": 0}),
-    ((1, 1, 150, 128), None, "float16", True, {"BLOCK_M": 64, "WARPS": 4, "BLOCK_N": 128}),
+    ((1, 1, 150, 128), None, "float16", True, {"BLOCK_M": 64, "WARPS": 4, "BLOCK_N": 128, "QSMEM": 0}),
     ((2, 1, 129, 64), None, "bfloat16", False, {"WARPS": 4, "SWIZZLE": 0, "STAGES": 4}),
     ((1, 1, 300, 64), None, "bfloat16", True, {"WARPS": 8, "BLOCK_N": 128, "STAGES": 3}),
     ((3, 1, 5, 128), (3, 1, 17, 128), "bfloat16", False, {}),
+    # Q re-read from shared memory with 32 rows a warp (D = 128's default: cases {} above), and at D = 64
+    ((1, 1, 150, 128), None, "bfloat16", True, {"WARPS": 8, "QSMEM": 0}),  # the 8-warp tile of 16 rows
+    ((1, 2, 90, 64), (1, 2, 33, 64), "float16", False, {"QSMEM": 1, "BLOCK_N": 32, "STAGES": 3}),
 ]
 
 
@@ -295,6 +313,63 @@ def test_the_explicit_chain_runs_the_same_kernel(tmp_path):
     p = _problem(tmp_path, CHAIN_CAUSAL, (1, 2, 70, 64), dtype="float16")
     out, ref = _emulated(p, "fa2")
     _check(out, ref, p)
+
+
+GROWING_KEYS = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def forward(self, q, k, v):
+        return F.scaled_dot_product_attention(q, k, v{causal})
+
+
+def get_inputs():
+    # key j scaled by 10 ** (2 j / S): scores grow along the keys by far more than the kernel's rescale slack
+    # (2^8), row by row differently (a row whose q points away from the keys sees its max fall), up to
+    # exp2 arguments of several hundred: a kernel that never moved its reference max would overflow
+    s = {s}
+    ramp = torch.logspace(0, 2, s).view(1, 1, s, 1)
+    return [torch.randn(1, 2, s, {d}, dtype=torch.{dt}), (torch.randn(1, 2, s, {d}) * ramp).to(torch.{dt}),
+            torch.randn(1, 2, s, {d}, dtype=torch.{dt})]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def _growing(tmp_path: Path, s: int, d: int, dtype: str, causal: bool):
+    path = tmp_path / f"grow{len(list(tmp_path.iterdir()))}.py"
+    path.write_text(GROWING_KEYS.format(s=s, d=d, dt=dtype, causal=", is_causal=True" if causal else ""))
+    return load_problem(str(path))
+
+
+@needs_emulator
+@pytest.mark.parametrize("s, d, dtype, causal, config", [
+    (200, 64, "bfloat16", True, {"BLOCK_N": 32}),
+    (150, 128, "float16", False, {"WARPS": 4, "QSMEM": 1, "BLOCK_N": 32}),
+])
+def test_row_maxima_that_keep_growing_are_rescaled(tmp_path, s, d, dtype, causal, config):
+    p = _growing(tmp_path, s, d, dtype, causal)
+    out, ref = _emulated(p, "fa2", config)
+    _check(out, ref, p)
+
+
+@needs_emulator
+@pytest.mark.parametrize("broken", [
+    ("#define FA_SLACK 8.f", "#define FA_SLACK 1e30f"),  # the reference max never moves: exp2 overflows
+    ("            o[i][jd][2 * h] *= alpha;\n", ""),  # O's even columns not rescaled with l
+])
+def test_a_kernel_that_does_not_rescale_fails(tmp_path, broken):
+    p = _growing(tmp_path, 150, 64, "bfloat16", False)
+    good = builders.build(explain(p), "fa2").source
+    bad = good.replace(*broken)
+    assert bad != good
+    out, ref = _emulated(p, "fa2", {"BLOCK_N": 32}, source=bad)
+    assert not compare(out, ref, atol=p.info.atol, rtol=p.info.rtol).ok
 
 
 @needs_emulator

@@ -105,6 +105,15 @@ inline void cvt_rn_f16x2_f32(const char *n, int line, Dst d, unsigned long long 
 }
 inline void cvt_f32_bf16(const char *n, int line, Dst d, unsigned long long a) { put(n, line, d, kg_bits<unsigned>(bf16_to_f32((unsigned)a)), 4); }
 inline void cvt_f32_f16(const char *n, int line, Dst d, unsigned long long a) { put(n, line, d, kg_bits<unsigned>(f16_to_f32((unsigned)a)), 4); }
+// ex2.approx.ftz.f32: 2^x computed exactly here (the hardware's is within 2^-22 relative); .ftz flushes a
+// subnormal input or result to a zero of the same sign
+inline void ex2_approx_ftz_f32(const char *n, int line, Dst d, unsigned long long a) {
+  float x = f32(a);
+  if (std::fpclassify(x) == FP_SUBNORMAL) x = std::copysign(0.f, x);
+  float r = std::exp2(x);
+  if (std::fpclassify(r) == FP_SUBNORMAL) r = 0.f;
+  put(n, line, d, kg_bits<unsigned>(r), 4);
+}
 inline void cvta_to_shared(const char *n, int line, Dst d, unsigned long long a) {
   put(n, line, d, shared_window_of((const void *)(uintptr_t)a, n), d.bytes);
 }

@@ -132,6 +132,30 @@ def test_a_nan_converts_to_the_canonical_nan():
     assert (got[:, 0] == 0x7FFFFFFF).all() and (got[:, 1] == 0x7FFF).all() and (got[:, 4] == 0x7FFF).all()
 
 
+EX2_SRC = r"""
+extern "C" __global__ void k(const float *x, float *out, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x[i]));
+  out[i] = r;
+}
+"""
+
+
+@needs_gxx
+def test_ex2_is_two_to_the_x_with_subnormals_flushed():
+    x = torch.tensor([0.0, 1.0, -1.0, 10.5, -126.0, -127.0, -149.0, -300.0, 128.0, float("-inf"), float("inf"),
+                      1e-40, -1e-40, 0.3]).float()
+    out = torch.full_like(x, float("nan"))
+    emulate(_spec(EX2_SRC, ["x", "out"], n="x.numel", block=32), {"x": x, "out": out})
+    want = torch.exp2(x.double()).float()
+    want[(want > 0) & (want < 2 ** -126)] = 0.0  # a subnormal result flushes to zero
+    want[11:13] = 1.0  # a subnormal input flushes to zero first: 2^0
+    assert torch.equal(out, want), (out, want)
+    assert out[4] == 2 ** -126 and out[5] == 0 and out[9] == 0 and out[10] == float("inf")
+
+
 # ----- mma.sync: each lane's registers in, its D fragment out; the matrices from the PTX ISA's layouts ------
 MMA_SRC = r"""
 extern "C" __global__ void k(const unsigned *a, const unsigned *b, const float *c, const int *live, float *d) {
