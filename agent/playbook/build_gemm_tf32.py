@@ -87,7 +87,8 @@ IDEAS: tuple[Entry, ...] = (
           "m16n8k8 in fp32 (per-k-tile partial sums added with round-to-nearest), bias and the elementwise "
           "chain applied to each value in registers before its store.", P,
           "the matmul variant measured 1.15x cuBLAS fp32 at 4096^3 on an H100; the epilogue costs no extra pass",
-          VARIANT, ({}, {"BM": 64, "BN": 128, "WM": 32, "WN": 64, "STAGES": 4}), round0=True),
+          # split-K second: only admissible where the output's tiles (all batches) leave SMs idle
+          VARIANT, ({}, {"SPLIT_K": 16}, {"BM": 64, "BN": 128, "WM": 32, "WN": 64, "STAGES": 4}), round0=True),
     Entry("gemm-tf32x3-tile", "Change the 3xTF32 GEMM's block tile: 64 x 128 for fewer rows (more blocks for a "
           "small batch), or 64 x 64 warp tiles accumulating straight in the mma accumulator.", PAR, "0-15%",
           VARIANT, ({"BM": 64, "WM": 32}, {**NO_FLUSH, "BM": 128}), after=_AFTER),

@@ -172,7 +172,9 @@ TF32_IDEAS: tuple[Entry, ...] = (
           "operand into tf32 hi + lo and accumulate lo*hi + hi*lo + hi*hi with mma.sync m16n8k8 in fp32, "
           "per-k-tile partial sums added with round-to-nearest; fp32 accuracy at tensor-core speed.", P,
           "1.15x cuBLAS fp32 at 4096^3 on an H100, tuned", VARIANT,
-          ({}, {"BK": 16, "STAGES": 4}), round0=True),
+          # split-K second: admissible only where the output's tiles leave SMs idle (KernelBench 6: 256 x 256,
+          # K = 524288, 20.6 ms unsplit, 1.30 ms split), and there it must not wait for a refinement round
+          ({}, {"SPLIT_K": 16}, {"BK": 16, "STAGES": 4}), round0=True),
     Entry("mm-tf32x3-accumulate", "Accumulate straight in the mma accumulator (no per-tile partial sums) with "
           "64x64 warp tiles and BK 16: half the accumulator registers and twice the mma work per fragment "
           "load; kept only if the fp32 check still passes (the tensor core's accumulation rounding decides).", P,

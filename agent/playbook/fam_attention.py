@@ -179,10 +179,12 @@ def recognise(r: Read) -> FamilyMatch | None:
 
 _FA2, _SIMT = frozenset({"fa2"}), frozenset({"simt"})
 IDEAS = (
-    Entry("attn-fa2", "FlashAttention-2 on the tensor cores: one block per 128 query rows and head, Q held in "
-          "registers, K and V tiles streamed through a cp.async ring into swizzled shared memory, S = Q K^T and "
-          "O += P V with mma.sync m16n8k16 fed by ldmatrix, the online softmax in fp32 registers (exp2, the scale "
-          "folded into one FFMA), P converted to 16 bits in registers and never stored; the causal tiles above the "
+    Entry("attn-fa2", "FlashAttention-2 on the tensor cores: one block per 128 query rows and head (4 warps of 32 "
+          "rows, Q re-read from shared memory at head dim 128; Q held in registers at 64), K and V tiles streamed "
+          "through a cp.async ring into swizzled shared memory, S = Q K^T and O += P V with mma.sync m16n8k16 fed "
+          "by ldmatrix, the online softmax in fp32 registers (exp2, the scale folded into one FFMA, the max moved "
+          "and O rescaled only when a row grew by more than 2^8, the row sums as one more mma of P with ones), P "
+          "converted to 16 bits in registers and never stored; the causal tiles above the "
           "diagonal skipped and the longest query tiles launched first.", C,
           "O(S) memory instead of the S x S score matrix; FlashAttention-2 reaches ~70% of the mma.sync peak",
           "fa2", ({}, {"BLOCK_N": 32}, {"WARPS": 8, "QSMEM": 0}), round0=True),

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from kerngen.agent.playbook import explain
+from kerngen.agent.playbook import PlaybookProposer, explain
 from kerngen.agent.playbook.build_tf32 import (DEFAULTS, SPEC_NAME, SPLIT_MAX_OUTPUTS, SPLIT_VALUES, TERMS_PLAIN,
                                                TERMS_SPLIT, TF32_IDEAS, VARIANT, sgemm_tf32x3, smem_bytes)
 from kerngen.agent.playbook.match import FamilyMatch, Tensor
@@ -413,9 +413,40 @@ def test_split_k_compiles_without_spills(arch, split):
 
 
 def test_split_k_idea_renders_only_for_a_few_tiles():
-    (idea,) = [e for e in TF32_IDEAS if "SPLIT_K" in str(e.branches)]
-    for branch in idea.branches:
+    ideas = [e for e in TF32_IDEAS if "SPLIT_K" in str(e.branches)]
+    assert [e.id for e in ideas] == ["mm-tf32x3", "mm-tf32x3-splitk"]  # the round-0 idea tries one split too
+    for branch in (b for e in ideas for b in e.branches if "SPLIT_K" in b):
         spec, r = _resolve(LARGE_K, branch)
         assert len(r.launches) == 2 and r.config["SPLIT_K"] == branch["SPLIT_K"]
         with pytest.raises(Exception, match="constraint"):
             _resolve(SUITE, branch)
+
+
+MATMUL_FILE = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, A, B):
+        return torch.matmul(A, B)
+
+
+def get_inputs():
+    return [torch.randn({m}, {k}), torch.randn({k}, {n})]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.parametrize("m, n, k, splits", [(256, 256, 524288, [1, 16]), (4096, 4096, 4096, [1, 1])])
+def test_round0_offers_split_k_where_the_output_leaves_sms_idle(tmp_path, m, n, k, splits):
+    """KernelBench 6's shape gets a split-K kernel in the first round (a 0.4-minute search never reached the
+    refinement that offered it: 20.6 ms unsplit against 1.30 ms split, H100); a square GEMM is unchanged."""
+    path = tmp_path / "mm.py"
+    path.write_text(MATMUL_FILE.format(m=m, n=n, k=k))
+    prop = PlaybookProposer(load_problem(str(path)))
+    entry = next(e for e in prop._entries() if e.id == "mm-tf32x3")
+    branches = prop._render(entry, None, 2)
+    assert [b.spec.default_config().get("SPLIT_K", 1) for b in branches] == splits
