@@ -37,11 +37,11 @@ SPEC_NAMES = {v: f"playbook-{FAMILY}-{v}" for v in ("fa2", "simt")}
 # with Q re-read from shared memory, K/V double-buffered, XOR swizzle (the best of the exhaustive tune on an
 # H100, 2026-11-23); D = 64: 4 warps of 32 rows with Q in registers (each K/V fragment feeds two mmas)
 FA2_DEFAULTS = {
-    128: dict(BLOCK_M=128, BLOCK_N=64, WARPS=4, STAGES=2, SWIZZLE=1, QSMEM=1),
-    64: dict(BLOCK_M=128, BLOCK_N=64, WARPS=4, STAGES=2, SWIZZLE=1, QSMEM=0),
+    128: dict(BLOCK_M=128, BLOCK_N=64, WARPS=4, STAGES=2, SWIZZLE=1, QSMEM=1, PINGPONG=0),
+    64: dict(BLOCK_M=128, BLOCK_N=64, WARPS=4, STAGES=2, SWIZZLE=1, QSMEM=0, PINGPONG=0),
 }
 FA2_TUNABLES = dict(BLOCK_M=[64, 128, 256], BLOCK_N=[32, 64, 128], WARPS=[4, 8], STAGES=[2, 3, 4], SWIZZLE=[0, 1],
-                    QSMEM=[0, 1])
+                    QSMEM=[0, 1], PINGPONG=[0, 1])
 FA2_THREADS = "32 * WARPS"
 FA2_MI = "(BLOCK_M // (16 * WARPS))"  # m16 tiles of one warp
 FA2_ROW = "(HEAD_DIM if SWIZZLE else HEAD_DIM + 8)"  # elements between rows in shared memory
@@ -56,7 +56,8 @@ FA2_SMEM = f"2 * {FA2_ROW} * (BLOCK_M + 2 * STAGES * BLOCK_N)"  # the Q tile, th
 # (4-16 bytes at 168 registers). Those stay admitted (the tuner measures them like any other). Excluded:
 # 2 m16 tiles a warp at D = 128 with Q held in registers (~300 registers). Q re-read from shared memory only
 # pays with 2 m16 tiles a warp (one tile holds Q in 32 registers at most).
-FA2_REGS = f"({FA2_MI} * (HEAD_DIM // 2 + BLOCK_N // 2 + (4 if QSMEM else HEAD_DIM // 4) + 4) + 44)"
+# PINGPONG keeps the packed P of the tile before across the tensor phase: MI x BLOCK_N/4 more
+FA2_REGS = f"({FA2_MI} * (HEAD_DIM // 2 + BLOCK_N // 2 + (4 if QSMEM else HEAD_DIM // 4) + 4 + PINGPONG * BLOCK_N // 4) + 44)"
 
 SIMT_DEFAULTS = dict(BLOCK_N=64, WARPS=8)
 SIMT_TUNABLES = dict(BLOCK_N=[32, 64], WARPS=[4, 8])
@@ -138,6 +139,7 @@ def attention_fa2(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
         "BLOCK_M % (16 * WARPS) == 0", f"{FA2_MI} <= 2",
         f"(BLOCK_M * HEAD_DIM // 8) % ({nt}) == 0", f"(BLOCK_N * HEAD_DIM // 8) % ({nt}) == 0",
         "STAGES >= 2", "SWIZZLE == 0 or SWIZZLE == 1", f"QSMEM == 0 or (QSMEM == 1 and {FA2_MI} == 2)",
+        "PINGPONG == 0 or (PINGPONG == 1 and WARPS == 8 and STAGES == 3)",  # two groups of 4; a 3-slot ring
         f"{FA2_SMEM} <= {MAX_SMEM_SM80}",
         f"{FA2_REGS} <= 255", f"{FA2_REGS} * {nt} <= 65536",
     ], s["D"])

@@ -192,6 +192,10 @@ def test_q_from_shared_memory_only_with_two_row_tiles_a_warp_and_q_in_registers_
     assert not _admits(spec, m, {"BLOCK_M": 128, "WARPS": 8, "QSMEM": 1})  # one m16 tile a warp: no gain
     assert _admits(spec, m, {"BLOCK_M": 256, "WARPS": 8, "BLOCK_N": 32, "QSMEM": 1})
     assert not _admits(spec, m, {"BLOCK_M": 256, "WARPS": 8, "BLOCK_N": 128, "QSMEM": 1})
+    # ping-pong: two groups of 4 warps and a ring of exactly 3 slots
+    assert _admits(spec, m, {"WARPS": 8, "QSMEM": 0, "STAGES": 3, "PINGPONG": 1})
+    assert not _admits(spec, m, {"WARPS": 4, "STAGES": 3, "PINGPONG": 1})
+    assert not _admits(spec, m, {"WARPS": 8, "QSMEM": 0, "STAGES": 2, "PINGPONG": 1})
 
 
 @needs_kb
@@ -226,7 +230,9 @@ def test_round0_and_refinement_ideas_render():
 FA2_SAMPLES = {  # per head dim: the default, then the configurations nearest the register limit
     128: [{}, {"WARPS": 8, "QSMEM": 0, "BLOCK_N": 128}, {"BLOCK_M": 64, "WARPS": 4, "BLOCK_N": 128, "QSMEM": 0},
           {"SWIZZLE": 0, "STAGES": 3}, {"WARPS": 8, "QSMEM": 0},
-          {"BLOCK_M": 256, "WARPS": 8, "BLOCK_N": 32, "QSMEM": 1, "STAGES": 3}],
+          {"BLOCK_M": 256, "WARPS": 8, "BLOCK_N": 32, "QSMEM": 1, "STAGES": 3},
+          {"WARPS": 8, "QSMEM": 0, "STAGES": 3, "PINGPONG": 1},
+          {"BLOCK_M": 256, "WARPS": 8, "BLOCK_N": 32, "QSMEM": 1, "STAGES": 3, "PINGPONG": 1}],
     64: [{}, {"SWIZZLE": 0, "STAGES": 4}, {"BLOCK_M": 64, "WARPS": 4, "BLOCK_N": 128}, {"WARPS": 8, "BLOCK_N": 128},
          {"QSMEM": 1}, {"BLOCK_M": 256, "WARPS": 8, "BLOCK_N": 64, "QSMEM": 1}],
 }
@@ -296,6 +302,13 @@ FA2_CASES = [  # (q shape, k shape, dtype, causal, config): odd lengths, every t
     # Q re-read from shared memory with 32 rows a warp (D = 128's default: cases {} above), and at D = 64
     ((1, 1, 150, 128), None, "bfloat16", True, {"WARPS": 8, "QSMEM": 0}),  # the 8-warp tile of 16 rows
     ((1, 2, 90, 64), (1, 2, 33, 64), "float16", False, {"QSMEM": 1, "BLOCK_N": 32, "STAGES": 3}),
+    # ping-pong: two groups of 4 warps taking turns on the tensor cores, a 3-slot ring under named barriers
+    ((1, 1, 300, 128), None, "bfloat16", True, {"WARPS": 8, "QSMEM": 0, "STAGES": 3, "PINGPONG": 1}),
+    ((1, 2, 70, 128), (1, 2, 200, 128), "float16", False,
+     {"WARPS": 8, "QSMEM": 0, "STAGES": 3, "PINGPONG": 1, "BLOCK_N": 32}),
+    ((1, 1, 333, 64), None, "bfloat16", True,
+     {"BLOCK_M": 256, "WARPS": 8, "QSMEM": 1, "STAGES": 3, "PINGPONG": 1, "BLOCK_N": 32}),
+    ((2, 1, 3, 64), (2, 1, 5, 64), "bfloat16", False, {"WARPS": 8, "STAGES": 3, "PINGPONG": 1}),  # 1 key tile
 ]
 
 

@@ -52,10 +52,12 @@ ODD = {  # name -> (q shape, k/v shape, dtype, causal)
 }
 FA2_CONFIGS = {  # per head dim: every tunable moved once from the defaults, each admissible (sm_80 limits)
     64: [{"BLOCK_M": 64, "WARPS": 4, "BLOCK_N": 32, "STAGES": 3, "SWIZZLE": 0}, {"BLOCK_M": 64, "BLOCK_N": 128},
-         {"WARPS": 8, "BLOCK_N": 128, "STAGES": 3}, {"SWIZZLE": 0, "STAGES": 4}, {"QSMEM": 1, "BLOCK_N": 32}],
+         {"WARPS": 8, "BLOCK_N": 128, "STAGES": 3}, {"SWIZZLE": 0, "STAGES": 4}, {"QSMEM": 1, "BLOCK_N": 32},
+         {"BLOCK_M": 256, "WARPS": 8, "QSMEM": 1, "STAGES": 3, "PINGPONG": 1, "BLOCK_N": 32}],
     128: [{"BLOCK_M": 64, "WARPS": 4, "BLOCK_N": 32, "STAGES": 3, "SWIZZLE": 0, "QSMEM": 0},
           {"BLOCK_M": 64, "WARPS": 4, "BLOCK_N": 128, "QSMEM": 0}, {"WARPS": 8, "BLOCK_N": 128, "QSMEM": 0},
-          {"SWIZZLE": 0, "STAGES": 3}, {"BLOCK_M": 256, "WARPS": 8, "BLOCK_N": 32, "QSMEM": 1}],
+          {"SWIZZLE": 0, "STAGES": 3}, {"BLOCK_M": 256, "WARPS": 8, "BLOCK_N": 32, "QSMEM": 1},
+          {"WARPS": 8, "QSMEM": 0, "STAGES": 3, "PINGPONG": 1}],
 }
 
 

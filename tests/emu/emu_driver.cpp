@@ -237,6 +237,7 @@ static void start_block(int slot, uint3 idx, std::mt19937_64 &rng) {
     f.mask = 0;
     f.copies.clear();
     f.groups_committed = 0;
+    f.named_id = 0;
     if (i < n) context_init(&f.ctx, g_stacks + ((size_t)slot * n + i) * (g_stack_bytes + kPage) + kPage, g_stack_bytes,
                             fiber_entry);
   }
@@ -247,6 +248,7 @@ static void start_block(int slot, uint3 idx, std::mt19937_64 &rng) {
   }
   b.alive = n;
   b.bar_arrived = b.bar_count = 0;
+  for (int i = 0; i < kNamedBarriers; ++i) b.named_arrived[i] = b.named_count[i] = 0;
   b.q_head = b.q_size = 0;
   for (int i = 0; i < n; ++i) q_push(&b.fib[b.order[i]]);
 }
@@ -280,10 +282,10 @@ static void report_deadlock() {
     }
   g_cur = first;
   fail("deadlock: of %d threads, %d wait at __syncthreads, %d at warp-level operations (%s with mask 0x%08x waits "
-       "for lanes that never arrive), %d at the grid barrier, %d have exited",
+       "for lanes that never arrive), %d at the grid barrier, %d at named barriers (bar.sync), %d have exited",
        (int)g_slots.size() * g_nthreads, count[F_BARRIER], count[F_WARP],
        first && first->state == F_WARP ? warp_op_name(*first) : "none", first ? first->mask : 0u, count[F_GRID],
-       count[F_DONE]);
+       count[F_NAMED], count[F_DONE]);
 }
 
 // Run the slots' fibers until none is ready, staying with one block while it has ready fibers.

@@ -114,6 +114,14 @@ inline void ex2_approx_ftz_f32(const char *n, int line, Dst d, unsigned long lon
   if (std::fpclassify(r) == FP_SUBNORMAL) r = 0.f;
   put(n, line, d, kg_bits<unsigned>(r), 4);
 }
+// bar.sync / bar.arrive a{, b}: named barrier a of b threads (bar.sync without b: the whole block; emu_sched.h)
+inline void bar_sync(const char *n, int line, unsigned long long id, unsigned long long count) {
+  named_barrier((int)id, (int)count, true, n, line);
+}
+inline void bar_arrive(const char *n, int line, unsigned long long id, unsigned long long count) {
+  named_barrier((int)id, (int)count, false, n, line);
+}
+inline void bar_sync(const char *n, int line, unsigned long long id) { bar_sync(n, line, id, g_nthreads); }
 inline void cvta_to_shared(const char *n, int line, Dst d, unsigned long long a) {
   put(n, line, d, shared_window_of((const void *)(uintptr_t)a, n), d.bytes);
 }

@@ -30,7 +30,8 @@ inline const char *const kWarpOpNames[] = {
   "__syncwarp", "__ballot_sync", "__all_sync", "__match_any_sync", "__match_all_sync", "__shfl_sync",
   "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync", "__reduce_add_sync", "__reduce_min_sync",
   "__reduce_max_sync", "__reduce_and_sync", "__reduce_or_sync", "__reduce_xor_sync", "a warp-collective PTX instruction"};
-enum FiberState { F_READY, F_BARRIER, F_WARP, F_GRID, F_DONE };
+enum FiberState { F_READY, F_BARRIER, F_WARP, F_GRID, F_NAMED, F_DONE };
+constexpr int kNamedBarriers = 16;  // bar.sync / bar.arrive ids 0-15 (0 is __syncthreads's)
 constexpr int kMaxThreads = 1024;
 constexpr int kWarps = kMaxThreads / 32;
 
@@ -63,6 +64,7 @@ struct Fiber {
   // cp.async: this thread's copies not performed yet, and the groups it committed so far
   std::vector<AsyncCopy> copies;
   long long groups_committed;
+  int named_id;  // the named barrier this fiber waits at (state F_NAMED)
 };
 struct BarrierResult { int count, arrived; };
 struct Block {
@@ -76,6 +78,7 @@ struct Block {
   const void *bar_site;
   BarrierResult bar_result;
   unsigned warp_live[kWarps], warp_arrived[kWarps];
+  int named_arrived[kNamedBarriers], named_count[kNamedBarriers];  // bar.sync / bar.arrive, ids 1-15
   unsigned char *saved_shared;  // cooperative launches: its shared memory while another block runs
 };
 
@@ -160,6 +163,40 @@ inline BarrierResult block_barrier(int pred, int line, const void *site) {
   b->bar_count += pred;
   if (!barrier_try_release(f)) switch_away();
   return b->bar_result;
+}
+
+// A named barrier (PTX bar.sync / bar.arrive a, b): barrier `id` completes when `count` threads (whole
+// warps) have arrived, by either instruction, wherever in the code; bar.sync waits for it, bar.arrive does
+// not. The thread that completes it releases the waiters and runs on. Exited threads do not count.
+inline void named_barrier(int id, int count, bool wait, const char *name, int line) {
+  Fiber *f = g_cur;
+  Block *b = g_blk;
+  if (id < 1 || id >= kNamedBarriers)
+    fail("%s (kernel.cu line %d) with barrier %d: ids 1-%d (0 is __syncthreads's, not emulated here)", name, line, id,
+         kNamedBarriers - 1);
+  if (count < 32 || count % 32 != 0 || count > g_nthreads)
+    fail("%s (kernel.cu line %d) with a count of %d threads: a multiple of 32 up to the block's %d", name, line, count,
+         g_nthreads);
+  if (b->named_arrived[id] == 0) {
+    b->named_count[id] = count;
+  } else if (b->named_count[id] != count) {
+    fail("%s (kernel.cu line %d): barrier %d is waited for by %d threads here and by %d elsewhere", name, line, id,
+         count, b->named_count[id]);
+  }
+  if (++b->named_arrived[id] == count) {
+    b->named_arrived[id] = 0;
+    for (int i = 0; i < g_nthreads; ++i) {
+      Fiber *o = &b->fib[b->order[i]];
+      if (o->state != F_NAMED || o->named_id != id) continue;
+      o->state = F_READY;
+      q_push(o);
+    }
+    return;
+  }
+  if (!wait) return;
+  f->state = F_NAMED;
+  f->named_id = id;
+  switch_away();
 }
 
 // A cooperative launch's grid-wide barrier (cooperative_groups::this_grid().sync()).

@@ -51,6 +51,8 @@ def _instructions() -> dict[str, Form]:
         "cvt.f32.f16": _form("cvt_f32_f16", "d s"),
         "cvt.rn.f16x2.f32": _form("cvt_rn_f16x2_f32", "d s s"),
         "ex2.approx.ftz.f32": _form("ex2_approx_ftz_f32", "d s"),
+        "bar.sync": _form("bar_sync", "s s", optional=1),
+        "bar.arrive": _form("bar_arrive", "s s"),
         "cvta.to.shared.u32": _form("cvta_to_shared", "d s"),
         "cvta.to.shared.u64": _form("cvta_to_shared", "d s"),
         "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32": _form("mma_m16n8k8_tf32", "d4 s4 s2 s4"),

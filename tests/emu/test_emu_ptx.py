@@ -156,6 +156,42 @@ def test_ex2_is_two_to_the_x_with_subnormals_flushed():
     assert out[4] == 2 ** -126 and out[5] == 0 and out[9] == 0 and out[10] == float("inf")
 
 
+NAMED_SRC = r"""
+extern "C" __global__ void k(float *out, int mode) {
+  __shared__ float box[64];  // warps 0-1 produce, warps 2-3 consume, twice, through barriers 1 and 2 of 128 threads
+  const int tid = threadIdx.x, warp = tid >> 5;
+  for (int round = 0; round < 2; ++round) {
+    if (warp < 2) {
+      if (round > 0) asm volatile("bar.sync 2, 128;" ::: "memory");  // the consumers have read round - 1
+      box[tid] = (float)(tid + 100 * round);
+      asm volatile("bar.arrive %0, %1;" ::"r"(1), "r"(mode == 1 ? 64 : 128) : "memory");
+    } else {
+      asm volatile("bar.sync %0, %1;" ::"r"(1), "r"(128) : "memory");
+      out[64 * round + tid - 64] = box[tid - 64];
+      if (round == 0 && mode != 2) asm volatile("bar.arrive 2, 128;" ::: "memory");
+    }
+  }
+}
+"""
+
+
+@needs_gxx
+def test_named_barriers_order_producers_and_consumers():
+    emulate(_spec(NAMED_SRC, ["out"], n=0, block=128), {"out": (out := torch.full((128,), float("nan")))})
+    assert torch.equal(out, torch.cat([torch.arange(64.0), torch.arange(64.0) + 100]))
+
+
+@needs_gxx
+# mode 1: the producers count 64 at barrier 1 (it completes without the consumers, who then wait for ever, or the
+# counts meet mismatched: the warp order decides); mode 2: the consumers never release the producers' round 1
+@pytest.mark.parametrize("mode, why", [(1, "barrier 1 is waited for by|deadlock: .* 128 at named barriers"),
+                                       (2, "deadlock: .* 128 at named barriers")])
+def test_named_barriers_report_mismatched_counts_and_deadlocks(mode, why):
+    out = torch.zeros(128)
+    with pytest.raises(EmuError, match=why):
+        emulate(_spec(NAMED_SRC, ["out"], n=mode, block=128), {"out": out})
+
+
 # ----- mma.sync: each lane's registers in, its D fragment out; the matrices from the PTX ISA's layouts ------
 MMA_SRC = r"""
 extern "C" __global__ void k(const unsigned *a, const unsigned *b, const float *c, const int *live, float *d) {
