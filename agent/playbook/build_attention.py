@@ -151,7 +151,8 @@ def attention_fa2(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
         "held in registers (ldmatrix) or, with QSMEM and 32 rows a warp, re-read from shared memory every k step; K/V tiles of BLOCK_N keys through a STAGES-deep cp.async ring in shared "
         "memory (XOR-swizzled or padded rows); S = Q K^T and O += P V with mma.sync m16n8k16 (fp32 accumulate); "
         "online softmax in fp32 registers with ex2.approx and the scale folded into one FFMA; P converted to 16 bits in "
-        "registers and fed straight into the P V mma; causal tiles above the diagonal skipped, only the diagonal "
+        "registers and fed straight into the P V mma; with PINGPONG two groups of 4 warps take turns on the tensor "
+        "cores (named barriers); causal tiles above the diagonal skipped, only the diagonal "
         "and ragged tiles masked; output staged through shared memory for 16-byte stores",
         src, {k: list(vals) for k, vals in FA2_TUNABLES.items()}, d,
         defines=dict(HEAD_DIM=s["D"]), constraints=constraints,

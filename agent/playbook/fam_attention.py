@@ -200,6 +200,12 @@ IDEAS = (
     Entry("attn-fa2-pipeline", "Deepen the K/V cp.async ring to 3 or 4 stages so more key tiles are in flight "
           "while the tensor cores work on this one (shorter key tiles keep the shared memory in bounds).", A,
           "0-10% where the loads are exposed", "fa2", ({"STAGES": 3}, {"STAGES": 4, "BLOCK_N": 32}), after=_FA2),
+    Entry("attn-fa2-pingpong", "Ping-pong two groups of 4 warps on the tensor cores (FlashAttention-3's schedule, "
+          "with mma.sync): while one group runs its softmax the other runs its mmas (P V of the tile before, then "
+          "Q K^T of this one), the turn handed over through a named barrier, the K/V ring in 3 slots guarded by "
+          "one all-thread named barrier a tile.", A, "0-20% where the tensor pipe idles during the softmax", "fa2",
+          ({"WARPS": 8, "QSMEM": 0, "STAGES": 3, "PINGPONG": 1},
+           {"BLOCK_M": 256, "WARPS": 8, "QSMEM": 1, "STAGES": 3, "PINGPONG": 1, "BLOCK_N": 32}), after=_FA2),
     Entry("attn-fa2-layout", "Pad the shared-memory rows by 16 bytes instead of XOR-swizzling the 16-byte chunks: "
           "simpler addresses for ldmatrix and cp.async at the cost of a little shared memory; both are free of "
           "bank conflicts.", M, "0-3%", "fa2", ({"SWIZZLE": 0},), after=_FA2),
