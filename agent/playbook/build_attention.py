@@ -116,6 +116,20 @@ def _args(f: dict[str, Any], s: dict[str, str]) -> list[dict[str, str]]:
             {"kind": "float32", "value": _scale_log2(f, s["D"])}]
 
 
+def _spec(variant: str, kernel: str, f: dict[str, Any], s: dict[str, str], text: str, src: str,
+          tunables: dict[str, list[int]], defaults: dict[str, int], constraints: list[str], rows: str, threads: str,
+          smem: str) -> KernelSpec:
+    """Both variants' one launch: a block per (``rows`` query rows, batch * head) of ``threads``, ``smem`` bytes
+    of dynamic shared memory, the arguments of :func:`_args`; ``text`` follows "attention ... (mask, "."""
+    mask = "causal" if f["causal"] else "no mask"
+    return make_spec(
+        SPEC_NAMES[variant], f"attention {f['what']} ({mask}, {text}", src, {k: list(v) for k, v in tunables.items()},
+        defaults, defines=dict(HEAD_DIM=s["D"]), constraints=constraints,
+        steps=[dict(kernel=kernel, grid=[f"cdiv({s['Sq']}, {rows})", s["BH"]], block=[threads], shared_mem=smem,
+                    args=_args(f, s))],
+    )
+
+
 def fa2_smem_bytes(cfg: dict[str, int], head_dim: int) -> int:
     """Dynamic shared memory of the fa2 kernel at ``cfg`` (the spec's expression, in Python)."""
     row = head_dim if cfg["SWIZZLE"] else head_dim + 8
@@ -143,22 +157,16 @@ def attention_fa2(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
         f"{FA2_SMEM} <= {MAX_SMEM_SM80}",
         f"{FA2_REGS} <= 255", f"{FA2_REGS} * {nt} <= 65536",
     ], s["D"])
-    mask = "causal" if f["causal"] else "no mask"
-    return make_spec(
-        SPEC_NAMES["fa2"],
-        f"attention {f['what']} ({mask}, {f['dtype']}): FlashAttention-2 style forward on the tensor cores. One block per "
-        "(BLOCK_M query rows, batch*head), the longest causal tiles launched first; Q copied once (cp.async) and "
-        "held in registers (ldmatrix) or, with QSMEM and 32 rows a warp, re-read from shared memory every k step; K/V tiles of BLOCK_N keys through a STAGES-deep cp.async ring in shared "
-        "memory (XOR-swizzled or padded rows); S = Q K^T and O += P V with mma.sync m16n8k16 (fp32 accumulate); "
-        "online softmax in fp32 registers with ex2.approx and the scale folded into one FFMA; P converted to 16 bits in "
-        "registers and fed straight into the P V mma; with PINGPONG two groups of 4 warps take turns on the tensor "
-        "cores (named barriers); causal tiles above the diagonal skipped, only the diagonal "
-        "and ragged tiles masked; output staged through shared memory for 16-byte stores",
-        src, {k: list(vals) for k, vals in FA2_TUNABLES.items()}, d,
-        defines=dict(HEAD_DIM=s["D"]), constraints=constraints,
-        steps=[dict(kernel=kernel, grid=[f"cdiv({s['Sq']}, BLOCK_M)", s["BH"]], block=[nt], shared_mem=FA2_SMEM,
-                    args=_args(f, s))],
-    )
+    text = (f"{f['dtype']}): FlashAttention-2 style forward on the tensor cores. One block per (BLOCK_M query rows, "
+            "batch*head), the longest causal tiles launched first; Q copied once (cp.async) and held in registers "
+            "(ldmatrix) or, with QSMEM and 32 rows a warp, re-read from shared memory every k step; K/V tiles of "
+            "BLOCK_N keys through a STAGES-deep cp.async ring in shared memory (XOR-swizzled or padded rows); S = Q "
+            "K^T and O += P V with mma.sync m16n8k16 (fp32 accumulate); online softmax in fp32 registers with "
+            "ex2.approx and the scale folded into one FFMA; P converted to 16 bits in registers and fed straight "
+            "into the P V mma; with PINGPONG two groups of 4 warps take turns on the tensor cores (named barriers); "
+            "causal tiles above the diagonal skipped, only the diagonal and ragged tiles masked; output staged "
+            "through shared memory for 16-byte stores")
+    return _spec("fa2", kernel, f, s, text, src, FA2_TUNABLES, d, constraints, "BLOCK_M", nt, FA2_SMEM)
 
 
 def attention_simt(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
@@ -178,17 +186,10 @@ def attention_simt(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
         f"{SIMT_O_FLOATS} <= {MAX_SIMT_O_FLOATS}",
         f"{SIMT_SMEM} <= {MAX_SMEM_SM80}",
     ], s["D"])
-    mask = "causal" if f["causal"] else "no mask"
-    return make_spec(
-        SPEC_NAMES["simt"],
-        f"attention {f['what']} ({mask}, fp32): online-softmax attention in fp32 FFMA (no TF32). One block per (16 query "
-        "rows, batch*head), Q kept in shared memory; per tile of BLOCK_N keys the head dim is split over the warps "
-        "for S = Q K^T (register-tiled, partial tiles summed in shared memory), the online softmax runs with a "
-        "row's threads in one warp (exp2, scale folded in), and O += P V with O in registers, V read once per "
-        "block through L2, P broadcast from shared memory",
-        src, {k: list(vals) for k, vals in SIMT_TUNABLES.items()}, d,
-        defines=dict(HEAD_DIM=s["D"]), constraints=constraints,
-        steps=[dict(kernel=kernel, grid=[f"cdiv({s['Sq']}, 16)", s["BH"]], block=[nt], shared_mem=SIMT_SMEM,
-                    args=_args(f, s))],
-    )
+    text = ("fp32): online-softmax attention in fp32 FFMA (no TF32). One block per (16 query rows, batch*head), Q "
+            "kept in shared memory; per tile of BLOCK_N keys the head dim is split over the warps for S = Q K^T "
+            "(register-tiled, partial tiles summed in shared memory), the online softmax runs with a row's threads "
+            "in one warp (exp2, scale folded in), and O += P V with O in registers, V read once per block through "
+            "L2, P broadcast from shared memory")
+    return _spec("simt", kernel, f, s, text, src, SIMT_TUNABLES, d, constraints, "16", nt, SIMT_SMEM)
 

@@ -29,13 +29,38 @@ def seeds(ref: ProblemRef) -> list[Candidate]:
     return [Candidate(spec=s) for s in specs]
 
 
-def problem_files(root: Path, template: str, cases: dict[str, tuple], fields: tuple[str, ...]) -> dict:
+# a KernelBench-format problem of one conv module (the conv families' CPU tests): ``ctor`` builds self.conv,
+# ``init`` more lines of __init__, ``args`` forward's parameters, ``body`` its lines, ``inputs`` get_inputs's list
+CONV_PROBLEM = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = {ctor}
+{init}
+    def forward(self, {args}):
+{body}
+
+
+def get_inputs():
+    return [{inputs}]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def problem_files(root: Path, template: str, cases: dict[str, tuple], fields: tuple[str, ...], **fixed: str) -> dict:
     """Each case written as a problem file (``template`` formatted with ``fields`` zipped with the
-    case's values) in ``root`` and loaded: name -> problem."""
+    case's values, and the ``fixed`` ones the same for every case) in ``root`` and loaded: name -> problem."""
     out = {}
     for name, values in cases.items():
         path = root / f"{name}.py"
-        path.write_text(template.format(**dict(zip(fields, values, strict=True))))
+        path.write_text(template.format(**fixed, **dict(zip(fields, values, strict=True))))
         out[name] = load_problem(str(path))
     return out
 
@@ -57,3 +82,31 @@ def resized_copy(src: Path, folder: Path, **sizes: int) -> Path:
     dst = folder / f"{src.stem}_{'_'.join(map(str, sizes.values()))}.py"
     dst.write_text(text)
     return dst
+
+
+MATMUL_PROBLEM = """
+import torch
+import torch.nn as nn
+
+M, K, N = {m}, {k}, {n}
+
+
+class Model(nn.Module):
+    def forward(self, A, B):
+        return torch.matmul(A, B)
+
+
+def get_inputs():
+    return [torch.randn(M, K), torch.randn(K, N)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def matmul_problem(folder: Path, m: int, k: int, n: int):
+    """A KernelBench-format ``A @ B`` of (m, k) by (k, n) fp32 matrices, written in ``folder`` and loaded."""
+    path = folder / f"mm_{m}_{k}_{n}.py"
+    path.write_text(MATMUL_PROBLEM.format(m=m, k=k, n=n))
+    return load_problem(str(path))

@@ -22,34 +22,13 @@ from kerngen.expr import TensorFacts
 from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.results import EvalResult, GpuFacts, Verdict
 from kerngen.harness.spec import plan
+from tests.agent.family_checks import CONV_PROBLEM
 from tests.agent.spec_samples import sampled_plans
 from kerngen.problems.load import load_problem
 
 KB = Path("/work/shared/kernelbench")
 needs_kb = pytest.mark.skipif(not (KB / "level1").is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
 
-# a KernelBench-format problem: one conv module (``conv_ctor``), extra init lines, a forward body
-PROBLEM = '''
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = {conv_ctor}
-{init}
-    def forward(self, {args}):
-{body}
-
-
-def get_inputs():
-    return [{inputs}]
-
-
-def get_init_inputs():
-    return []
-'''
 
 # name -> (conv constructor, init lines, forward args, forward body, inputs): small shapes (the emulator runs them)
 CASES = {
@@ -105,7 +84,7 @@ def problems(tmp_path_factory):
     out = {}
     for name, (ctor, init, args, body, inputs, *_) in {**CASES, **OTHERS}.items():
         path = root / f"{name}.py"
-        path.write_text(PROBLEM.format(conv_ctor=ctor, init=init, args=args, body=body, inputs=inputs))
+        path.write_text(CONV_PROBLEM.format(ctor=ctor, init=init, args=args, body=body, inputs=inputs))
         out[name] = load_problem(str(path))
     return out
 

@@ -17,35 +17,14 @@ from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.spec import plan
 from kerngen.problems.load import load_problem
-from tests.agent.family_checks import problem_files
+from tests.agent.family_checks import CONV_PROBLEM, problem_files
 from tests.emu.runner import available, emulate
 
 KB = Path("/work/shared/kernelbench")
 needs_kb = pytest.mark.skipif(not (KB / "level1").is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
 
-PROBLEM = '''
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = {ctor}
-{init}
-    def forward(self, x):
-{body}
-
-
-def get_inputs():
-    return [{inputs}]
-
-
-def get_init_inputs():
-    return []
-'''
-
-# name -> (constructor, init lines, forward body, input): small shapes (the emulator runs them)
+# name -> (constructor, init lines, forward body, input) of family_checks.CONV_PROBLEM with forward(self, x):
+# small shapes (the emulator runs them)
 CASES = {
     "conv3d_bias_relu": ("nn.Conv3d(3, 4, 3)", "", "        return torch.relu(self.conv(x))",
                          "torch.rand(2, 3, 5, 6, 7)"),
@@ -65,7 +44,8 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def problems(tmp_path_factory):
-    return problem_files(tmp_path_factory.mktemp("conv_nd"), PROBLEM, CASES, ("ctor", "init", "body", "inputs"))
+    return problem_files(tmp_path_factory.mktemp("conv_nd"), CONV_PROBLEM, CASES, ("ctor", "init", "body", "inputs"),
+                         args="x")
 
 
 def test_output_sizes_are_torchs():

@@ -31,7 +31,7 @@ from kerngen.harness.spec import plan
 from kerngen.problems.load import load_problem
 from kerngen.problems.ref import ProblemRef
 from kerngen.problems.registry import is_builtin
-from tests.agent.family_checks import problem_files
+from tests.agent.family_checks import CONV_PROBLEM, problem_files
 from tests.agent.spec_samples import sampled_plans
 from tests.agent.test_tf32 import _fp16_split_product, _row_fixed_point_product, split
 
@@ -40,28 +40,7 @@ needs_kb = pytest.mark.skipif(not (KB / "level1").is_dir(), reason="no KernelBen
 SMALL = (2, 3, 48, 48)  # conv2d's geometry (k11 s4 p2, 96 channels) on a small input: M = 242, K = 363
 FP32_REL_LIMIT = 1e-5  # the harness's ||out - ref|| / ||ref|| limit for fp32 outputs
 
-# conv_epi problems (KernelBench format): conv constructor, forward args, body, inputs
-PROBLEM = '''
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = {ctor}
-
-    def forward(self, {args}):
-{body}
-
-
-def get_inputs():
-    return [{inputs}]
-
-
-def get_init_inputs():
-    return []
-'''
+# conv_epi problems (family_checks.CONV_PROBLEM, no init lines): conv constructor, forward args, body, inputs
 CASES = {
     "conv2d_bias_relu": ("nn.Conv2d(3, 8, 3)", "x", "        return torch.relu(self.conv(x)) * 2.0",
                          "torch.rand(2, 3, 9, 11)"),
@@ -77,7 +56,8 @@ CASES = {
 
 @pytest.fixture(scope="module")
 def problems(tmp_path_factory):
-    return problem_files(tmp_path_factory.mktemp("conv_tf32"), PROBLEM, CASES, ("ctor", "args", "body", "inputs"))
+    return problem_files(tmp_path_factory.mktemp("conv_tf32"), CONV_PROBLEM, CASES, ("ctor", "args", "body", "inputs"),
+                         init="")
 
 
 def _suite(name: str = "conv2d", shape=None):

@@ -24,6 +24,7 @@ from kerngen.harness.tune.admissible import admissible, count_configs, limits_fo
 from kerngen.harness.tune.prune import static_reason
 from kerngen.problems.load import load_problem
 from kerngen.problems.ref import parse_problem_ref
+from tests.agent.family_checks import matmul_problem
 from tests.cli_output import stderr_of
 
 runner = CliRunner()
@@ -169,35 +170,8 @@ def test_json_lists_counts_and_why():
 
 
 # ----- synthetic problems --------------------------------------------------------------------
-MATMUL = """
-import torch
-import torch.nn as nn
-
-M, K, N = {m}, {k}, {n}
-
-
-class Model(nn.Module):
-    def forward(self, A, B):
-        return torch.matmul(A, B)
-
-
-def get_inputs():
-    return [torch.randn(M, K), torch.randn(K, N)]
-
-
-def get_init_inputs():
-    return []
-"""
-
-
-def _matmul(tmp_path, m: int, k: int, n: int):
-    path = tmp_path / f"mm_{m}_{k}_{n}.py"
-    path.write_text(MATMUL.format(m=m, k=k, n=n))
-    return load_problem(str(path))
-
-
 def test_one_variant_admits_nothing_the_other_is_offered(tmp_path):
-    p = _matmul(tmp_path, 100, 64, 128)  # M = 100: no block tile of the register-blocked GEMM divides it
+    p = matmul_problem(tmp_path, 100, 64, 128)  # M = 100: no block tile of the register-blocked GEMM divides it
     prop = PlaybookProposer(p)
     assert prop.match is not None and [v.variant for v in prop.offer.offered] == ["simple"]
     assert {v.variant for v in prop.offer.dropped} == {"tiled", "tf32x3"}
@@ -212,7 +186,7 @@ def test_one_variant_admits_nothing_the_other_is_offered(tmp_path):
 
 
 def test_nothing_admissible_is_not_offered(tmp_path):
-    p = _matmul(tmp_path, 65536, 65536, 2)  # meta tensors: nothing is allocated
+    p = matmul_problem(tmp_path, 65536, 65536, 2)  # meta tensors: nothing is allocated
     prop = PlaybookProposer(p)
     assert prop.recognised.family == "matmul" and prop.match is None and prop.offer is not None and not prop.offer.offered
     assert "tiled: 0 of 64" in prop.reason and "simple: 0 of 8" in prop.reason
@@ -243,7 +217,7 @@ def test_closest_changes_the_fewest_tunables():
 
 
 def test_the_search_contexts_gpu_limits_count(tmp_path):
-    p = _matmul(tmp_path, 256, 64, 256)
+    p = matmul_problem(tmp_path, 256, 64, 256)
     prop = PlaybookProposer(p)
     assert [v.variant for v in prop.offer.offered] == ["tiled", "simple", "tf32x3"]
     tensors = {k: list(s) for k, s in prop.match.tensors().items()}

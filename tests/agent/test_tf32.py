@@ -25,6 +25,7 @@ from kerngen.agent.playbook.render import MAX_SMEM
 from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.gpu.compare import compare
 from kerngen.harness.spec import plan
+from tests.agent.family_checks import matmul_problem
 from tests.agent.spec_samples import sampled_plans
 from kerngen.problems.load import load_problem
 from kerngen.problems.ref import ProblemRef
@@ -422,31 +423,11 @@ def test_split_k_idea_renders_only_for_a_few_tiles():
             _resolve(SUITE, branch)
 
 
-MATMUL_FILE = """import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def forward(self, A, B):
-        return torch.matmul(A, B)
-
-
-def get_inputs():
-    return [torch.randn({m}, {k}), torch.randn({k}, {n})]
-
-
-def get_init_inputs():
-    return []
-"""
-
-
 @pytest.mark.parametrize("m, n, k, splits", [(256, 256, 524288, [1, 16]), (4096, 4096, 4096, [1, 1])])
 def test_round0_offers_split_k_where_the_output_leaves_sms_idle(tmp_path, m, n, k, splits):
     """KernelBench 6's shape gets a split-K kernel in the first round (a 0.4-minute search never reached the
     refinement that offered it: 20.6 ms unsplit against 1.30 ms split, H100); a square GEMM is unchanged."""
-    path = tmp_path / "mm.py"
-    path.write_text(MATMUL_FILE.format(m=m, n=n, k=k))
-    prop = PlaybookProposer(load_problem(str(path)))
+    prop = PlaybookProposer(matmul_problem(tmp_path, m, k, n))
     entry = next(e for e in prop._entries() if e.id == "mm-tf32x3")
     branches = prop._render(entry, None, 2)
     assert [b.spec.default_config().get("SPLIT_K", 1) for b in branches] == splits
