@@ -395,6 +395,8 @@ class Journal:
 
     def append(self, event: Any) -> Any:
         with self._lock:
+            if self._fh.closed:  # a writer outlived the search (a bug): say so, not "I/O on closed file"
+                raise JournalError(f"{self.path}: the journal is closed; {type(event).__name__} not written")
             event.seq = self._seq
             self._seq += 1
             # the last filter before disk: no secret reaches a journal, whatever an event holds

@@ -26,8 +26,8 @@ from kerngen.agent.playbook.entry import A, M, P, PAR, Entry
 from kerngen.agent.playbook.match import FamilyMatch
 from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
 
-__all__ = ["DEFAULTS", "NO_FLUSH", "SPEC_NAME", "SPLIT_VALUES", "TERMS_PLAIN", "TERMS_SPLIT", "TF32_IDEAS", "VARIANT",
-           "sgemm_tf32x3", "smem_bytes", "split_k_of", "split_k_plan"]
+__all__ = ["DEFAULTS", "NO_FLUSH", "PADDED_VARIANT", "SPEC_NAME", "SPLIT_VALUES", "TERMS_PLAIN", "TERMS_SPLIT",
+           "TF32_IDEAS", "VARIANT", "sgemm_tf32x3", "sgemm_tf32x3_padded", "smem_bytes", "split_k_of", "split_k_plan"]
 
 VARIANT = "tf32x3"
 SPEC_NAME = "playbook-matmul-tf32x3"
@@ -115,6 +115,12 @@ def smem_bytes(cfg: dict[str, int]) -> int:
     return 4 * cfg["STAGES"] * (bm * (bk + 8) + bk * (bn + 4))
 
 
+DESCRIPTION = ("fp32 GEMM on the tensor cores at fp32 accuracy (3xTF32): each operand split into tf32 hi + lo, "
+               "lo*hi + hi*lo + hi*hi per k8 step with mma.sync m16n8k8 (small terms first), per-k-tile fp32 "
+               "partial sums (FLUSH), cp.async STAGES-deep ring, k/n-permuted shared layout for float2/float4 "
+               "conflict-free fragment loads and float4 stores, grouped block order for L2 reuse")
+
+
 def sgemm_tf32x3(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     a, b = m.inputs[0].name, m.inputs[1].name
     split = split_k_of(defaults)
@@ -130,34 +136,80 @@ def sgemm_tf32x3(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
         plan = split_k_plan(step, rows, cols, inner, "1")
         tunables["SPLIT_K"], d["SPLIT_K"] = list(SPLIT_VALUES), split
     return make_spec(
-        SPEC_NAME,
-        "fp32 GEMM on the tensor cores at fp32 accuracy (3xTF32): each operand split into tf32 hi + lo, "
-        "lo*hi + hi*lo + hi*hi per k8 step with mma.sync m16n8k8 (small terms first), per-k-tile fp32 "
-        "partial sums (FLUSH), cp.async STAGES-deep ring, k/n-permuted shared layout for float2/float4 "
-        "conflict-free fragment loads and float4 stores, grouped block order for L2 reuse"
-        + (SPLIT_DESCRIPTION if split > 1 else ""),
-        src,
-        tunables,
-        d,
+        SPEC_NAME, DESCRIPTION + (SPLIT_DESCRIPTION if split > 1 else ""), src, tunables, d,
         scratch=plan.get("scratch", []),
-        constraints=[
-            f"{inner} == {b}.shape[0]",
-            f"{rows} % BM == 0", f"{cols} % BN == 0", f"{inner} % BK == 0",
-            "BM % WM == 0", "BN % WN == 0", "WM % 16 == 0", "WN % 32 == 0", "BK % 8 == 0",
-            f"{THREADS} <= 1024",
-            f"(BM * BK // 4) % ({THREADS}) == 0", f"(BK * BN // 4) % ({THREADS}) == 0",
-            "STAGES >= 2",
-            f"{SMEM} <= {MAX_SMEM}",
-            f"{ACC_FLOATS} <= {MAX_ACC_FLOATS}",
-            f"{REGS_EST} <= {MAX_REGS}", f"({THREADS}) * ({REGS_EST}) <= {REGS_PER_SM}",
-            " or ".join(f"TERMS == {v}" for v in TERMS_VALUES),
-            "FLUSH == 0 or FLUSH == 1",
-            f"{rows} < 2**31 and {cols} < 2**31 and {inner} < 2**31",
-            f"({rows} // BM) * ({cols} // BN) < 2**31",
-            *plan["constraints"],
-        ],
+        constraints=[f"{inner} == {b}.shape[0]", *_tile_constraints(rows, cols, inner), *plan["constraints"]],
         steps=plan["steps"],
     )
+
+
+# the padded variant: A, B padded with zeros to whole tiles of every offered size (BM, BN <= 256, BK <= 32)
+PADDED_VARIANT = "tf32x3_padded"
+PADDED_SPEC_NAME = "playbook-matmul-tf32x3-padded"
+PAD_KERNEL = f"{KERNEL}_pad"
+PAD_MN, PAD_K = 256, 32
+PAD_ELEMS_PER_BLOCK = 256 * 8  # pad_copy.cu.j2's PAD_NT * PAD_PER_THREAD
+MAX_PADDED_FLOATS = 2**31  # the three scratch matrices together (8 GiB)
+
+
+def sgemm_tf32x3_padded(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
+    """The 3xTF32 GEMM for shapes its tiles do not divide (KernelBench 8: 8205 x 2949 x 5921): A and B
+    copied into zero-padded scratch up to whole tiles, the tile-aligned kernel on those, the leading
+    M x N of the padded product copied out. Zero rows and columns add nothing to the dot products, so the
+    result is the unpadded one; offered only where the plain kernel's tiles do not divide the shape."""
+    a, b = m.inputs[0].name, m.inputs[1].name
+    src = (render(TEMPLATE, kernel=KERNEL, has_bias=False, statements=(), expr="v", n_ep=0, split_k=False)
+           + "\n" + render("pad_copy.cu.j2", kernel=PAD_KERNEL))
+    rows, inner, cols = f"{a}.shape[0]", f"{a}.shape[1]", f"{b}.shape[1]"
+    mp, kp, np_ = (f"(cdiv({rows}, {PAD_MN}) * {PAD_MN})", f"(cdiv({inner}, {PAD_K}) * {PAD_K})",
+                   f"(cdiv({cols}, {PAD_MN}) * {PAD_MN})")
+
+    def i32(value: str) -> dict:
+        return {"kind": "int32", "value": value}
+
+    def copy(src_: str, dst: str, sr: str, sc: str, dr: str, dc: str) -> dict:
+        return dict(kernel=PAD_KERNEL, grid=[f"cdiv({dr} * {dc}, {PAD_ELEMS_PER_BLOCK})"], block=[256],
+                    args=[{"name": src_}, {"name": dst}, i32(sr), i32(sc), i32(dr), i32(dc)])
+
+    steps = [
+        copy(a, "a_pad", rows, inner, mp, kp),
+        copy(b, "b_pad", inner, cols, kp, np_),
+        dict(kernel=KERNEL, grid=[f"({mp} // BM) * ({np_} // BN)"], block=[THREADS], shared_mem=SMEM,
+             args=[{"name": "a_pad"}, {"name": "b_pad"}, {"name": "c_pad"}, i32(mp), i32(np_), i32(kp)]),
+        copy("c_pad", "out", mp, np_, rows, cols),
+    ]
+    scratch = [dict(name="a_pad", dtype="float32", size=f"{mp} * {kp}"),
+               dict(name="b_pad", dtype="float32", size=f"{kp} * {np_}"),
+               dict(name="c_pad", dtype="float32", size=f"{mp} * {np_}")]
+    return make_spec(
+        PADDED_SPEC_NAME, DESCRIPTION + "; A and B zero-padded to whole tiles in scratch, the product copied out",
+        src, {k: list(v) for k, v in TUNABLES.items()}, pick(defaults, DEFAULTS), scratch=scratch,
+        constraints=[
+            f"{inner} == {b}.shape[0]",
+            f"{rows} % {PAD_MN} != 0 or {cols} % {PAD_MN} != 0 or {inner} % {PAD_K} != 0",  # else the plain kernel
+            f"{mp} * {kp} + {kp} * {np_} + {mp} * {np_} <= {MAX_PADDED_FLOATS}",
+            *_tile_constraints(mp, np_, kp),
+        ],
+        steps=steps,
+    )
+
+
+def _tile_constraints(rows: str, cols: str, inner: str) -> list[str]:
+    """The tile-aligned kernel's constraints on an M x N x K product (expressions)."""
+    return [
+        f"{rows} % BM == 0", f"{cols} % BN == 0", f"{inner} % BK == 0",
+        "BM % WM == 0", "BN % WN == 0", "WM % 16 == 0", "WN % 32 == 0", "BK % 8 == 0",
+        f"{THREADS} <= 1024",
+        f"(BM * BK // 4) % ({THREADS}) == 0", f"(BK * BN // 4) % ({THREADS}) == 0",
+        "STAGES >= 2",
+        f"{SMEM} <= {MAX_SMEM}",
+        f"{ACC_FLOATS} <= {MAX_ACC_FLOATS}",
+        f"{REGS_EST} <= {MAX_REGS}", f"({THREADS}) * ({REGS_EST}) <= {REGS_PER_SM}",
+        " or ".join(f"TERMS == {v}" for v in TERMS_VALUES),
+        "FLUSH == 0 or FLUSH == 1",
+        f"{rows} < 2**31 and {cols} < 2**31 and {inner} < 2**31",
+        f"({rows} // BM) * ({cols} // BN) < 2**31",
+    ]
 
 
 SPLIT_TEXT = ("Split K across CTAs when the output has too few tiles to fill the GPU: SPLIT_K blocks per output "
@@ -175,6 +227,12 @@ TF32_IDEAS: tuple[Entry, ...] = (
           # split-K second: admissible only where the output's tiles leave SMs idle (KernelBench 6: 256 x 256,
           # K = 524288, 20.6 ms unsplit, 1.30 ms split), and there it must not wait for a refinement round
           ({}, {"SPLIT_K": 16}, {"BK": 16, "STAGES": 4}), round0=True),
+    Entry("mm-tf32x3-padded", "Run the fp32 GEMM on the tensor cores (3xTF32) even where no tile divides the "
+          "shape: copy A and B into zero-padded buffers of whole tiles, multiply those with the tile-aligned "
+          "kernel and copy the leading M x N back; the zero rows and columns add nothing, and the copies are "
+          "memory-bound passes worth a few percent of the product.", P,
+          "3-4x the bounds-checked FFMA kernel on a large irregular GEMM", PADDED_VARIANT,
+          ({}, {"BK": 16, "STAGES": 4}), round0=True),
     Entry("mm-tf32x3-accumulate", "Accumulate straight in the mma accumulator (no per-tile partial sums) with "
           "64x64 warp tiles and BK 16: half the accumulator registers and twice the mma work per fragment "
           "load; kept only if the fp32 check still passes (the tensor core's accumulation rounding decides).", P,

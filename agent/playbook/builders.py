@@ -16,7 +16,7 @@ from kerngen.harness.spec.spec import KernelSpec
 
 from kerngen.agent.playbook.builders_gemm import conv2d_direct, conv2d_igemm, conv_relu_pool, sgemm_simple, sgemm_tiled
 from kerngen.agent.playbook.build_conv_tf32 import conv2d_tf32x3
-from kerngen.agent.playbook.build_tf32 import sgemm_tf32x3
+from kerngen.agent.playbook.build_tf32 import PADDED_VARIANT, sgemm_tf32x3, sgemm_tf32x3_padded
 from kerngen.agent.playbook.builders_rows import elementwise_vec, layernorm_coop, layernorm_split, rmsnorm_two_pass, rows_reg, softmax_long
 from kerngen.agent.playbook.match import FamilyMatch
 from kerngen.agent.playbook.registry import REGISTRY
@@ -33,7 +33,8 @@ VARIANTS: dict[str, dict[str, Builder]] = {
     "rmsnorm": {"rows_reg": rows_reg, "two_pass": rmsnorm_two_pass},
     "conv2d": {"direct": conv2d_direct, "igemm": conv2d_igemm, "tf32x3": conv2d_tf32x3},
     "conv_relu_maxpool": {"fused": conv_relu_pool},
-    "matmul": {"tiled": sgemm_tiled, "simple": sgemm_simple, "tf32x3": sgemm_tf32x3},
+    "matmul": {"tiled": sgemm_tiled, "simple": sgemm_simple, "tf32x3": sgemm_tf32x3,
+               PADDED_VARIANT: sgemm_tf32x3_padded},
 }
 VARIANTS.update({f.name: dict(f.variants) for f in REGISTRY})
 

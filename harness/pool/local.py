@@ -196,6 +196,11 @@ class WorkerPool:
         jobs: queue.Queue = queue.Queue()
         for item in ready:
             jobs.put(item)
+        stopped = threading.Event()  # the caller was interrupted: nothing more runs or lands
+
+        def land(i: int, r: EvalResult) -> None:  # under self._lock (see _land), as is stopped.set()
+            if not stopped.is_set() and on_result is not None:
+                on_result(i, r)
 
         def drain() -> None:
             worker = self._free.get()  # a worker busy with a baseline is waited for, never shared
@@ -205,9 +210,11 @@ class WorkerPool:
                         item: Ready = jobs.get_nowait()
                     except queue.Empty:
                         return
+                    if stopped.is_set():
+                        return
                     i, cand, plan, compiled = item.index, item.candidate, item.plan, item.compiled
                     if options.deadline is not None and time.monotonic() >= options.deadline:
-                        self._land(i, cancelled(cand), results, on_result)  # run nothing new past it
+                        self._land(i, cancelled(cand), results, land)  # run nothing new past it
                         continue
                     try:
                         r = self._run_one(worker, problem, cand, plan, compiled, options)
@@ -215,15 +222,23 @@ class WorkerPool:
                         worker.kill()
                         r = EvalResult(verdict=Verdict.harness_error, message=f"harness error: {exc!r}"[:400],
                                        spec_hash=cand.spec.content_hash(), config=plan.config, worker=worker.index)
-                    self._land(i, r, results, on_result)
+                    self._land(i, r, results, land)
             finally:
                 self._free.put(worker)
 
         threads = [threading.Thread(target=drain, daemon=True) for _ in range(min(len(self.workers), len(ready)))]
         for t in threads:
             t.start()
-        for t in threads:
-            t.join()
+        try:
+            for t in threads:
+                t.join()
+        except BaseException:
+            # Ctrl-C (or a time limit's SIGINT) reaches this thread only: the search it interrupts
+            # closes its journal next, so no result may land after this (a candidate in flight
+            # lands nowhere and a resume evaluates it), and no queued candidate starts
+            with self._lock:  # waits out a landing in progress
+                stopped.set()
+            raise
 
     def _run_one(self, worker, problem, cand, plan, compiled, options) -> EvalResult:
         req = EvaluateRequest(

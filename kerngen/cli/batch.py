@@ -251,9 +251,13 @@ def render_summary(rows: list[dict], minutes: float | None, wall_s: float) -> Ta
 def metrics_line(rows: list[dict]) -> str:
     """fast_1 and the geometric-mean speedup of the problems that ran, against eager and against
     torch.compile, from each run's own baseline (measured in the same worker as its kernels; a
-    problem without a kernel is a miss). ``kerngen suite`` re-measures them side by side."""
+    problem without a kernel is a miss, one the playbook could not search too). Only a problem whose
+    baseline was measured and torch.compile failed on is left out of the torch.compile figures, as in
+    ``kerngen suite``, which re-measures them side by side."""
     def ref(key: str, ms_key: str) -> str:
-        outcomes = [(r["best_ms"] is not None, r[key]) for r in rows if r[ms_key] is not None]
+        counted = [r for r in rows if not (ms_key == "compile_ms" and r["eager_ms"] is not None
+                                           and r["compile_ms"] is None)]
+        outcomes = [(r["best_ms"] is not None, r[key]) for r in counted]
         m = reference_metrics(key, outcomes)
         geo = "-" if m.geomean_speedup is None else f"{m.geomean_speedup:.2f}x"
         return f"fast_1 {m.fast_p['1']:.2f} (geomean {geo} over {m.geomean_of})"

@@ -39,6 +39,8 @@ def suite(
     config: Optional[str] = typer.Option(None, "--config", help="tunables of --kernel, e.g. BLOCK=256"),
     budget_ms: float = typer.Option(300.0, "--budget-ms", min=1.0, help="time budget of each timed series"),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
+    save: Optional[Path] = typer.Option(None, "--save", help="keep each measurement in this file as it is "
+                                        "done; the same command again measures only what it lacks (same GPU model)"),
     ray: Optional[str] = cluster.RAY,
     ray_gpu_model: Optional[str] = cluster.RAY_GPU_MODEL,
     evaluator_kind: str = typer.Option("pool", "--evaluator", hidden=True),
@@ -48,6 +50,7 @@ def suite(
     import json
 
     from kerngen.results.suite import expand_problems, run_suite
+    from kerngen.results.suite_save import SaveFile
     from kerngen.cli.bench import parse_config
     from kerngen.harness.evaluator import EvalOptions
     from kerngen.harness.spec.spec import KernelSpec
@@ -56,9 +59,16 @@ def suite(
     spec = KernelSpec.load(kernel) if kernel else None
     evaluator = _suite_evaluator(evaluator_kind, ray, ray_gpu_model)
     try:
+        memo = SaveFile(save, evaluator.gpu_facts().name) if save is not None else None
         with _progress(len(names), enabled=not as_json) as on_progress:
             rep = run_suite(names, evaluator, runs_dir, kernel=spec, config=parse_config(config),
-                            options=EvalOptions(budget_ms=budget_ms), on_progress=on_progress)
+                            options=EvalOptions(budget_ms=budget_ms), on_progress=on_progress, memo=memo)
+    except KeyboardInterrupt:
+        if save is None:
+            raise
+        Console(stderr=True, highlight=False, soft_wrap=True).print(_say(
+            f"interrupted: what was measured is kept in {save}; the same command again measures the rest"))
+        raise typer.Exit(130) from None
     finally:
         evaluator.close()
     if as_json:
@@ -157,6 +167,8 @@ def print_suite(rep: Any) -> None:
         if e.compile_missing and e.compile_error:
             out.print(f"[yellow]{_say(e.ref.label())}[/]: torch.compile failed: {_say(e.compile_error)}")
     m = rep.metrics
+    if rep.reused:
+        out.print(f"{rep.reused} of {m.problems} measured in an earlier sitting on this GPU model (--save)")
     out.print(f"{m.correct}/{m.problems} problems with a correct kernel")
     out.print(_say(_metrics_line(m.eager, m.problems)))
     out.print(_say(_metrics_line(m.compile, m.problems)))

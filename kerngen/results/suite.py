@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Protocol, Sequence
 
 from pydantic import BaseModel, Field
 
@@ -63,6 +63,16 @@ NO_KERNEL = "no_kernel"  # verdict of a problem no run (and no --kernel) gives a
 ERROR = "error"  # verdict of a problem whose baseline could not be measured
 
 OnProgress = Callable[[int, str], None]  # (index of the problem now being measured, its label)
+
+
+class Memo(Protocol):
+    """Measurements kept across sittings (:class:`kerngen.results.suite_save.SaveFile`)."""
+
+    reused: int
+
+    def reuse(self, problem: str, found: "FoundKernel", budget_ms: float) -> "SuiteEntry | None": ...
+
+    def record(self, problem: str, found: "FoundKernel", budget_ms: float, entry: "SuiteEntry") -> None: ...
 Outcome = tuple[bool, float | None]  # (correct, speedup vs the reference)
 
 
@@ -159,6 +169,7 @@ class SuiteEntry(BaseModel):
 class SuiteReport(BaseModel):
     gpu: str
     runs_dir: str = ""
+    reused: int = 0  # entries measured in an earlier sitting on this GPU model (--save)
     entries: list[SuiteEntry]
     metrics: SuiteMetrics
     without_kernel: dict[str, int] = Field(default_factory=dict)  # Why kind -> problems, most first
@@ -252,10 +263,12 @@ def run_suite(
     config: dict[str, int] | None = None,
     options: EvalOptions | None = None,
     on_progress: OnProgress | None = None,
+    memo: Memo | None = None,
 ) -> SuiteReport:
     """Measure every problem, one after the other (see the module docstring), and compute the
     suite's metrics. The runs under ``runs_dir`` are read once, before any measurement (not at
-    all with ``kernel``)."""
+    all with ``kernel``). With ``memo``, a problem it holds for the same kernel is not measured
+    again, and each one measured is handed to it as soon as it is."""
     index = RunIndex(runs_dir) if kernel is None else None
     entries: list[SuiteEntry] = []
     for i, problem in enumerate(problems):
@@ -273,9 +286,17 @@ def run_suite(
             entries.append(SuiteEntry(problem=problem, ref=index.ref(problem), verdict=NO_KERNEL, message=why.text,
                                       why=why))
             continue
-        entries.append(measure_one(problem, found, evaluator, options))
+        budget_ms = (options or EvalOptions()).budget_ms
+        kept = memo.reuse(problem, found, budget_ms) if memo is not None else None
+        if kept is not None:
+            entries.append(kept)
+            continue
+        entry = measure_one(problem, found, evaluator, options)
+        if memo is not None and entry.verdict != ERROR:  # PyTorch failing here may not fail next time
+            memo.record(problem, found, budget_ms, entry)
+        entries.append(entry)
     if on_progress is not None:
         on_progress(len(problems), "")
     return SuiteReport(gpu=evaluator.gpu_facts().name, runs_dir=str(runs_dir) if index is not None else "",
-                       entries=entries, metrics=suite_metrics(entries), without_kernel=count_why(entries),
+                       reused=memo.reused if memo is not None else 0, entries=entries, metrics=suite_metrics(entries), without_kernel=count_why(entries),
                        skipped_runs=index.skipped if index is not None else [])

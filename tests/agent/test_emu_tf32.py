@@ -73,3 +73,15 @@ def test_split_k_batched_matmul(tmp_path, split):
     path = resized_copy(KB / "level1" / "3_Batched_matrix_multiplication.py", tmp_path, batch_size=3, m=64,
                         k=SPLIT_K_INNER, n=64)
     assert _split_k_mismatches(path, split) == {}
+
+
+# the padded variant (KernelBench 8: 8205 x 2949 x 5921, no tile divides it): A and B zero-padded to
+# whole tiles, the aligned kernel, the leading block copied out; odd M, K and N, and a K under one tile
+@pytest.mark.parametrize("shape", [(70, 37, 45), (3, 5, 2)])
+def test_padded_matmul_where_no_tile_divides(shape):
+    problem = cases.load("matmul", shape)
+    spec = builders.build(explain(problem), "tf32x3_padded", TF32_GEMM)
+    assert [s.kernel for s in spec.steps] == ["sgemm_tf32x3_pad"] * 2 + ["sgemm_tf32x3", "sgemm_tf32x3_pad"]
+    case = cases.make_case(problem)
+    emulate(spec, case.tensors, sizes=case.sizes)
+    assert cases.mismatches(case) == {}

@@ -37,6 +37,11 @@ CASES = {
     "convT2d_grouped_channel_bias": ("nn.ConvTranspose2d(4, 8, (3, 2), stride=(2, 3), padding=(1, 1), groups=2)",
                                      "        self.b = nn.Parameter(torch.randn(8, 1, 1))",
                                      "        return torch.tanh(self.conv(x) + self.b)", "torch.rand(2, 4, 5, 6)"),
+    # stride and dilation share a factor (KernelBench 75, 77, 79): an output column whose o + P is odd
+    # meets no tap at all (the tap loop began past the first step there and read taps that miss)
+    "convT2d_stride_dilation_common_factor": ("nn.ConvTranspose2d(3, 4, (3, 2), stride=(2, 4), padding=(1, 2), "
+                                              "dilation=(2, 2), groups=1)", "", "        return self.conv(x)",
+                                              "torch.rand(2, 3, 5, 4)"),
     "convT3d_strided_padded": ("nn.ConvTranspose3d(3, 4, 3, stride=2, padding=1, bias=False)", "",
                                "        return self.conv(x)", "torch.rand(1, 3, 3, 4, 5)"),
 }

@@ -59,13 +59,14 @@ def test_the_summary_line_counts_a_problem_without_a_kernel_as_a_miss():
         return {"best_ms": best, "eager_ms": eager, "compile_ms": compiled, "wall_min": 0.5,
                 "vs_eager": eager / best if best else None, "vs_compile": compiled / best if best and compiled else None}
 
-    rows = [row(1.0, 4.0, 2.0), row(2.0, 1.0, 1.0), row(None, 1.0, 1.0), row(1.0, 3.0, None)]
+    rows = [row(1.0, 4.0, 2.0), row(2.0, 1.0, 1.0), row(None, 1.0, 1.0), row(1.0, 3.0, None),
+            row(None, None, None)]  # the last: the playbook could not search it (no baseline either)
     line = metrics_line(rows)
-    # vs eager: 4x and 3x beat it, 0.5x does not, no kernel is a miss: 2 of 4; geomean of 4, 0.5, 3
-    assert "4 ran, 2.0 min in all" in line
-    assert "vs eager fast_1 0.50 (geomean 1.82x over 3)" in line
-    # vs torch.compile: the problem without a compile time is left out: 1 of 3; geomean of 2 and 0.5
-    assert "vs torch.compile fast_1 0.33 (geomean 1.00x over 2)" in line
+    # vs eager: 4x and 3x beat it, 0.5x does not, no kernel is a miss: 2 of 5; geomean of 4, 0.5, 3
+    assert "5 ran, 2.5 min in all" in line
+    assert "vs eager fast_1 0.40 (geomean 1.82x over 3)" in line
+    # vs torch.compile: only the problem whose torch.compile failed is left out: 1 of 4; geomean of 2 and 0.5
+    assert "vs torch.compile fast_1 0.25 (geomean 1.00x over 2)" in line
 
 
 def test_running_the_same_command_again_redoes_nothing_and_resumes_the_interrupted(tmp_path, monkeypatch):
@@ -106,3 +107,26 @@ def test_running_the_same_command_again_redoes_nothing_and_resumes_the_interrupt
 def test_resume_takes_one_run_only(tmp_path):
     res = invoke("generate", "softmax", "gelu", "--resume", "latest", "--runs-dir", str(tmp_path), *SCRIPTED)
     assert res.exit_code == 2 and "one run" in res.output
+
+
+def test_the_gpu_workers_start_before_the_first_problems_clock(tmp_path, monkeypatch):
+    # a worker's start and the GPU's facts (about 15 s) were paid inside the first file's budget
+    from kerngen.agent.scripted import ScriptedEvaluator
+
+    d, runs = _folder(tmp_path), tmp_path / "runs"
+    order: list[str] = []
+    real_facts, real_run = ScriptedEvaluator.gpu_facts, Search.run
+
+    def facts(self):
+        order.append("facts")
+        return real_facts(self)
+
+    def run(self):
+        order.append("search")
+        return real_run(self)
+
+    monkeypatch.setattr(ScriptedEvaluator, "gpu_facts", facts)
+    monkeypatch.setattr(Search, "run", run)
+    res = invoke("generate", str(d), "--runs-dir", str(runs), *SCRIPTED, "--json")
+    assert res.exit_code == 0, res.output
+    assert order[0] == "facts" and order.count("search") == 2

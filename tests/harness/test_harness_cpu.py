@@ -4,6 +4,7 @@ worker isolation of the pool (with a fake worker that hangs or crashes)."""
 from __future__ import annotations
 
 import json
+import os
 import math
 import time
 
@@ -384,6 +385,33 @@ def test_pool_starts_nothing_past_the_deadline(tmp_path, monkeypatch):
     assert [r.verdict for r in results] == [Verdict.ok] + [Verdict.cancelled] * 3
     assert sorted(seen) == [(0, Verdict.ok)] + [(i, Verdict.cancelled) for i in (1, 2, 3)]
     assert results[3].spec_hash == slow[2].spec.content_hash()
+
+
+def test_an_interrupted_evaluate_lands_nothing_after_it_raises_and_starts_nothing_queued(tmp_path, monkeypatch):
+    """Ctrl-C (a time limit's SIGINT) reaches the thread joining the dispatch threads; the search
+    then closes its journal. A result that landed after that wrote to a closed journal from a
+    dispatch thread (a traceback at the end of a KernelBench batch, H100, session 9)."""
+    import signal
+    import threading
+
+    from kerngen.harness.evaluator import Candidate, EvalOptions
+    from kerngen.harness.pool.local import WorkerPool
+    from kerngen.problems.ref import ProblemRef
+
+    monkeypatch.setenv("KERNGEN_CACHE_DIR", str(tmp_path))
+    problem = ProblemRef(source="softmax", shape=(4, 32))
+    slow = [Candidate(spec=_fake_spec("slow", 32 * (i + 1))) for i in range(3)]  # a second each
+    seen: list[int] = []
+    with WorkerPool(devices=["0"], timeout_s=10.0, worker_module="tests.fakes.fake_worker") as pool:
+        pool.evaluate(problem, slow)  # compiled: the timed call below runs the three back to back
+        timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            pool.evaluate(problem, slow, EvalOptions(timeout_s=10.0), on_result=lambda i, r: seen.append(i))
+        time.sleep(2.5)  # the first candidate finishes in flight; had the queue gone on, all three would
+        assert seen == []
+        after = pool.evaluate(problem, slow[:1], EvalOptions(timeout_s=10.0))  # the worker serves again
+        assert after[0].verdict is Verdict.ok
 
 
 @pytest.mark.parametrize("user", [None, "max_split_size_mb:512"])

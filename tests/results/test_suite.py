@@ -313,7 +313,7 @@ def test_suite_cli_json(recorded):
                                               "--json"])
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout, parse_constant=_no_nan)
-    assert set(data) == {"gpu", "runs_dir", "entries", "metrics", "without_kernel", "skipped_runs"}
+    assert set(data) == {"gpu", "runs_dir", "reused", "entries", "metrics", "without_kernel", "skipped_runs"}
     entries = data["entries"]
     assert [e["verdict"] for e in entries] == ["ok", "no_kernel", "no_kernel", "no_kernel", "no_kernel"]
     assert [e["why"] and e["why"]["kind"] for e in entries] == [None, "all_failed", "harness", "no_candidates",
