@@ -73,6 +73,8 @@ class Memo(Protocol):
     def reuse(self, problem: str, found: "FoundKernel", budget_ms: float) -> "SuiteEntry | None": ...
 
     def record(self, problem: str, found: "FoundKernel", budget_ms: float, entry: "SuiteEntry") -> None: ...
+
+
 Outcome = tuple[bool, float | None]  # (correct, speedup vs the reference)
 
 
