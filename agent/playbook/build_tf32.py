@@ -26,7 +26,7 @@ from kerngen.agent.playbook.entry import A, M, P, PAR, Entry
 from kerngen.agent.playbook.match import FamilyMatch
 from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
 
-__all__ = ["DEFAULTS", "NO_FLUSH", "PADDED_VARIANT", "SPEC_NAME", "SPLIT_VALUES", "TERMS_PLAIN", "TERMS_SPLIT",
+__all__ = ["DEFAULTS", "NO_FLUSH", "PADDED_SPEC_NAME", "PADDED_VARIANT", "SPEC_NAME", "SPLIT_VALUES", "TERMS_PLAIN", "TERMS_SPLIT",
            "TF32_IDEAS", "VARIANT", "sgemm_tf32x3", "sgemm_tf32x3_padded", "smem_bytes", "split_k_of", "split_k_plan"]
 
 VARIANT = "tf32x3"

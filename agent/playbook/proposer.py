@@ -15,7 +15,7 @@ from kerngen.harness.tune.prune import static_reason
 
 from kerngen.agent.playbook import builders
 from kerngen.agent.playbook.build_conv_tf32 import CONV2D_SPEC_NAME
-from kerngen.agent.playbook.build_tf32 import SPEC_NAME
+from kerngen.agent.playbook.build_tf32 import PADDED_SPEC_NAME, PADDED_VARIANT, SPEC_NAME
 from kerngen.agent.playbook.catalog import CATALOG, Entry
 from kerngen.agent.playbook.coverage import Offer, default_limits, offer
 from kerngen.agent.playbook.families import FamilyMatch, explain
@@ -39,6 +39,7 @@ _NAMES: dict[tuple[str, str], str] = {
     ("matmul", "tiled"): "playbook-matmul-sgemm",
     ("matmul", "simple"): "playbook-matmul-simple",
     ("matmul", "tf32x3"): SPEC_NAME,
+    ("matmul", PADDED_VARIANT): PADDED_SPEC_NAME,
 }
 
 

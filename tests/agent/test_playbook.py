@@ -207,8 +207,10 @@ def test_spec_is_pure_cuda_and_resolves(name, var, m, spec):
     try:
         resolved = plan.resolve(spec, sizes={}, tensors=m.tensor_facts())
     except Exception as exc:
-        # only the register-resident variants may reject the long-row problems
-        assert var == "rows_reg" and name in ("suite_softmax", "suite_layernorm"), exc
+        # only the register-resident variants may reject the long-row problems, and the padded GEMM a
+        # shape its plain twin's tiles divide
+        assert ((var == "rows_reg" and name in ("suite_softmax", "suite_layernorm"))
+                or (var == "tf32x3_padded" and "% 256 != 0" in str(exc))), exc
         return
     assert resolved.launches
     for launch in resolved.launches:

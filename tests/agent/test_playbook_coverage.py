@@ -57,7 +57,8 @@ def _resolves(spec: KernelSpec, problem) -> None:
 # ----- KernelBench level 1: what each file gets ------------------------------------------------
 # file -> (family, {offered variant: (admissible, total)}, {dropped variant: a word of why})
 OFFERED = {
-    "8_Matmul_with_irregular_shapes_.py": ("matmul", {"simple": (8, 8)}, {"tiled": "A.shape[0] % BM == 0",
+    "8_Matmul_with_irregular_shapes_.py": ("matmul", {"simple": (8, 8), "tf32x3_padded": (438, 864)},
+                                           {"tiled": "A.shape[0] % BM == 0",
                                                                          "tf32x3": "% BM == 0"}),
     "23_Softmax.py": ("softmax", {"long": (63, 63)}, {"rows_reg": "* 4 <= 64"}),
     "40_LayerNorm.py": ("layernorm", {"split": (52, 64), "coop": (1512, 3456)}, {"rows_reg": "* 4 <= 64"}),
@@ -173,14 +174,15 @@ def test_json_lists_counts_and_why():
 def test_one_variant_admits_nothing_the_other_is_offered(tmp_path):
     p = matmul_problem(tmp_path, 100, 64, 128)  # M = 100: no block tile of the register-blocked GEMM divides it
     prop = PlaybookProposer(p)
-    assert prop.match is not None and [v.variant for v in prop.offer.offered] == ["simple"]
+    offered = ["simple", "tf32x3_padded"]  # the padded 3xTF32 GEMM: A and B padded to whole tiles
+    assert prop.match is not None and [v.variant for v in prop.offer.offered] == offered
     assert {v.variant for v in prop.offer.dropped} == {"tiled", "tf32x3"}
     tiled = next(v for v in prop.offer.dropped if v.variant == "tiled")
     assert tiled.count == 0 and "A.shape[0] % BM == 0" in tiled.why
-    assert [s.name for s in seed_specs(p)] == ["playbook-matmul-simple"]
+    assert {s.name for s in seed_specs(p)} == {"playbook-matmul-simple", "playbook-matmul-tf32x3-padded"}
     ctx = SearchContext(problem_name="p", problem_source="", problem_summary="", gpu=GpuFacts(name="H100"),
                         tensors={k: list(s) for k, s in prop.match.tensors().items()})
-    assert {prop._by_text[i.text].variant for i in prop.ideas(ctx, None, 10)} == {"simple"}
+    assert {prop._by_text[i.text].variant for i in prop.ideas(ctx, None, 10)} == set(offered)
     rep = prop.repair(ctx, Failure(spec=builders.build(prop.match, "tiled")), 1)
     assert rep.spec is not None and rep.spec.name == "playbook-matmul-simple"
 
