@@ -4,7 +4,6 @@ worker isolation of the pool (with a fake worker that hangs or crashes)."""
 from __future__ import annotations
 
 import json
-import os
 import math
 import time
 
