@@ -152,8 +152,11 @@ class WorkerPool:
         """One evaluator per worker, for running several problems side by side (a batch: one
         problem per GPU). A shard is this pool bound to one of its workers: the same compiles
         and dispatch, its own baselines, the GPU facts measured once here; closing it closes
-        nothing (this pool owns the workers)."""
+        nothing (this pool owns the workers). Every worker is started here, side by side, before any
+        shard's problem starts its clock: a worker's start (a process, torch, a CUDA context) belongs
+        to no problem's budget."""
         facts = self.gpu_facts()
+        self._start_workers()
         out = []
         for worker in self.workers:
             shard = copy.copy(self)  # a Ray pool's shard stays a Ray pool (its ncu on the actor's host)
@@ -163,6 +166,21 @@ class WorkerPool:
             shard._facts, shard._baselines, shard._lock = facts, {}, threading.Lock()
             out.append(shard)
         return out
+
+    def _start_workers(self) -> None:
+        """Greet every worker at once (a worker process starts on its first request). One that does
+        not start here is restarted by its first request, which says why in that verdict."""
+        def greet(worker: WorkerHandle) -> None:
+            try:
+                worker.request(HelloRequest(ceilings=False), BASELINE_TIMEOUT_S)
+            except (WorkerTimeout, WorkerDied):
+                pass
+
+        threads = [threading.Thread(target=greet, args=(w,), daemon=True) for w in self.workers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
 
     def close(self) -> None:
         if not self._owner:

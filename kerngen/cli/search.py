@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import shlex
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, List, Optional
@@ -249,7 +248,6 @@ def _generate_many(problems: list[str], asked: _Asked, *, fresh: bool, as_json: 
 
     try:
         if evaluator is not None:
-            _start_workers(evaluator)
             batch_mod.run_batch(batch, path, runs_dir, search_one, slots=shards(evaluator), quiet=as_json)
     except KeyboardInterrupt:
         Console(stderr=True, highlight=False, soft_wrap=True).print(one_line(
@@ -263,23 +261,6 @@ def _generate_many(problems: list[str], asked: _Asked, *, fresh: bool, as_json: 
         typer.echo(batch_mod.summary_json(rows))
         return
     Console(highlight=False).print(batch_mod.render_summary(rows, batch.minutes, time.monotonic() - t0))
-
-
-def _start_workers(evaluator: Any) -> None:
-    """Start every GPU worker and read its GPU's facts before the first problem's clock starts: a
-    worker's start (a process, CUDA, the measured ceilings: about 15 s) belongs to no problem's
-    budget. It cost KernelBench's 36_RMSNorm_ its kernel as the first file of a 0.4-minute batch. A
-    worker that cannot start here fails again in its first search, which says so in that row."""
-    slots = shards(evaluator)
-
-    def facts(slot: Any) -> None:
-        try:
-            slot.gpu_facts()
-        except KerngenError:
-            pass
-
-    with ThreadPoolExecutor(max_workers=len(slots)) as ex:
-        list(ex.map(facts, slots))
 
 
 def _say_interrupted(run_dir: Path, runs_dir: Path) -> None:

@@ -108,25 +108,3 @@ def test_resume_takes_one_run_only(tmp_path):
     res = invoke("generate", "softmax", "gelu", "--resume", "latest", "--runs-dir", str(tmp_path), *SCRIPTED)
     assert res.exit_code == 2 and "one run" in res.output
 
-
-def test_the_gpu_workers_start_before_the_first_problems_clock(tmp_path, monkeypatch):
-    # a worker's start and the GPU's facts (about 15 s) were paid inside the first file's budget
-    from kerngen.agent.scripted import ScriptedEvaluator
-
-    d, runs = _folder(tmp_path), tmp_path / "runs"
-    order: list[str] = []
-    real_facts, real_run = ScriptedEvaluator.gpu_facts, Search.run
-
-    def facts(self):
-        order.append("facts")
-        return real_facts(self)
-
-    def run(self):
-        order.append("search")
-        return real_run(self)
-
-    monkeypatch.setattr(ScriptedEvaluator, "gpu_facts", facts)
-    monkeypatch.setattr(Search, "run", run)
-    res = invoke("generate", str(d), "--runs-dir", str(runs), *SCRIPTED, "--json")
-    assert res.exit_code == 0, res.output
-    assert order[0] == "facts" and order.count("search") == 2

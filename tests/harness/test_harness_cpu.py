@@ -386,6 +386,17 @@ def test_pool_starts_nothing_past_the_deadline(tmp_path, monkeypatch):
     assert results[3].spec_hash == slow[2].spec.content_hash()
 
 
+def test_shards_start_every_worker_before_a_problem_starts_its_clock():
+    """A batch runs one problem per shard; a worker that started on its shard's first request paid
+    its start (a process, torch, a CUDA context) inside that problem's budget."""
+    from kerngen.harness.pool.local import WorkerPool
+
+    with WorkerPool(devices=["0", "1", "2"], timeout_s=10.0, worker_module="tests.fakes.fake_worker") as pool:
+        assert not any(w.alive for w in pool.workers)
+        shards = pool.shards()
+        assert all(w.alive for w in pool.workers) and len(shards) == 3
+
+
 def test_an_interrupted_evaluate_lands_nothing_after_it_raises_and_starts_nothing_queued(tmp_path, monkeypatch):
     """Ctrl-C (a time limit's SIGINT) reaches the thread joining the dispatch threads; the search
     then closes its journal. A result that landed after that wrote to a closed journal from a
