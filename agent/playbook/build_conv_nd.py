@@ -11,11 +11,12 @@ import math
 
 from kerngen.harness.spec.spec import KernelSpec
 
+from kerngen.agent.playbook.build_conv_tf32 import igemm_spec
 from kerngen.agent.playbook.epilogue import EpIndex, Epilogue
 from kerngen.agent.playbook.match import FamilyMatch
 from kerngen.agent.playbook.render import make_spec, pick, render
 
-__all__ = ["conv_nd_direct"]
+__all__ = ["conv_nd_direct", "conv_nd_tf32x3"]
 
 KERNEL = "conv_nd_direct"
 
@@ -37,12 +38,54 @@ def _spatial_out(m: FamilyMatch) -> list[str]:
     return outs
 
 
+def _oc(m: FamilyMatch) -> str:
+    """The output channels as an expression (transposed weights are [C][OC/G][k...])."""
+    f = m.facts
+    return f"{f['weight']}.shape[1] * {f['G']}" if f["transposed"] else f"{f['weight']}.shape[0]"
+
+
+def _checks(m: FamilyMatch) -> list[str]:
+    """What every kernel needs of the bound tensors: the module's geometry and the epilogue's operands."""
+    f = m.facts
+    x, w, g, oc = f["x"], f["weight"], f["G"], _oc(m)
+    dout, hout, wout = _spatial_out(m)
+    kdims = [f"{w}.shape[{2 + i}] == {k}" for i, k in enumerate(f["K"][3 - f["dims"]:])]
+    checks = [f"{x}.ndim == {f['dims'] + 2}", f"{x}.shape[1] % {g} == 0", *kdims,
+              f"{w}.shape[0] == {x}.shape[1]" if f["transposed"] else f"{w}.shape[1] * {g} == {x}.shape[1]",
+              f"({dout}) >= 1 and ({hout}) >= 1 and ({wout}) >= 1"]
+    if f.get("bias"):
+        checks.append(f"{f['bias']}.numel == {oc}")
+    for p in f["epilogue"].params:
+        want = {EpIndex.channel: oc, EpIndex.scalar: "1", EpIndex.full: "out.numel"}[p.index]
+        checks.append(f"{p.name}.numel == {want}")
+    return checks
+
+
+def _template_vars(m: FamilyMatch) -> dict:
+    ep: Epilogue = m.facts["epilogue"]
+    return dict(has_bias=bool(m.facts.get("bias")), ep_statements=list(ep.statements), ep_expr=ep.expr,
+                n_ep=len(ep.params))
+
+
+def _args(m: FamilyMatch, *head: str) -> list[dict]:
+    """Launch arguments: ``head`` tensors, the conv's bias, ``out``, then the epilogue's operands."""
+    bias = [m.facts["bias"]] if m.facts.get("bias") else []
+    return [{"name": n} for n in (*head, *bias, "out")] + [{"name": p.name} for p in m.facts["epilogue"].params]
+
+
+def _what(m: FamilyMatch) -> str:
+    f = m.facts
+    ep: Epilogue = f["epilogue"]
+    geometry = "x".join(map(str, f["K"][3 - f["dims"]:]))
+    fused = f" + {ep.formula} fused before the store" if not ep.empty else ""
+    return f"{f['kind']} ({geometry} kernel, groups {f['G']}){fused}"
+
+
 def conv_nd_direct(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     f = m.facts
     x, w, g = f["x"], f["weight"], f["G"]
-    ep: Epilogue = f["epilogue"]
     (din, hin, win), (dout, hout, wout) = _spatial_in(m), _spatial_out(m)
-    oc = f"{w}.shape[1] * {g}" if f["transposed"] else f"{w}.shape[0]"  # transposed weights: [C][OC/G][k...]
+    oc = _oc(m)
     ocg = f"({oc}) // {g}"
     defines: dict[str, str | int] = {
         "N_": f"{x}.shape[0]", "C_": f"{x}.shape[1]", "D_": din, "H_": hin, "W_": win, "OC_": oc,
@@ -54,29 +97,54 @@ def conv_nd_direct(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
         **{f"Q{axis}_": s // math.gcd(s, d) for axis, s, d in zip("DHW", f["S"], f["D"])},
     }
     total = f"{x}.shape[0] * (({oc}) // OCT) * ({dout}) * ({hout}) * ({wout})"
-    kdims = [f"{w}.shape[{2 + i}] == {k}" for i, k in enumerate(f["K"][3 - f["dims"]:])]
-    checks = [f"{x}.ndim == {f['dims'] + 2}", f"{x}.shape[1] % {g} == 0", *kdims,
-              f"{w}.shape[0] == {x}.shape[1]" if f["transposed"] else f"{w}.shape[1] * {g} == {x}.shape[1]",
-              f"({dout}) >= 1 and ({hout}) >= 1 and ({wout}) >= 1"]
-    if f.get("bias"):
-        checks.append(f"{f['bias']}.numel == {oc}")
-    for p in ep.params:
-        want = {EpIndex.channel: oc, EpIndex.scalar: "1", EpIndex.full: "out.numel"}[p.index]
-        checks.append(f"{p.name}.numel == {want}")
-    src = render("conv_nd_direct.cu.j2", kernel=KERNEL, has_bias=bool(f.get("bias")),
-                 ep_statements=list(ep.statements), ep_expr=ep.expr, n_ep=len(ep.params))
-    bias = [f["bias"]] if f.get("bias") else []
-    args = [{"name": n} for n in (x, w, *bias, "out")] + [{"name": p.name} for p in ep.params]
-    geometry = "x".join(map(str, f["K"][3 - f["dims"]:]))
-    fused = f" + {ep.formula} fused before the store" if not ep.empty else ""
+    src = render("conv_nd_direct.cu.j2", kernel=KERNEL, **_template_vars(m))
     return make_spec(
         "playbook-conv-nd-direct",
-        f"direct {f['kind']} ({geometry} kernel, groups {g}){fused}: one thread per output position and OCT "
+        f"direct {_what(m)}: one thread per output position and OCT "
         "channels of one group, consecutive threads on consecutive output columns, each input value loaded once "
         "for the OCT channels" + (", input positions (o + p - k*d) / s where they divide exactly"
                                   if f["transposed"] else ""),
         src, dict(BLOCK=[128, 256, 512], OCT=[1, 2, 4, 8]), pick(defaults, dict(BLOCK=256, OCT=1)),
         defines=defines,
-        constraints=[*checks, f"({ocg}) % OCT == 0", f"cdiv({total}, BLOCK) < 2**31"],
-        steps=[dict(kernel=KERNEL, grid=[f"cdiv({total}, BLOCK)"], block=["BLOCK"], args=args)],
+        constraints=[*_checks(m), f"({ocg}) % OCT == 0", f"cdiv({total}, BLOCK) < 2**31"],
+        steps=[dict(kernel=KERNEL, grid=[f"cdiv({total}, BLOCK)"], block=["BLOCK"], args=_args(m, x, w))],
     )
+
+
+def conv_nd_tf32x3(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
+    """The 3xTF32 implicit GEMM (:func:`.build_conv_tf32.igemm_spec`) for a 3-D convolution, or for a
+    transposed convolution of stride 1 (1-D, 2-D or 3-D), which is the convolution of x with the weights
+    swapped to [OC][CG] and flipped along every axis, padding d*(k-1)-p on the low side (the high side's
+    d*(k-1)-p+op comes from the output size; the gather zero-fills both). A transposed conv with a stride
+    scatters: not a plain convolution, the direct kernel's (ValueError: coverage drops the variant)."""
+    f = m.facts
+    x, w, g = f["x"], f["weight"], f["G"]
+    if f["transposed"] and set(f["S"]) != {1}:
+        raise ValueError(f"{f['kind']} of stride {f['S'][3 - f['dims']:]} is not a plain convolution: "
+                         "the 3xTF32 implicit GEMM covers transposed convolutions of stride 1")
+    stride = (1, 1, 1) if f["transposed"] else f["S"]
+    pad = tuple(d * (k - 1) - p for k, p, d in zip(f["K"], f["P"], f["D"])) if f["transposed"] else f["P"]
+    (din, hin, win), (dout, hout, wout) = _spatial_in(m), _spatial_out(m)
+    oc = _oc(m)
+    vol = f["dims"] == 3
+    kvol = f["K"][0] * f["K"][1] * f["K"][2]
+    defines: dict[str, str | int] = {
+        "N_": f"{x}.shape[0]", "C_": f"{x}.shape[1]", "H_": hin, "W_": win, "OC_": oc, "G_": g,
+        "CG_": f"{x}.shape[1] // {g}", "OCG_": f"({oc}) // {g}", "OH_": hout, "OW_": wout,
+        **{f"{a}{axis}_": v for a, t in (("K", f["K"]), ("S", stride), ("P", pad), ("D", f["D"]))
+           for axis, v in zip("DHW", t) if vol or axis != "D"},
+        **({"D_": din, "OD_": dout} if vol else {}),
+    }
+    if vol:  # the rows' and the k table's sentinels (2**30 and 0x3fffffff) stay outside the volume
+        limits = [f"({din}) + {abs(pad[0])} < 2**30", f"({dout}) * {stride[0]} + {abs(pad[0])} < 2**30"]
+    else:  # the k table packs (kh*DH) << 16 | kw*DW; its padding rows sit at kh*DH = 0x7fff
+        limits = [f"({hin}) + {abs(pad[1])} < 32767", f"({hout}) + {abs(pad[1])} < 32767",
+                  f"{(f['K'][1] - 1) * f['D'][1]} < 32767", f"{(f['K'][2] - 1) * f['D'][2]} < 65536"]
+    what = _what(m) + (" (stride 1: the convolution of the flipped weights)" if f["transposed"] else "")
+    return igemm_spec(
+        "playbook-conv-nd-tf32x3", what, _template_vars(m), defaults, x=x, g=g, ocg_n=f["OC"] // g,
+        ocg=f"(({oc}) // {g})", k_=f"({x}.shape[1] // {g}) * {kvol}",
+        positions=f"({dout}) * ({hout}) * ({wout})", defines=defines, args=_args(m, x, "wt", "ktab"), weight=w,
+        vol=vol, flip=f["transposed"],
+        checks=[*_checks(m), f"{x}.shape[1] // {g} >= 2"],  # one channel a group: the direct kernel's
+        ktab_limits=limits)

@@ -33,7 +33,7 @@ from kerngen.agent.playbook.match import FamilyMatch
 from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
 
 __all__ = ["CONV2D_IDEAS", "CONV2D_SPEC_NAME", "CONV_EPI_IDEAS", "DEFAULTS", "VARIANT", "conv2d_tf32x3",
-           "conv_epi_tf32x3", "smem_bytes"]
+           "conv_epi_tf32x3", "igemm_spec", "ideas", "smem_bytes"]
 
 VARIANT = "tf32x3"
 CONV2D_SPEC_NAME = "playbook-conv2d-tf32x3"
@@ -76,20 +76,36 @@ def conv_epi_tf32x3(m: FamilyMatch, defaults: dict[str, int], name: str = SPEC_P
     f = m.facts
     x, w, g = f["x"], f["weight"], f["G"]
     fr = frame(m)
-    src = render(TEMPLATE, kernel_pack=KERNEL_PACK, kernel_main=KERNEL_MAIN, **fr.template_vars)
-    ocg_n = f["OC"] // g
-    d = pick(defaults, {**DEFAULTS, **_tile(ocg_n)})
-    k_ = f"({x}.shape[1] // {g}) * {f['KH']} * {f['KW']}"
-    ocg = f"({w}.shape[0] // {g})"
-    defs = dict(fr.defines, K_=k_, KP=f"round_up({k_}, BK)", OCGP=f"round_up({ocg}, BN)")
     oh, ow = fr.out_hw
-    m_tot = f"{x}.shape[0] * ({oh}) * ({ow})"
+    return igemm_spec(
+        name, fr.what, fr.template_vars, defaults, x=x, g=g, ocg_n=f["OC"] // g, ocg=f"({w}.shape[0] // {g})",
+        k_=f"({x}.shape[1] // {g}) * {f['KH']} * {f['KW']}", positions=f"({oh}) * ({ow})", defines=fr.defines,
+        args=fr.args(x, "wt", "ktab"), weight=w, vol=False, flip=False,
+        checks=fr.checks + [f"{w}.shape[1] >= 2"],  # one input channel per group (depthwise): the depthwise kernel's
+        # the k table packs (kh*DH) << 16 | kw*DW; its padding rows sit at kh*DH = 0x7fff, outside the image
+        ktab_limits=[f"({fr.in_h}) + {f['PH']} < 32767", f"{(f['KH'] - 1) * f['DH']} < 32767",
+                     f"{(f['KW'] - 1) * f['DW']} < 65536"])
+
+
+def igemm_spec(name: str, what: str, template_vars: dict, defaults: dict[str, int], *, x: str, g: int, ocg_n: int,
+               ocg: str, k_: str, positions: str, defines: dict[str, str | int], args: list[dict], weight: str,
+               vol: bool, flip: bool, checks: list[str], ktab_limits: list[str]) -> KernelSpec:
+    """The 3xTF32 implicit GEMM's spec for any convolution the template covers: ``positions`` output
+    positions an image (an expression), ``k_`` the GEMM's K and ``ocg`` the channels of a group
+    (expressions), ``ocg_n`` the latter's value (the tile), ``vol`` the 3-D gather, ``flip`` a
+    transposed conv's weights (see the template); ``checks`` the caller's constraints on the tensors,
+    ``ktab_limits`` what the k table's packing needs of the geometry."""
+    src = render(TEMPLATE, kernel_pack=KERNEL_PACK, kernel_main=KERNEL_MAIN, vol=vol, flip=flip, **template_vars)
+    d = pick(defaults, {**DEFAULTS, **_tile(ocg_n)})
+    defs = dict(defines, K_=k_, KP=f"round_up({k_}, BK)", OCGP=f"round_up({ocg}, BN)")
+    m_tot = f"{x}.shape[0] * {positions}"
     blocks = f"cdiv({m_tot}, BM) * (round_up({ocg}, BN) // BN)"
     wt_size = f"{g} * round_up({ocg}, BN) * round_up({k_}, BK)"
     return make_spec(
         name,
-        f"{fr.what} as an implicit GEMM per group on the tensor cores at fp32 accuracy (3xTF32): the im2col "
+        f"{what} as an implicit GEMM per group on the tensor cores at fp32 accuracy (3xTF32): the im2col "
         "tile of x gathered with zero-filling 4-byte cp.async, weights packed once per call to [group][OC][K] "
+        + ("(a transposed conv's flipped and swapped) " if flip else "") +
         "and streamed with 16-byte cp.async through a STAGES-deep ring, operands split into tf32 hi + lo, "
         "lo*hi + hi*lo + hi*hi per k8 step with mma.sync m16n8k8, per-k-tile fp32 partial sums (FLUSH), the "
         "bias and epilogue applied in registers before the store",
@@ -98,23 +114,19 @@ def conv_epi_tf32x3(m: FamilyMatch, defaults: dict[str, int], name: str = SPEC_P
         d,
         defines=defs,
         scratch=[dict(name="wt", dtype="float32", size=wt_size),
-                 dict(name="ktab", dtype="int32", size=f"2 * round_up({k_}, BK)")],
-        constraints=fr.checks + [
-            f"{w}.shape[1] >= 2",  # one input channel per group (depthwise) is the depthwise kernel's
+                 dict(name="ktab", dtype="int32", size=f"{4 if vol else 2} * round_up({k_}, BK)")],
+        constraints=checks + [
             "BM % WM == 0", "BN % WN == 0", "WM % 16 == 0", "WN % 8 == 0", "BK % 16 == 0",
             f"{THREADS} <= 1024", "STAGES >= 2", f"{SMEM} <= {MAX_SMEM}",
             f"{ACC_FLOATS} <= {MAX_ACC_FLOATS}",
             f"{REGS_EST} <= {MAX_REGS}", f"({THREADS}) * ({REGS_EST}) <= {REGS_PER_SM}",
             " or ".join(f"TERMS == {v}" for v in TERMS_VALUES), "FLUSH == 0 or FLUSH == 1",
             f"{x}.numel < 2**31", f"{m_tot} < 2**31", f"{blocks} < 2**31", f"{wt_size} < 2**31", f"{g} <= 65535",
-            # the k table packs (kh*DH) << 16 | kw*DW; its padding rows sit at kh*DH = 0x7fff, outside the image
-            f"({fr.in_h}) + {f['PH']} < 32767", f"{(f['KH'] - 1) * f['DH']} < 32767",
-            f"{(f['KW'] - 1) * f['DW']} < 65536",
+            *ktab_limits,
         ],
         steps=[dict(kernel=KERNEL_PACK, grid=[f"cdiv({wt_size}, 256)"], block=[256],
-                    args=[{"name": w}, {"name": "wt"}, {"name": "ktab"}]),
-               dict(kernel=KERNEL_MAIN, grid=[blocks, 1, g], block=[THREADS], shared_mem=SMEM,
-                    args=fr.args(x, "wt", "ktab"))],
+                    args=[{"name": weight}, {"name": "wt"}, {"name": "ktab"}]),
+               dict(kernel=KERNEL_MAIN, grid=[blocks, 1, g], block=[THREADS], shared_mem=SMEM, args=args)],
     )
 
 
@@ -141,7 +153,7 @@ _EFFECT = ("the tensor cores instead of FFMA: the 3xTF32 GEMM measured 1.15x cuB
            "the gathers of A cost more than a GEMM's loads when C is small")
 
 
-def _ideas(prefix: str, fused: str) -> tuple[Entry, ...]:
+def ideas(prefix: str, fused: str) -> tuple[Entry, ...]:
     return (
         Entry(f"{prefix}-tf32x3", _TEXT + fused + ".", P, _EFFECT, VARIANT, ({}, {"STAGES": 4, "BK": 16}),
               round0=True),
@@ -156,6 +168,6 @@ def _ideas(prefix: str, fused: str) -> tuple[Entry, ...]:
     )
 
 
-CONV2D_IDEAS = _ideas("conv", "")
-CONV_EPI_IDEAS = _ideas("cepi", "; the conv bias and the elementwise epilogue are applied to the accumulators "
+CONV2D_IDEAS = ideas("conv", "")
+CONV_EPI_IDEAS = ideas("cepi", "; the conv bias and the elementwise epilogue are applied to the accumulators "
                                 "before the only store")

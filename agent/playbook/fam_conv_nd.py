@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from kerngen.agent.playbook import build_conv_nd as build
+from kerngen.agent.playbook.build_conv_tf32 import VARIANT as TF32, ideas as tf32_ideas
 from kerngen.agent.playbook.entry import C, PAR, Entry
 from kerngen.agent.playbook.epilogue import Epilogue, trace_epilogue
 from kerngen.agent.playbook.fam_conv_epi import check_dtypes, conv_input
@@ -105,7 +106,7 @@ def recognise(r: Read) -> FamilyMatch | None:
     return r.match
 
 
-IDEAS: tuple[Entry, ...] = (
+_DIRECT: tuple[Entry, ...] = (
     Entry("cnd-direct", "Direct 3-D convolution (a transposed one as the gather of its adjoint: an output "
           "position reads the input positions (o + p - k*d) / s that divide exactly) with the conv bias and the "
           "elementwise epilogue fused: one thread per output position and OCT output channels of one group, "
@@ -121,4 +122,14 @@ IDEAS: tuple[Entry, ...] = (
           after=frozenset({"direct"})),
 )
 
-FAMILY = Family(name=NAME, recognise=recognise, variants={"direct": build.conv_nd_direct}, ideas=IDEAS)
+# the 3xTF32 implicit GEMM of conv2d and conv_epi, 3-D and flipped: a 3-D convolution, or a transposed one of
+# stride 1. Its ideas come first, so round 0 times it first: it was 1.8-5.2x faster than the direct kernel on
+# all 13 level-1 files where both were timed (H100, session 10), and the direct kernel of a large one can
+# spend a small budget alone (KernelBench 68: 813 ms a call, 21 s to check and time; the GEMM never ran)
+IDEAS: tuple[Entry, ...] = tf32_ideas(
+    "cnd", " (a transposed convolution of stride 1 as the convolution of its weights swapped to [OC][C] and "
+           "flipped along every axis); the conv bias and the elementwise epilogue are applied to the accumulators "
+           "before the only store") + _DIRECT
+
+FAMILY = Family(name=NAME, recognise=recognise, variants={"direct": build.conv_nd_direct, TF32: build.conv_nd_tf32x3},
+                ideas=IDEAS)

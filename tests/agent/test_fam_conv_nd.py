@@ -1,7 +1,9 @@
 """The ``conv_nd`` family: 3-D and transposed convolutions (1-D, 2-D, 3-D; groups, stride, padding,
 dilation, output padding) with a fused elementwise epilogue. Recognition on small problems and on
-KernelBench's files, NVRTC compiles at the files' own sizes, and the kernel against PyTorch on the CPU
-emulator (tests/emu)."""
+KernelBench's files, NVRTC compiles of every offered variant at the files' own sizes, and both kernels
+against PyTorch on the CPU emulator (tests/emu): the direct one everywhere, the 3xTF32 implicit GEMM on
+the 3-D convolutions and the transposed ones of stride 1 (flipped weights, low padding d*(k-1)-p, negative
+where p is larger, output padding on the high side), and its refusal of a strided transposed conv."""
 
 from __future__ import annotations
 
@@ -44,7 +46,19 @@ CASES = {
                                               "torch.rand(2, 3, 5, 4)"),
     "convT3d_strided_padded": ("nn.ConvTranspose3d(3, 4, 3, stride=2, padding=1, bias=False)", "",
                                "        return self.conv(x)", "torch.rand(1, 3, 3, 4, 5)"),
+    # stride 1: the 3xTF32 implicit GEMM's too (output padding below the dilation; padding past d*(k-1))
+    "convT1d_s1_dilated_outpad": ("nn.ConvTranspose1d(4, 6, 3, padding=1, dilation=2, output_padding=1)", "",
+                                  "        return self.conv(x) * 0.5", "torch.rand(2, 4, 11)"),
+    "convT2d_s1_grouped_channel_bias": ("nn.ConvTranspose2d(4, 8, (3, 2), padding=(1, 0), groups=2)",
+                                        "        self.b = nn.Parameter(torch.randn(8, 1, 1))",
+                                        "        return torch.tanh(self.conv(x) + self.b)", "torch.rand(2, 4, 5, 6)"),
+    "convT3d_s1_overpadded": ("nn.ConvTranspose3d(3, 4, (3, 2, 3), padding=(3, 0, 1), bias=False)", "",
+                              "        return self.conv(x)", "torch.rand(1, 3, 7, 4, 5)"),
 }
+# the cases the 3xTF32 implicit GEMM takes (3-D, or transposed of stride 1, two or more channels a group)
+TF32_CASES = ["conv3d_bias_relu", "conv3d_grouped_strided_dilated", "convT1d_s1_dilated_outpad",
+              "convT2d_s1_grouped_channel_bias", "convT3d_s1_overpadded"]
+TF32_SMALL = {"BM": 64, "BK": 16, "WM": 32, "WN": 16, "STAGES": 2}  # BN: the builder's channel tile
 
 
 @pytest.fixture(scope="module")
@@ -72,9 +86,27 @@ def test_claims_3d_and_transposed_convs_with_epilogues(problems, name):
 @pytest.mark.parametrize("config", [{}, {"OCT": 2, "BLOCK": 128}])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_kernel_matches_pytorch_on_the_emulator(problems, name, config):
-    p = problems[name]
+    _matches_pytorch(problems[name], "direct", config)
+
+
+@pytest.mark.skipif(not available(), reason="the CPU emulator (tests/emu) is not there or finds no C++ compiler")
+@pytest.mark.parametrize("name", TF32_CASES)
+def test_tf32x3_implicit_gemm_matches_pytorch_on_the_emulator(problems, name):
+    _matches_pytorch(problems[name], "tf32x3", TF32_SMALL)
+
+
+def test_tf32x3_is_offered_exactly_where_it_is_a_plain_convolution(problems):
+    for name, p in problems.items():
+        m = explain(p)
+        o = offer(m, sizes={}, tensors=m.tensor_facts())
+        assert (o.get("tf32x3") is not None) == (name in TF32_CASES), (name, o.why_not("tf32x3"))
+    why = offer(m := explain(problems["convT3d_strided_padded"]), sizes={}, tensors=m.tensor_facts()).why_not("tf32x3")
+    assert "stride (2, 2, 2) is not a plain convolution" in why
+
+
+def _matches_pytorch(p, variant: str, config: dict) -> None:
     m = explain(p)
-    spec = builders.build(m, "direct", config)
+    spec = builders.build(m, variant, config)
     model = p.build_model("cpu", 0)
     inputs = p.make_inputs("cpu", 0)
     ref = p.run_reference(model, inputs)[0]
@@ -95,10 +127,12 @@ def test_kernelbench_files_compile_at_their_own_size(name):
     m = explain(load_problem(str(KB / "level1" / name)))
     assert m.family == FAMILY.name
     o = offer(m, sizes={}, tensors=m.tensor_facts())
-    (v,) = o.offered
-    r = plan.resolve(v.spec, sizes={}, tensors=m.tensor_facts())
-    res = compile_job(job_for(v.spec, r, "sm_90"), cache=None).info.worst()
-    assert 0 < res.registers <= 255 and res.spill_stores == 0
+    tf32 = not name.startswith(("72_", "75_"))  # a strided transposed conv: the direct kernel's alone
+    assert [v.variant for v in o.offered] == ["direct", "tf32x3"] if tf32 else ["direct"]
+    for v in o.offered:
+        r = plan.resolve(v.spec, sizes={}, tensors=m.tensor_facts())
+        res = compile_job(job_for(v.spec, r, "sm_90"), cache=None).info.worst()
+        assert 0 < res.registers <= 255 and res.spill_stores == 0, (v.variant, res)
 
 
 @needs_kb
