@@ -112,39 +112,56 @@ def conv_nd_direct(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
 
 
 def conv_nd_tf32x3(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
-    """The 3xTF32 implicit GEMM (:func:`.build_conv_tf32.igemm_spec`) for a 3-D convolution, or for a
-    transposed convolution of stride 1 (1-D, 2-D or 3-D), which is the convolution of x with the weights
-    swapped to [OC][CG] and flipped along every axis, padding d*(k-1)-p on the low side (the high side's
-    d*(k-1)-p+op comes from the output size; the gather zero-fills both). A transposed conv with a stride
-    scatters: not a plain convolution, the direct kernel's (ValueError: coverage drops the variant)."""
+    """The 3xTF32 implicit GEMM (:func:`.build_conv_tf32.igemm_spec`) for a 3-D convolution or a transposed
+    one. Of stride 1, a transposed conv is the convolution of x with the weights swapped to [OC][CG] and
+    flipped along every axis, padding d*(k-1)-p on the low side (the high side's d*(k-1)-p+op comes from
+    the output size; the gather zero-fills both). With a stride it scatters; split by the output's phase
+    (o mod s per axis) it is one stride-1 convolution per phase over that phase's taps (``phased`` in
+    the template: J = ceil(k / q) taps of dilation d / gcd(s, d), q = s / gcd(s, d), zero weights where
+    a phase has fewer)."""
     f = m.facts
     x, w, g = f["x"], f["weight"], f["G"]
-    if f["transposed"] and set(f["S"]) != {1}:
-        raise ValueError(f"{f['kind']} of stride {f['S'][3 - f['dims']:]} is not a plain convolution: "
-                         "the 3xTF32 implicit GEMM covers transposed convolutions of stride 1")
-    stride = (1, 1, 1) if f["transposed"] else f["S"]
-    pad = tuple(d * (k - 1) - p for k, p, d in zip(f["K"], f["P"], f["D"])) if f["transposed"] else f["P"]
     (din, hin, win), (dout, hout, wout) = _spatial_in(m), _spatial_out(m)
     oc = _oc(m)
-    vol = f["dims"] == 3
-    kvol = f["K"][0] * f["K"][1] * f["K"][2]
+    phased = f["transposed"] and set(f["S"]) != {1}
+    vol = f["dims"] == 3 or phased
     defines: dict[str, str | int] = {
         "N_": f"{x}.shape[0]", "C_": f"{x}.shape[1]", "H_": hin, "W_": win, "OC_": oc, "G_": g,
         "CG_": f"{x}.shape[1] // {g}", "OCG_": f"({oc}) // {g}", "OH_": hout, "OW_": wout,
-        **{f"{a}{axis}_": v for a, t in (("K", f["K"]), ("S", stride), ("P", pad), ("D", f["D"]))
-           for axis, v in zip("DHW", t) if vol or axis != "D"},
-        **({"D_": din, "OD_": dout} if vol else {}),
     }
-    if vol:  # the rows' and the k table's sentinels (2**30 and 0x3fffffff) stay outside the volume
-        limits = [f"({din}) + {abs(pad[0])} < 2**30", f"({dout}) * {stride[0]} + {abs(pad[0])} < 2**30"]
+    if phased:
+        gcd = [math.gcd(s, d) for s, d in zip(f["S"], f["D"])]
+        step = [s // c for s, c in zip(f["S"], gcd)]
+        taps = [-(-k // q) for k, q in zip(f["K"], step)]
+        geo = dict(K=taps, S=(1, 1, 1), P=(0, 0, 0), D=[d // c for d, c in zip(f["D"], gcd)])
+        phases = f["S"][0] * f["S"][1] * f["S"][2]
+        positions = f"cdiv({dout}, {f['S'][0]}) * cdiv({hout}, {f['S'][1]}) * cdiv({wout}, {f['S'][2]})"
+    else:
+        stride = (1, 1, 1) if f["transposed"] else f["S"]
+        pad = tuple(d * (k - 1) - p for k, p, d in zip(f["K"], f["P"], f["D"])) if f["transposed"] else f["P"]
+        geo = dict(K=f["K"], S=stride, P=pad, D=f["D"])
+        phases, positions = 1, f"({dout}) * ({hout}) * ({wout})"
+    defines.update({f"{a}{axis}_": v for a in "KSPD" for axis, v in zip("DHW", geo[a]) if vol or axis != "D"})
+    if vol:
+        defines.update({"D_": din, "OD_": dout})
+    if phased:
+        defines.update({f"T{a}{axis}_": v for a, t in (("K", f["K"]), ("S", f["S"]), ("P", f["P"]), ("L", f["D"]),
+                                                       ("Q", step)) for axis, v in zip("DHW", t)}, NPH=phases)
+    kvol = geo["K"][0] * geo["K"][1] * geo["K"][2]
+    # the rows' and the k table's sentinels (2**30 and 0x3fffffff) stay outside the volume
+    if phased:  # an input origin is u + base - (J-1)*d: within the sum of each axis's k*d + p + s of u
+        margin = sum(abs(k * d) + abs(p) + s for k, d, p, s in zip(f["K"], f["D"], f["P"], f["S"]))
+        limits = [f"({din}) + {margin} < 2**30", f"({dout}) + {margin} < 2**30"]
+    elif vol:
+        limits = [f"({din}) + {abs(geo['P'][0])} < 2**30", f"({dout}) * {geo['S'][0]} + {abs(geo['P'][0])} < 2**30"]
     else:  # the k table packs (kh*DH) << 16 | kw*DW; its padding rows sit at kh*DH = 0x7fff
-        limits = [f"({hin}) + {abs(pad[1])} < 32767", f"({hout}) + {abs(pad[1])} < 32767",
-                  f"{(f['K'][1] - 1) * f['D'][1]} < 32767", f"{(f['K'][2] - 1) * f['D'][2]} < 65536"]
-    what = _what(m) + (" (stride 1: the convolution of the flipped weights)" if f["transposed"] else "")
+        limits = [f"({hin}) + {abs(geo['P'][1])} < 32767", f"({hout}) + {abs(geo['P'][1])} < 32767",
+                  f"{(geo['K'][1] - 1) * geo['D'][1]} < 32767", f"{(geo['K'][2] - 1) * geo['D'][2]} < 65536"]
+    how = (f" (stride {f['S'][3 - f['dims']:]}: {phases} phases, each a stride-1 convolution of its taps)" if phased
+           else " (stride 1: the convolution of the flipped weights)" if f["transposed"] else "")
     return igemm_spec(
-        "playbook-conv-nd-tf32x3", what, _template_vars(m), defaults, x=x, g=g, ocg_n=f["OC"] // g,
-        ocg=f"(({oc}) // {g})", k_=f"({x}.shape[1] // {g}) * {kvol}",
-        positions=f"({dout}) * ({hout}) * ({wout})", defines=defines, args=_args(m, x, "wt", "ktab"), weight=w,
-        vol=vol, flip=f["transposed"],
+        "playbook-conv-nd-tf32x3", _what(m) + how, _template_vars(m), defaults, x=x, g=g, ocg_n=f["OC"] // g,
+        ocg=f"(({oc}) // {g})", k_=f"({x}.shape[1] // {g}) * {kvol}", positions=positions, defines=defines,
+        args=_args(m, x, "wt", "ktab"), weight=w, vol=vol, flip=f["transposed"] and not phased, phases=phases,
         checks=[*_checks(m), f"{x}.shape[1] // {g} >= 2"],  # one channel a group: the direct kernel's
         ktab_limits=limits)

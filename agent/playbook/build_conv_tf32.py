@@ -1,6 +1,7 @@
 """fp32 convolution on the tensor cores at fp32 accuracy: an implicit GEMM with split-precision TF32
-products ("3xTF32"), the ``tf32x3`` variant of the built-in ``conv2d`` family and of ``conv_epi``
-(conv1d/conv2d with groups, dilation and a fused elementwise epilogue).
+products ("3xTF32"), the ``tf32x3`` variant of the built-in ``conv2d`` family, of ``conv_epi``
+(conv1d/conv2d with groups, dilation and a fused elementwise epilogue) and, through :func:`igemm_spec`, of
+``conv_nd`` (3-D and transposed convolutions: :mod:`.build_conv_nd`).
 
 GEMM view per group: M = N*OH*OW output positions, N = OC/groups, K = C/groups*KH*KW. A is gathered
 from the input on the fly (4-byte zero-filling cp.async: padding, the last rows and the k padding
@@ -80,7 +81,7 @@ def conv_epi_tf32x3(m: FamilyMatch, defaults: dict[str, int], name: str = SPEC_P
     return igemm_spec(
         name, fr.what, fr.template_vars, defaults, x=x, g=g, ocg_n=f["OC"] // g, ocg=f"({w}.shape[0] // {g})",
         k_=f"({x}.shape[1] // {g}) * {f['KH']} * {f['KW']}", positions=f"({oh}) * ({ow})", defines=fr.defines,
-        args=fr.args(x, "wt", "ktab"), weight=w, vol=False, flip=False,
+        args=fr.args(x, "wt", "ktab"), weight=w, vol=False, flip=False, phases=1,
         checks=fr.checks + [f"{w}.shape[1] >= 2"],  # one input channel per group (depthwise): the depthwise kernel's
         # the k table packs (kh*DH) << 16 | kw*DW; its padding rows sit at kh*DH = 0x7fff, outside the image
         ktab_limits=[f"({fr.in_h}) + {f['PH']} < 32767", f"{(f['KH'] - 1) * f['DH']} < 32767",
@@ -89,25 +90,28 @@ def conv_epi_tf32x3(m: FamilyMatch, defaults: dict[str, int], name: str = SPEC_P
 
 def igemm_spec(name: str, what: str, template_vars: dict, defaults: dict[str, int], *, x: str, g: int, ocg_n: int,
                ocg: str, k_: str, positions: str, defines: dict[str, str | int], args: list[dict], weight: str,
-               vol: bool, flip: bool, checks: list[str], ktab_limits: list[str]) -> KernelSpec:
+               vol: bool, flip: bool, phases: int, checks: list[str], ktab_limits: list[str]) -> KernelSpec:
     """The 3xTF32 implicit GEMM's spec for any convolution the template covers: ``positions`` output
     positions an image (an expression), ``k_`` the GEMM's K and ``ocg`` the channels of a group
     (expressions), ``ocg_n`` the latter's value (the tile), ``vol`` the 3-D gather, ``flip`` a
-    transposed conv's weights (see the template); ``checks`` the caller's constraints on the tensors,
-    ``ktab_limits`` what the k table's packing needs of the geometry."""
-    src = render(TEMPLATE, kernel_pack=KERNEL_PACK, kernel_main=KERNEL_MAIN, vol=vol, flip=flip, **template_vars)
+    transposed conv's weights, ``phases`` > 1 a strided transposed conv's phases (one GEMM each;
+    ``positions`` then the largest phase's; see the template); ``checks`` the caller's constraints on
+    the tensors, ``ktab_limits`` what the k table's packing needs of the geometry."""
+    src = render(TEMPLATE, kernel_pack=KERNEL_PACK, kernel_main=KERNEL_MAIN, vol=vol, flip=flip, phased=phases > 1,
+                 **template_vars)
     d = pick(defaults, {**DEFAULTS, **_tile(ocg_n)})
     defs = dict(defines, K_=k_, KP=f"round_up({k_}, BK)", OCGP=f"round_up({ocg}, BN)")
     m_tot = f"{x}.shape[0] * {positions}"
     blocks = f"cdiv({m_tot}, BM) * (round_up({ocg}, BN) // BN)"
-    wt_size = f"{g} * round_up({ocg}, BN) * round_up({k_}, BK)"
+    wt_size = f"{phases * g} * round_up({ocg}, BN) * round_up({k_}, BK)"
     return make_spec(
         name,
         f"{what} as an implicit GEMM per group on the tensor cores at fp32 accuracy (3xTF32): the im2col "
         "tile of x gathered with zero-filling 4-byte cp.async, weights packed once per call to [group][OC][K] "
         + ("(a transposed conv's flipped and swapped) " if flip else "") +
         "and streamed with 16-byte cp.async through a STAGES-deep ring, operands split into tf32 hi + lo, "
-        "lo*hi + hi*lo + hi*hi per k8 step with mma.sync m16n8k8, per-k-tile fp32 partial sums (FLUSH), the "
+        + (f"one GEMM per stride phase ({phases} of them, each a stride-1 convolution of its taps), " if phases > 1 else "")
+        + "lo*hi + hi*lo + hi*hi per k8 step with mma.sync m16n8k8, per-k-tile fp32 partial sums (FLUSH), the "
         "bias and epilogue applied in registers before the store",
         src,
         dict(TUNABLES, BN=_bns(ocg_n)),
@@ -121,12 +125,12 @@ def igemm_spec(name: str, what: str, template_vars: dict, defaults: dict[str, in
             f"{ACC_FLOATS} <= {MAX_ACC_FLOATS}",
             f"{REGS_EST} <= {MAX_REGS}", f"({THREADS}) * ({REGS_EST}) <= {REGS_PER_SM}",
             " or ".join(f"TERMS == {v}" for v in TERMS_VALUES), "FLUSH == 0 or FLUSH == 1",
-            f"{x}.numel < 2**31", f"{m_tot} < 2**31", f"{blocks} < 2**31", f"{wt_size} < 2**31", f"{g} <= 65535",
+            f"{x}.numel < 2**31", f"{m_tot} < 2**31", f"{blocks} < 2**31", f"{wt_size} < 2**31", f"{phases * g} <= 65535",
             *ktab_limits,
         ],
         steps=[dict(kernel=KERNEL_PACK, grid=[f"cdiv({wt_size}, 256)"], block=[256],
                     args=[{"name": weight}, {"name": "wt"}, {"name": "ktab"}]),
-               dict(kernel=KERNEL_MAIN, grid=[blocks, 1, g], block=[THREADS], shared_mem=SMEM, args=args)],
+               dict(kernel=KERNEL_MAIN, grid=[blocks, 1, phases * g], block=[THREADS], shared_mem=SMEM, args=args)],
     )
 
 

@@ -122,14 +122,17 @@ _DIRECT: tuple[Entry, ...] = (
           after=frozenset({"direct"})),
 )
 
-# the 3xTF32 implicit GEMM of conv2d and conv_epi, 3-D and flipped: a 3-D convolution, or a transposed one of
-# stride 1. Its ideas come first, so round 0 times it first: it was 1.8-5.2x faster than the direct kernel on
-# all 13 level-1 files where both were timed (H100, session 10), and the direct kernel of a large one can
-# spend a small budget alone (KernelBench 68: 813 ms a call, 21 s to check and time; the GEMM never ran)
+# the 3xTF32 implicit GEMM of conv2d and conv_epi, 3-D, flipped and phased: a 3-D convolution, a transposed one
+# of stride 1 (the convolution of its flipped weights), or a strided transposed one (one such convolution per
+# output phase). Its ideas come first, so round 0 times it first: it was 1.8-5.2x faster than the direct
+# kernel on all 13 level-1 files of stride 1 where both were timed (H100, session 10), and the direct kernel
+# of a large one can spend a small budget alone (KernelBench 68: 813 ms a call, 21 s to check and time; the
+# GEMM never ran)
 IDEAS: tuple[Entry, ...] = tf32_ideas(
-    "cnd", " (a transposed convolution of stride 1 as the convolution of its weights swapped to [OC][C] and "
-           "flipped along every axis); the conv bias and the elementwise epilogue are applied to the accumulators "
-           "before the only store") + _DIRECT
+    "cnd", " (a transposed convolution as the convolution of its weights swapped to [OC][C] and flipped along "
+           "every axis; with a stride, one such convolution per output phase o mod s over the taps that reach "
+           "it); the conv bias and the elementwise epilogue are applied to the accumulators before the only "
+           "store") + _DIRECT
 
 FAMILY = Family(name=NAME, recognise=recognise, variants={"direct": build.conv_nd_direct, TF32: build.conv_nd_tf32x3},
                 ideas=IDEAS)
