@@ -103,7 +103,7 @@ def test_tf32x3_implicit_gemm_matches_pytorch_on_the_emulator(problems, name):
     _matches_pytorch(problems[name], "tf32x3", TF32_SMALL)
 
 
-def test_tf32x3_is_offered_exactly_where_it_is_a_plain_convolution(problems):
+def test_tf32x3_is_offered_wherever_a_group_has_two_input_channels(problems):
     for name, p in problems.items():
         m = explain(p)
         o = offer(m, sizes={}, tensors=m.tensor_facts())
