@@ -6,6 +6,10 @@ Everything is a 3-D problem: a 1-D one has D = H = 1, a 2-D one D = 1.
 What it claims that nobody covered: KernelBench level 1's 3-D and transposed convolutions, and the
 level-2 files whose leading transposed or 3-D conv is followed only by elementwise ops. A conv
 followed by a reduction, a norm or a pool is this family's to refuse, with the tracer's reason.
+
+Two variants (:mod:`.build_conv_nd`): ``tf32x3``, the 3xTF32 implicit GEMM on the tensor cores (3-D
+gather; a transposed conv as the convolution of its flipped weights, per output phase when strided),
+wherever a group has two or more input channels; ``direct``, one thread per output position, everywhere.
 """
 
 from __future__ import annotations
