@@ -2,10 +2,12 @@
 SDPA's causal attention at the suite's shape (8, 16, 4096, 128): what the attention family's mma.sync
 target asks of the tensor cores (docs/playbook.md, "The mma.sync ceiling"). Needs a CUDA GPU, torch and
 cupy; run from the repository root: ``python scripts/mma_sync_ceiling.py``. Independent accumulator
-chains (2-8 a warp) in 4-16 warps a block, 1-2 blocks an SM; CUDA events, median of 20."""
+chains (2-8 a warp) in 4-16 warps a block, 1-2 blocks an SM; timed as the harness times kernels."""
 import cupy as cp
 import torch
 import torch.nn.functional as F
+
+from kerngen.harness.gpu.timing import L2Flusher, bench
 
 SRC = r'''
 extern "C" __global__ void mma_peak(float *out, int iters) {
@@ -27,23 +29,14 @@ extern "C" __global__ void mma_peak(float *out, int iters) {
 }
 '''
 
-
-def time_ms(fn, reps: int = 20) -> float:
-    """Median of ``reps`` CUDA-event timings of ``fn`` after one warm-up call (no memory traffic to flush)."""
-    fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        ts.append(start.elapsed_time(end))
-    return sorted(ts)[len(ts) // 2]
+def time_ms(fn, flusher: L2Flusher) -> float:
+    """The median of the harness's own timing (``kerngen.harness.gpu.timing.bench``: warm-up and repeats
+    from a budget, L2 flushed before each, CUDA events) on the current stream."""
+    stream = torch.cuda.current_stream()
+    return bench(fn, stream=stream, flusher=flusher, budget_ms=300.0).median_ms
 
 
-def mma_sync_peak(iters: int = 4096) -> float:
+def mma_sync_peak(flusher: L2Flusher, iters: int = 4096) -> float:
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     out = cp.zeros(1024, dtype=cp.float32)
     stream = cp.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
@@ -57,7 +50,7 @@ def mma_sync_peak(iters: int = 4096) -> float:
                 def run() -> None:
                     with stream:
                         kernel((grid,), (32 * warps,), (out, cp.int32(iters)))
-                tflops = grid * warps * iters * nch * 4096 / time_ms(run) / 1e9  # 2*16*8*16 flops an mma
+                tflops = grid * warps * iters * nch * 4096 / time_ms(run, flusher) / 1e9  # 2*16*8*16 flops an mma
                 best = max(best, tflops)
                 print(f"mma.sync m16n8k16 bf16: {nch} chains, {warps} warps x {blocks_per_sm} blocks/SM: "
                       f"{tflops:.0f} TFLOP/s")
@@ -65,12 +58,13 @@ def mma_sync_peak(iters: int = 4096) -> float:
 
 
 def main() -> None:
-    best = mma_sync_peak()
+    flusher = L2Flusher("cuda")
+    best = mma_sync_peak(flusher)
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     b = torch.randn_like(a)
-    print(f"cuBLAS bf16 8192^3: {2 * 8192 ** 3 / time_ms(lambda: a @ b) / 1e9:.0f} TFLOP/s")
+    print(f"cuBLAS bf16 8192^3: {2 * 8192 ** 3 / time_ms(lambda: a @ b, flusher) / 1e9:.0f} TFLOP/s")
     q, k, v = (torch.randn(8, 16, 4096, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    ms = time_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    ms = time_ms(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), flusher)
     flops = 4 * 8 * 16 * 4096 * 4096 * 128 / 2
     print(f"SDPA causal 8x16x4096x128: {ms:.4f} ms, {flops / ms / 1e9:.0f} TFLOP/s (causal half of 4*B*H*S^2*D)")
     need = 0.8 * flops / ms / 1e9

@@ -21,7 +21,7 @@ from kerngen.agent.playbook.match import FamilyMatch
 from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
 
 __all__ = ["SPEC_PREFIX", "VARIANT_NAMES", "ConvFrame", "conv_epi_depthwise", "conv_epi_direct", "conv_epi_igemm",
-           "frame"]
+           "frame", "operand_checks", "template_vars", "tensor_args"]
 
 SPEC_PREFIX = "playbook-conv-epi-"  # + variant: Family.spec_name's spelling, which the proposer reads back
 VARIANT_NAMES = ("igemm", "direct", "depthwise", "tf32x3")  # tf32x3: build_conv_tf32 (3xTF32 on the tensor cores)
@@ -69,25 +69,32 @@ def _checks(m: FamilyMatch) -> list[str]:
                                                                   f"{w}.shape[3] == {f['KW']}"]
     out = [f"{x}.ndim == {f['dims'] + 2}", f"{x}.shape[1] == {w}.shape[1] * {g}", f"{w}.shape[0] % {g} == 0",
            *kdims, f"{oh} >= 1", f"{ow} >= 1"]
-    if f.get("bias"):
-        out.append(f"{f['bias']}.numel == {w}.shape[0]")
-    for p in _epilogue(m).params:
-        want = {EpIndex.channel: f"{w}.shape[0]", EpIndex.scalar: "1", EpIndex.full: "out.numel"}[p.index]
-        out.append(f"{p.name}.numel == {want}")
-    return out
+    return out + operand_checks(m, f"{w}.shape[0]")
 
 
 def _epilogue(m: FamilyMatch) -> Epilogue:
     return m.facts["epilogue"]
 
 
-def _template_vars(m: FamilyMatch) -> dict[str, Any]:
+# the conv bias and the epilogue, as every conv family's match holds them (facts ``bias``, ``epilogue``):
+# conv_epi's kernels and conv_nd's (build_conv_nd) share these three
+def operand_checks(m: FamilyMatch, oc: str) -> list[str]:
+    """The bias's and the epilogue's operands' sizes, ``oc`` the output channels (an expression)."""
+    out = [f"{m.facts['bias']}.numel == {oc}"] if m.facts.get("bias") else []
+    for p in _epilogue(m).params:
+        want = {EpIndex.channel: oc, EpIndex.scalar: "1", EpIndex.full: "out.numel"}[p.index]
+        out.append(f"{p.name}.numel == {want}")
+    return out
+
+
+def template_vars(m: FamilyMatch) -> dict[str, Any]:
+    """The epilogue's template variables (conv_epi_macros.cu.j2) and whether there is a bias."""
     ep = _epilogue(m)
     return dict(has_bias=bool(m.facts.get("bias")), ep_statements=list(ep.statements), ep_expr=ep.expr,
                 n_ep=len(ep.params))
 
 
-def _tensor_args(m: FamilyMatch, *head: str) -> list[dict[str, Any]]:
+def tensor_args(m: FamilyMatch, *head: str) -> list[dict[str, Any]]:
     """Launch arguments: ``head`` tensors, the conv's bias, ``out``, then the epilogue's operands."""
     bias = [m.facts["bias"]] if m.facts.get("bias") else []
     return [{"name": n} for n in (*head, *bias, "out")] + [{"name": p.name} for p in _epilogue(m).params]
@@ -119,11 +126,11 @@ class ConvFrame:
 
     def args(self, *head: str) -> list[dict[str, Any]]:
         """Launch arguments: ``head`` tensors, the conv's bias, ``out``, then the epilogue's operands."""
-        return _tensor_args(self.match, *head)
+        return tensor_args(self.match, *head)
 
 
 def frame(m: FamilyMatch) -> ConvFrame:
-    return ConvFrame(_defines(m), _checks(m), _template_vars(m), _what(m), _out_hw(m), _in_hw(m)[0], m)
+    return ConvFrame(_defines(m), _checks(m), template_vars(m), _what(m), _out_hw(m), _in_hw(m)[0], m)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -144,7 +151,7 @@ def conv_epi_igemm(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     f = m.facts
     x, w, g = f["x"], f["weight"], f["G"]
     kp, km = "conv_epi_pack", "conv_epi_igemm"
-    src = render("conv_epi_igemm.cu.j2", kernel_pack=kp, kernel_main=km, **_template_vars(m))
+    src = render("conv_epi_igemm.cu.j2", kernel_pack=kp, kernel_main=km, **template_vars(m))
     bm, bn, tm, tn = _igemm_tile(f["OC"] // g)
     # BK 16, STAGES 4: the built-in conv2d igemm's tuned optimum (H200, 1152 configs). ASYNC is fixed per spec
     # (one value): cp.async is the fast path, plain loads (ASYNC 0) are for the CPU emulator, not worth tuning
@@ -183,7 +190,7 @@ def conv_epi_igemm(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
         steps=[dict(kernel=kp, grid=[f"cdiv({g} * round_up({k_}, BK) * round_up({ocg}, BN), 256)"], block=[256],
                     args=[{"name": w}, {"name": "wt"}, {"name": "ktab"}]),
                dict(kernel=km, grid=[f"cdiv({m_tot}, BM)", f"round_up({ocg}, BN) // BN", g], block=[nt],
-                    shared_mem=smem, args=_tensor_args(m, x, "wt", "ktab"))],
+                    shared_mem=smem, args=tensor_args(m, x, "wt", "ktab"))],
     )
 
 
@@ -193,7 +200,7 @@ def conv_epi_direct(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     f = m.facts
     x, w, g = f["x"], f["weight"], f["G"]
     kernel = "conv_epi_direct"
-    src = render("conv_epi_direct.cu.j2", kernel=kernel, **_template_vars(m))
+    src = render("conv_epi_direct.cu.j2", kernel=kernel, **template_vars(m))
     ocg = f["OC"] // g
     ocb = next((v for v in (48, 32, 64, 16, 96) if ocg % v == 0), 8 if ocg % 8 == 0 else 4)
     oct_ = 16 if ocb % 16 == 0 else (8 if ocb % 8 == 0 else 4)
@@ -232,7 +239,7 @@ def conv_epi_direct(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
         ],
         steps=[dict(kernel=kernel,
                     grid=["cdiv(OW_, TW * PTX) * cdiv(OH_, TH)", "OC_ // OCB", "N_"],
-                    block=["TW", "TH // PTY", "OCB // OCT"], shared_mem=smem, args=_tensor_args(m, x, w))],
+                    block=["TW", "TH // PTY", "OCB // OCT"], shared_mem=smem, args=tensor_args(m, x, w))],
     )
 
 
@@ -242,7 +249,7 @@ def conv_epi_depthwise(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     f = m.facts
     x, w = f["x"], f["weight"]
     kernel = "conv_epi_depthwise"
-    src = render("conv_epi_depthwise.cu.j2", kernel=kernel, **_template_vars(m))
+    src = render("conv_epi_depthwise.cu.j2", kernel=kernel, **template_vars(m))
     sh, sw, kh, kw, dh, dw = f["SH"], f["SW"], f["KH"], f["KW"], f["DH"], f["DW"]
     if f["dims"] == 1:
         base = dict(BX=128, BY=1, PTX=4, PTY=1)
@@ -277,5 +284,5 @@ def conv_epi_depthwise(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
             f"{kh * kw} <= 128",  # the taps live in registers
         ],
         steps=[dict(kernel=kernel, grid=[blocks], block=["BX", "BY"], shared_mem=smem,
-                    args=_tensor_args(m, x, w))],
+                    args=tensor_args(m, x, w))],
     )

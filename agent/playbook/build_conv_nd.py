@@ -11,8 +11,9 @@ import math
 
 from kerngen.harness.spec.spec import KernelSpec
 
+from kerngen.agent.playbook.build_conv_epi import operand_checks, template_vars, tensor_args
 from kerngen.agent.playbook.build_conv_tf32 import igemm_spec
-from kerngen.agent.playbook.epilogue import EpIndex, Epilogue
+from kerngen.agent.playbook.epilogue import Epilogue
 from kerngen.agent.playbook.match import FamilyMatch
 from kerngen.agent.playbook.render import make_spec, pick, render
 
@@ -47,30 +48,12 @@ def _oc(m: FamilyMatch) -> str:
 def _checks(m: FamilyMatch) -> list[str]:
     """What every kernel needs of the bound tensors: the module's geometry and the epilogue's operands."""
     f = m.facts
-    x, w, g, oc = f["x"], f["weight"], f["G"], _oc(m)
+    x, w, g = f["x"], f["weight"], f["G"]
     dout, hout, wout = _spatial_out(m)
     kdims = [f"{w}.shape[{2 + i}] == {k}" for i, k in enumerate(f["K"][3 - f["dims"]:])]
-    checks = [f"{x}.ndim == {f['dims'] + 2}", f"{x}.shape[1] % {g} == 0", *kdims,
-              f"{w}.shape[0] == {x}.shape[1]" if f["transposed"] else f"{w}.shape[1] * {g} == {x}.shape[1]",
-              f"({dout}) >= 1 and ({hout}) >= 1 and ({wout}) >= 1"]
-    if f.get("bias"):
-        checks.append(f"{f['bias']}.numel == {oc}")
-    for p in f["epilogue"].params:
-        want = {EpIndex.channel: oc, EpIndex.scalar: "1", EpIndex.full: "out.numel"}[p.index]
-        checks.append(f"{p.name}.numel == {want}")
-    return checks
-
-
-def _template_vars(m: FamilyMatch) -> dict:
-    ep: Epilogue = m.facts["epilogue"]
-    return dict(has_bias=bool(m.facts.get("bias")), ep_statements=list(ep.statements), ep_expr=ep.expr,
-                n_ep=len(ep.params))
-
-
-def _args(m: FamilyMatch, *head: str) -> list[dict]:
-    """Launch arguments: ``head`` tensors, the conv's bias, ``out``, then the epilogue's operands."""
-    bias = [m.facts["bias"]] if m.facts.get("bias") else []
-    return [{"name": n} for n in (*head, *bias, "out")] + [{"name": p.name} for p in m.facts["epilogue"].params]
+    return [f"{x}.ndim == {f['dims'] + 2}", f"{x}.shape[1] % {g} == 0", *kdims,
+            f"{w}.shape[0] == {x}.shape[1]" if f["transposed"] else f"{w}.shape[1] * {g} == {x}.shape[1]",
+            f"({dout}) >= 1 and ({hout}) >= 1 and ({wout}) >= 1", *operand_checks(m, _oc(m))]
 
 
 def _what(m: FamilyMatch) -> str:
@@ -97,7 +80,7 @@ def conv_nd_direct(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
         **{f"Q{axis}_": s // math.gcd(s, d) for axis, s, d in zip("DHW", f["S"], f["D"])},
     }
     total = f"{x}.shape[0] * (({oc}) // OCT) * ({dout}) * ({hout}) * ({wout})"
-    src = render("conv_nd_direct.cu.j2", kernel=KERNEL, **_template_vars(m))
+    src = render("conv_nd_direct.cu.j2", kernel=KERNEL, **template_vars(m))
     return make_spec(
         "playbook-conv-nd-direct",
         f"direct {_what(m)}: one thread per output position and OCT "
@@ -107,7 +90,7 @@ def conv_nd_direct(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
         src, dict(BLOCK=[128, 256, 512], OCT=[1, 2, 4, 8]), pick(defaults, dict(BLOCK=256, OCT=1)),
         defines=defines,
         constraints=[*_checks(m), f"({ocg}) % OCT == 0", f"cdiv({total}, BLOCK) < 2**31"],
-        steps=[dict(kernel=KERNEL, grid=[f"cdiv({total}, BLOCK)"], block=["BLOCK"], args=_args(m, x, w))],
+        steps=[dict(kernel=KERNEL, grid=[f"cdiv({total}, BLOCK)"], block=["BLOCK"], args=tensor_args(m, x, w))],
     )
 
 
@@ -160,8 +143,8 @@ def conv_nd_tf32x3(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     how = (f" (stride {f['S'][3 - f['dims']:]}: {phases} phases, each a stride-1 convolution of its taps)" if phased
            else " (stride 1: the convolution of the flipped weights)" if f["transposed"] else "")
     return igemm_spec(
-        "playbook-conv-nd-tf32x3", _what(m) + how, _template_vars(m), defaults, x=x, g=g, ocg_n=f["OC"] // g,
+        "playbook-conv-nd-tf32x3", _what(m) + how, template_vars(m), defaults, x=x, g=g, ocg_n=f["OC"] // g,
         ocg=f"(({oc}) // {g})", k_=f"({x}.shape[1] // {g}) * {kvol}", positions=positions, defines=defines,
-        args=_args(m, x, "wt", "ktab"), weight=w, vol=vol, flip=f["transposed"] and not phased, phases=phases,
+        args=tensor_args(m, x, "wt", "ktab"), weight=w, vol=vol, flip=f["transposed"] and not phased, phases=phases,
         checks=[*_checks(m), f"{x}.shape[1] // {g} >= 2"],  # one channel a group: the direct kernel's
         ktab_limits=limits)
