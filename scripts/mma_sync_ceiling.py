@@ -58,6 +58,8 @@ def mma_sync_peak(flusher: L2Flusher, iters: int = 4096) -> float:
 
 
 def main() -> None:
+    if not torch.cuda.is_available():
+        raise SystemExit("mma_sync_ceiling: needs a CUDA GPU (torch sees none)")
     flusher = L2Flusher("cuda")
     best = mma_sync_peak(flusher)
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
