@@ -17,7 +17,8 @@ class _Record(BaseModel):
 
 
 class Verdict(str, Enum):
-    invalid_spec = "invalid_spec"  # the launch plan does not resolve (bad grid, define, argument ...): no compile ran
+    invalid_spec = "invalid_spec"  # the launch plan does not resolve (bad grid, define, argument ...): no compile ran;
+    # or (after the compile) the launcher refuses a tensor it binds (a tensormap argument the tensor has no map for)
     compile_error = "compile_error"
     runtime_error = "runtime_error"
     timeout = "timeout"

@@ -3,6 +3,8 @@
 - ``fa2``: FlashAttention-2 style forward on the tensor cores (bf16/fp16, head dim 64 or 128):
   ``templates/attention_fa2.cu.j2``, whose header gives the tiling, the pipeline and the mma/ldmatrix
   fragment layouts;
+- ``wgmma``: FlashAttention-3 style forward for Hopper (sm_90a): TMA copies by a producer warpgroup, wgmma
+  products by 1-3 consumer warpgroups, the softmax overlapped with P V: ``templates/attention_wgmma.cu.j2``;
 - ``simt``: the same online softmax in fp32 FFMA for fp32 inputs of any head dim (a multiple of 4;
   KernelBench's 97 has D = 1024): ``templates/attention_simt.cu.j2``. fp32 stays fp32: no TF32.
 
@@ -22,8 +24,9 @@ from kerngen.harness.spec.spec import KernelSpec
 from kerngen.agent.playbook.match import FamilyMatch
 from kerngen.agent.playbook.render import make_spec, pick, render
 
-__all__ = ["FA2_DEFAULTS", "MAX_SMEM_SM80", "SIMT_DEFAULTS", "SPEC_NAMES", "TENSOR_CORE_DTYPES",
-           "TENSOR_CORE_HEAD_DIMS", "attention_fa2", "attention_simt", "fa2_smem_bytes"]
+__all__ = ["FA2_DEFAULTS", "MAX_SMEM_SM80", "MAX_SMEM_SM90", "SIMT_DEFAULTS", "SPEC_NAMES", "TENSOR_CORE_DTYPES",
+           "TENSOR_CORE_HEAD_DIMS", "WGMMA_DEFAULTS", "attention_fa2", "attention_simt", "attention_wgmma",
+           "fa2_smem_bytes"]
 
 FAMILY = "attention"  # the spec names are f"playbook-attention-{variant}" (Family.spec_name)
 TENSOR_CORE_DTYPES = ("bfloat16", "float16")
@@ -31,7 +34,8 @@ TENSOR_CORE_HEAD_DIMS = (64, 128)
 # every offered configuration fits both an A100 (sm_80: 163 KB a block, opted in) and an H100 (227 KB)
 MAX_SMEM_SM80 = 166912
 LOG2E = math.log2(math.e)
-SPEC_NAMES = {v: f"playbook-{FAMILY}-{v}" for v in ("fa2", "simt")}
+MAX_SMEM_SM90 = 232448  # 227 KB a block, opted in: the wgmma kernel runs on sm_90a alone
+SPEC_NAMES = {v: f"playbook-{FAMILY}-{v}" for v in ("fa2", "wgmma", "simt")}
 
 # defaults per head dim. D = 128: FlashAttention-2's H100 tile, 4 warps of 32 query rows on a 128 x 64 tile
 # with Q re-read from shared memory, K/V double-buffered, XOR swizzle (the best of the exhaustive tune on an
@@ -58,6 +62,26 @@ FA2_SMEM = f"2 * {FA2_ROW} * (BLOCK_M + 2 * STAGES * BLOCK_N)"  # the Q tile, th
 # pays with 2 m16 tiles a warp (one tile holds Q in 32 registers at most).
 # PINGPONG keeps the packed P of the tile before across the tensor phase: MI x BLOCK_N/4 more
 FA2_REGS = f"({FA2_MI} * (HEAD_DIM // 2 + BLOCK_N // 2 + (4 if QSMEM else HEAD_DIM // 4) + 4 + PINGPONG * BLOCK_N // 4) + 44)"
+
+# wgmma: CWG consumer warpgroups of 64 query rows each plus one producer warpgroup. Defaults: the best of the
+# exhaustive tune on an H100 (2026-11-24): at head dim 128 two consumers taking turns (ping-pong) on 128 x 128
+# tiles with 3 K/V stages; at 64 three consumers (192 query rows, FlashAttention-3's tile) on 128 keys
+WGMMA_DEFAULTS = {
+    128: dict(CWG=2, BLOCK_N=128, STAGES=3, PINGPONG=1),
+    64: dict(CWG=3, BLOCK_N=128, STAGES=3, PINGPONG=0),
+}
+WGMMA_BLOCK_NS = [64, 96, 112, 128, 144, 160, 176, 192]
+WGMMA_TUNABLES = dict(CWG=[1, 2, 3], BLOCK_N=WGMMA_BLOCK_NS, STAGES=[2, 3, 4], PINGPONG=[0, 1])
+WGMMA_THREADS = "128 * (CWG + 1)"
+WGMMA_ROWS = "64 * CWG"
+# Q, STAGES x (K, V), the 1 KB the kernel may skip to align its base to 1024 bytes, the mbarriers
+WGMMA_SMEM = "2 * HEAD_DIM * (64 * CWG + 2 * STAGES * BLOCK_N) + 1024 + 8 * (1 + 4 * STAGES)"
+# a consumer thread's registers after setmaxnreg (the kernel's FW_REG_CONSUMER; CWG 1 keeps launch bounds' 255)
+WGMMA_REG_BUDGET = "(255 if CWG == 1 else 240 if CWG == 2 else 160)"
+# its need, roughly: O (D / 2 fp32), S (BLOCK_N / 2) and the packed P of the tile before (BLOCK_N / 4) live at
+# once while S's softmax overlaps P V, plus ~32 for the softmax state, addresses and descriptors, ~8 more for
+# PINGPONG's turns (NVRTC 13, sm_90a: D = 128, BLOCK_N = 192 spills 8 bytes with turns and none without)
+WGMMA_REGS = "(HEAD_DIM // 2 + 3 * BLOCK_N // 4 + 32 + 8 * PINGPONG)"
 
 SIMT_DEFAULTS = dict(BLOCK_N=64, WARPS=8)
 SIMT_TUNABLES = dict(BLOCK_N=[32, 64], WARPS=[4, 8])
@@ -137,12 +161,18 @@ def fa2_smem_bytes(cfg: dict[str, int], head_dim: int) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-def attention_fa2(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
+def _tensor_core_facts(m: FamilyMatch, which: str) -> dict[str, Any]:
+    """The match's facts, or why ``which`` (a tensor-core kernel) cannot serve it."""
     f = _facts(m)
     if f["dtype"] not in TENSOR_CORE_DTYPES:
-        raise ValueError(f"the tensor-core kernel takes bf16 or fp16 inputs, not {f['dtype']}")
+        raise ValueError(f"the {which} kernel takes bf16 or fp16 inputs, not {f['dtype']}")
     if f["head_dim"] not in TENSOR_CORE_HEAD_DIMS:
-        raise ValueError(f"the tensor-core kernel takes head dims 64 and 128, not {f['head_dim']}")
+        raise ValueError(f"the {which} kernel takes head dims 64 and 128, not {f['head_dim']}")
+    return f
+
+
+def attention_fa2(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
+    f = _tensor_core_facts(m, "tensor-core")
     s = _shapes(f)
     kernel = "attention_fa2"
     src = render("attention_fa2.cu.j2", kernel=kernel, dtype=f["dtype"], causal=f["causal"])
@@ -167,6 +197,45 @@ def attention_fa2(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
             "causal tiles above the diagonal skipped, only the diagonal and ragged tiles masked; output staged "
             "through shared memory for 16-byte stores")
     return _spec("fa2", kernel, f, s, text, src, FA2_TUNABLES, d, constraints, "BLOCK_M", nt, FA2_SMEM)
+
+
+def attention_wgmma(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
+    f = _tensor_core_facts(m, "wgmma")
+    s = _shapes(f)
+    kernel = "attention_wgmma"
+    src = render("attention_wgmma.cu.j2", kernel=kernel, dtype=f["dtype"], causal=f["causal"],
+                 block_ns=WGMMA_BLOCK_NS)
+    d = pick(defaults, WGMMA_DEFAULTS[f["head_dim"]])
+    constraints = _common_constraints(f, s) + _at([
+        "HEAD_DIM == 64 or HEAD_DIM == 128",
+        "CWG >= 1 and CWG <= 3", "BLOCK_N % 16 == 0 and BLOCK_N <= 256", "STAGES >= 2",
+        "PINGPONG == 0 or (PINGPONG == 1 and CWG == 2)",  # two consumers take turns
+        f"{WGMMA_SMEM} <= {MAX_SMEM_SM90}",
+        f"{WGMMA_REGS} <= {WGMMA_REG_BUDGET}",
+    ], s["D"])
+    mask = "causal" if f["causal"] else "no mask"
+    # q, k, v reach the kernel as TMA descriptors: boxes of (rows x 64 columns) x all the head dim's slabs,
+    # 128-byte swizzled, rows past the sequence read as zeros
+    maps = [{"kind": "tensormap", "name": f[x], "box_rows": rows, "box_cols": 64, "swizzle": 128}
+            for x, rows in (("q", WGMMA_ROWS), ("k", "BLOCK_N"), ("v", "BLOCK_N"))]
+    args = [*maps, {"name": "out"}, *_args(f, s)[4:]]
+    text = (f"attention {f['what']} ({mask}, {f['dtype']}): FlashAttention-3 style forward for Hopper (sm_90a). "
+            "One block per (64 * CWG query rows, batch*head), the longest causal tiles first, of one producer "
+            "warpgroup and CWG consumer warpgroups (setmaxnreg moves the producer's registers to the consumers). "
+            "The producer issues TMA copies of the Q tile and of BLOCK_N-key K and V tiles into a STAGES-deep ring "
+            "of 128-byte-swizzled shared memory, each completing on an mbarrier; each consumer owns 64 query rows "
+            "and, per key tile, issues S = Q K^T (wgmma m64nBLOCK_Nk16, both operands from shared memory) and O += "
+            "P V of the tile before (wgmma with P from registers, V transposed through its descriptor), runs the "
+            "online softmax of S in fp32 (exp2, scale folded into one FFMA, O rescaled only when a row max grew by "
+            "more than 2^8) while that P V still runs, and frees the K/V slots through mbarriers; with PINGPONG the "
+            "two consumers take turns issuing their products (named barriers). Causal tiles above the diagonal "
+            "are skipped; the output is staged through shared memory for 16-byte stores")
+    return make_spec(
+        SPEC_NAMES["wgmma"], text, src, {k: list(v) for k, v in WGMMA_TUNABLES.items()}, d,
+        defines=dict(HEAD_DIM=s["D"]), constraints=constraints, arch_specific=True,
+        steps=[dict(kernel=kernel, grid=[f"cdiv({s['Sq']}, {WGMMA_ROWS})", s["BH"]], block=[WGMMA_THREADS],
+                    shared_mem=WGMMA_SMEM, args=args)],
+    )
 
 
 def attention_simt(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:

@@ -16,7 +16,8 @@ names.
 Not covered (refused with the reason): masks other than causal (``attn_mask``), dropout, projections or
 other parameters, grouped-query or broadcast heads, a value head dim other than the query's, causal
 attention with Sq != Sk (PyTorch's mask is top-left aligned), bf16/fp16 head dims other than 64 and 128.
-Variants: ``fa2`` (bf16/fp16 on the tensor cores) and ``simt`` (fp32 FFMA, any head dim a multiple of 4).
+Variants: ``fa2`` (bf16/fp16 on the tensor cores, mma.sync: sm_80 and later), ``wgmma`` (bf16/fp16, Hopper's
+wgmma and TMA: sm_90a) and ``simt`` (fp32 FFMA, any head dim a multiple of 4).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import math
 from typing import Any
 
 from kerngen.agent.playbook.build_attention import (TENSOR_CORE_DTYPES, TENSOR_CORE_HEAD_DIMS, attention_fa2,
-                                                   attention_simt)
+                                                   attention_simt, attention_wgmma)
 from kerngen.agent.playbook.entry import A, C, M, PAR, Entry
 from kerngen.agent.playbook.family import Family
 from kerngen.agent.playbook.forward_source import UNKNOWN, kwarg
@@ -177,8 +178,30 @@ def recognise(r: Read) -> FamilyMatch | None:
         return None  # a softmax between two products that is no attention: the other families say what they cover
 
 
-_FA2, _SIMT = frozenset({"fa2"}), frozenset({"simt"})
+_FA2, _WGMMA, _SIMT = frozenset({"fa2"}), frozenset({"wgmma"}), frozenset({"simt"})
 IDEAS = (
+    Entry("attn-wgmma", "FlashAttention-3 on Hopper (sm_90a): one producer warpgroup hands its registers to the "
+          "others (setmaxnreg) and issues TMA copies of the Q tile and of K and V tiles into a ring of 128-byte-"
+          "swizzled shared memory, each completing on an mbarrier; two consumer warpgroups of 64 query rows each "
+          "issue S = Q K^T with wgmma straight from shared memory and, right behind it, O += P V of the tile before "
+          "(P from registers, V transposed by its descriptor), and run the online softmax of S while that product "
+          "still runs (exp2, the scale folded into one FFMA, O rescaled only when a row max grew by more than 2^8); "
+          "slots freed through mbarriers, causal tiles above the diagonal skipped, the longest query tiles first.",
+          C, "the FlashAttention-3 paper: 1.5-2.0x FlashAttention-2 on an H100 in bf16",
+          "wgmma", ({}, {"STAGES": 2}, {"BLOCK_N": 96}), round0=True),
+    Entry("attn-wgmma-tile", "Re-shape the Hopper attention tile: longer key tiles (176 keys: fewer softmax passes "
+          "and barriers per product), three consumer warpgroups on 192 query rows at head dim 64 (more products in "
+          "flight per producer), one consumer of 64 rows (twice the blocks, two of them resident per SM), or a "
+          "third K/V stage.", PAR, "0-15%", "wgmma",
+          ({"BLOCK_N": 176, "STAGES": 2}, {"BLOCK_N": 112}, {"CWG": 3, "BLOCK_N": 64, "PINGPONG": 0},
+           {"CWG": 1, "BLOCK_N": 128, "PINGPONG": 0}, {"BLOCK_N": 64, "STAGES": 4}), after=_WGMMA),
+    Entry("attn-wgmma-pingpong", "Ping-pong two consumer warpgroups (FlashAttention-3's inter-warpgroup "
+          "schedule), or stop: with turns each issues its products only in its turn, handed over through named "
+          "barriers, so one warpgroup's softmax runs while the other's products occupy the tensor cores; without, "
+          "both issue as soon as their tiles have landed.", A,
+          "0-10% where the tensor cores idle during the softmax", "wgmma",
+          ({"PINGPONG": 0}, {"PINGPONG": 1, "CWG": 2}, {"PINGPONG": 1, "CWG": 2, "BLOCK_N": 176, "STAGES": 2}),
+          after=_WGMMA),
     Entry("attn-fa2", "FlashAttention-2 on the tensor cores: one block per 128 query rows and head (4 warps of 32 "
           "rows, Q re-read from shared memory at head dim 128; Q held in registers at 64), K and V tiles streamed "
           "through a cp.async ring into swizzled shared memory, S = Q K^T and O += P V with mma.sync m16n8k16 fed "
@@ -219,4 +242,5 @@ IDEAS = (
           "simt", ({"WARPS": 4}, {"WARPS": 4, "BLOCK_N": 32}), after=_SIMT),
 )
 
-FAMILY = Family(name=NAME, recognise=recognise, variants={"fa2": attention_fa2, "simt": attention_simt}, ideas=IDEAS)
+FAMILY = Family(name=NAME, recognise=recognise, variants={"fa2": attention_fa2, "wgmma": attention_wgmma,
+                                                                   "simt": attention_simt}, ideas=IDEAS)

@@ -15,6 +15,9 @@ NVRTC never runs in this process: every compile goes to a confined worker (:mod:
 its log is redacted (:mod:`.redact`) before it is cached, raised or returned.
 
 NVRTC (``cuda.bindings.nvrtc``, 13.0) needs no GPU: cubin for ``sm_90`` compiles anywhere.
+A spec with ``arch_specific`` is compiled for the arch-specific target of the device instead
+(:func:`target_arch`: ``sm_90`` -> ``sm_90a``, from sm_90 on), which is then the job's arch, its
+option and part of its cache key.
 Options of every job: ``--gpu-architecture=sm_XX --std=c++17 -lineinfo --ptxas-options=-v``,
 ``-DNAME=value`` for each tunable of the configuration and each resolved define (sorted by name),
 and ``-use_fast_math`` iff the spec asks for it. The include directories of the CUDA headers
@@ -98,8 +101,22 @@ def _literal(value: int | float | bool) -> str:
     return f"({text})" if text.startswith("-") else text
 
 
+def target_arch(spec: KernelSpec, arch: str) -> str:
+    """The NVRTC target of ``spec`` on a device of ``arch``: ``arch`` itself, or with
+    ``spec.arch_specific`` its arch-specific variant (``sm_90`` -> ``sm_90a``; sm_90 and later
+    have one). An arch already ending in ``a`` or ``f`` stays; below sm_90 ``arch`` stays too (a
+    kernel that needs sm_90a features then fails to compile there, a compile error like any other)."""
+    if not getattr(spec, "arch_specific", False):  # a spec-like object without the field: as before it existed
+        return arch
+    m = _ARCH.match(arch)
+    if m is None or m.group(2) or int(m.group(1)) < 90:
+        return arch
+    return f"{arch}a"
+
+
 def build_options(spec: KernelSpec, plan: ResolvedPlan, arch: str) -> list[str]:
-    opts = [f"--gpu-architecture={arch}", *BASE_OPTIONS]
+    """The job's options for a device of ``arch`` (the target is :func:`target_arch`'s)."""
+    opts = [f"--gpu-architecture={target_arch(spec, arch)}", *BASE_OPTIONS]
     if spec.fast_math:
         opts.append("-use_fast_math")
     for name, value in sorted({**plan.config, **plan.defines}.items()):
@@ -113,9 +130,11 @@ def build_options(spec: KernelSpec, plan: ResolvedPlan, arch: str) -> list[str]:
 
 
 def job_for(spec: KernelSpec, plan: ResolvedPlan, arch: str) -> CompileJob:
+    """The compile job of ``spec`` with ``plan`` for a device of ``arch``; its arch is
+    :func:`target_arch`'s (``sm_90a`` for an ``arch_specific`` spec on ``sm_90``)."""
     kernels = list(dict.fromkeys(launch.kernel for launch in plan.launches))
-    return CompileJob(source=spec.source, options=build_options(spec, plan, arch), arch=arch, kernels=kernels,
-                      tunables=sorted(plan.config))
+    return CompileJob(source=spec.source, options=build_options(spec, plan, arch), arch=target_arch(spec, arch),
+                      kernels=kernels, tunables=sorted(plan.config))
 
 
 def _macro_names(options: list[str]) -> frozenset[str]:

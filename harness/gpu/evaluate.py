@@ -2,7 +2,9 @@
 rotating inputs, then verify the timed outputs. Returns an EvalResult; CUDA errors propagate to
 the worker, which reports ``runtime_error`` and restarts (a sticky CUDA error poisons the whole
 context). The harness's own shortage of GPU memory is never the candidate's verdict: it is
-``harness_error``, with the memory plan in the message (:mod:`kerngen.harness.gpu.memory_plan`)."""
+``harness_error``, with the memory plan in the message (:mod:`kerngen.harness.gpu.memory_plan`).
+A launch plan the launcher refuses for a tensor it binds (a ``tensormap`` argument whose tensor
+has no such map) is ``invalid_spec``, with the launcher's one line."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import time
 
 import torch
 
+from kerngen.errors import SpecError
 from kerngen.harness.gpu.buffers import fill_byte, torch_dtype
 from kerngen.harness.gpu.check import BoundSet, ProblemState, run_check, verify_timed_outputs
 from kerngen.harness.evaluator import EvalOptions
@@ -48,7 +51,7 @@ class Evaluation:
         started = time.perf_counter()
         result = EvalResult(verdict=Verdict.ok, config=plan.config, compile=compile_info)
         phases = _Phases()
-        short = ""
+        short = refused = ""
         try:
             result.memory = self.memory_plan(plan)
             torch.cuda.synchronize(self.device_index)
@@ -61,6 +64,12 @@ class Evaluation:
             short = str(exc)
         except torch.OutOfMemoryError as exc:
             short = f"the harness ran out of GPU memory ({' '.join(str(exc).split())[:200]})"
+        except SpecError as exc:  # what the plan asks of a tensor it binds (a tensormap argument's layout)
+            refused = str(exc).splitlines()[0][:1000] if str(exc) else "the launch plan was refused"
+        if refused:
+            _release()
+            result = EvalResult(verdict=Verdict.invalid_spec, config=plan.config, compile=compile_info,
+                                memory=result.memory, message=f"launch plan: {refused}")
         if short:  # after the except blocks: their tracebacks no longer hold the tensors
             _release()
             plan_text = f"; {result.memory.summary()}" if result.memory else ""

@@ -1,6 +1,10 @@
 """Run a resolved launch plan: load the cubin with cupy, bind arguments by name, launch on the
 harness's own stream. This is the only place candidate code reaches the GPU, and it is data:
-a cubin plus numbers. No host code of the candidate exists to run."""
+a cubin plus numbers. No host code of the candidate exists to run.
+
+A ``tensormap`` argument is bound to a TMA descriptor of its tensor that the harness builds
+(:mod:`.tensormap`) in device memory, held by the runner for its lifetime; what the tensor does
+not allow (its layout, dtype, alignment) is a :class:`SpecError` here, before any launch."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import numpy as np
 import torch
 
 from kerngen.errors import SpecError
+from kerngen.harness.gpu import tensormap
 from kerngen.harness.spec.plan import ResolvedLaunch, ResolvedMemset, ResolvedPlan
 
 DEFAULT_SMEM_LIMIT = 48 * 1024  # above this a kernel must opt in to more dynamic shared memory
@@ -76,27 +81,41 @@ class PlanRunner:
         self.stream = stream
         self._cupy_stream = cupy.cuda.ExternalStream(stream.cuda_stream)
         self._calls: list[tuple] = []
-        for step in plan.steps:
+        self._tensormaps: list[torch.Tensor] = []  # device memory the kernels' tensormap pointers point into
+        for index, step in enumerate(plan.steps):
             if isinstance(step, ResolvedMemset):
                 t = tensors[step.tensor]
                 self._calls.append(("memset", t.data_ptr(), step.value, t.numel() * t.element_size()))
             else:
-                self._calls.append(self._bind_launch(module, step, tensors))
+                self._calls.append(self._bind_launch(module, step, tensors, index))
 
-    @staticmethod
-    def _bind_launch(module: LoadedModule, step: ResolvedLaunch, tensors: Mapping[str, torch.Tensor]) -> tuple:
+    def _bind_launch(
+        self, module: LoadedModule, step: ResolvedLaunch, tensors: Mapping[str, torch.Tensor], index: int = 0
+    ) -> tuple:
         args: list[Any] = []
-        for arg in step.args:
-            if arg.kind == "tensor":
+        for pos, arg in enumerate(step.args):
+            if arg.kind in ("tensor", "tensormap"):
                 if arg.name not in tensors:
                     raise SpecError(f"kernel {step.kernel}: no tensor bound to {arg.name!r}")
-                args.append(np.uint64(tensors[arg.name].data_ptr()))
+                if arg.kind == "tensor":
+                    args.append(np.uint64(tensors[arg.name].data_ptr()))
+                else:
+                    args.append(np.uint64(self._tensormap(step, tensors[arg.name], arg, index, pos)))
             else:
                 args.append(_SCALARS[arg.kind](arg.value))
         fn = module.function(step.kernel, step.shared_mem)
         if step.cooperative:
             check_cooperative_fits(fn, step)
         return ("launch", fn, step.grid, step.block, tuple(args), step.shared_mem, step.cooperative)
+
+    def _tensormap(self, step: ResolvedLaunch, tensor: torch.Tensor, arg: Any, index: int, pos: int) -> int:
+        """The device address of a TMA descriptor of ``tensor`` for ``arg`` (kept by the runner)."""
+        assert arg.box is not None and arg.swizzle is not None
+        what = f"step {index}: kernel '{step.kernel}' argument {pos}: tensormap of '{arg.name}'"
+        box_rows, box_cols = arg.box
+        buf = tensormap.device_map(tensor, box_rows, box_cols, arg.swizzle, what)
+        self._tensormaps.append(buf)
+        return buf.data_ptr()
 
     def __call__(self) -> None:
         import cupy

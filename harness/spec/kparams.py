@@ -18,8 +18,9 @@ records (``EIATTR_*``), each ``format:u8 attribute:u8`` followed by
 parameter's size in bytes (bits 0..7 the pointee's log2 alignment, 8..11 the space, 12..16 the
 constant bank). A kernel without parameters has a ``.nv.info.<kernel>`` section without any.
 
-Sizes of the plan's arguments: a tensor is a device pointer (8 bytes); a scalar's ``kind`` is a
-dtype name (``int32`` 4, ``int64`` 8, ``float32`` 4, ``float64`` 8, ...).
+Sizes of the plan's arguments: a tensor is a device pointer (8 bytes), and so is a ``tensormap``
+(a pointer to the ``CUtensorMap`` in device memory, never the 128-byte map by value); a scalar's
+``kind`` is a dtype name (``int32`` 4, ``int64`` 8, ``float32`` 4, ``float64`` 8, ...).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ EIATTR_CBANK_PARAM_SIZE = 0x19
 POINTER_BYTES = 8
 ARG_BYTES: dict[str, int] = {
     "tensor": POINTER_BYTES,
+    "tensormap": POINTER_BYTES,  # a pointer to the CUtensorMap the harness built in device memory
     "bool": 1, "int8": 1, "uint8": 1,
     "int16": 2, "uint16": 2, "float16": 2, "bfloat16": 2,
     "int32": 4, "uint32": 4, "float32": 4,
@@ -107,8 +109,14 @@ def arg_bytes(kind: str) -> int | None:
     return ARG_BYTES.get(kind)
 
 
+TENSORMAP_BYTES = 128  # sizeof(CUtensorMap): what a __grid_constant__ parameter by value takes
+
+
 def _describe(arg) -> str:
-    what = f"tensor '{arg.name}'" if arg.kind == "tensor" else f"{arg.kind} {arg.value!r}"
+    if arg.kind in ("tensor", "tensormap"):
+        what = f"{'tensor' if arg.kind == 'tensor' else 'tensormap of'} '{arg.name}'"
+    else:
+        what = f"{arg.kind} {arg.value!r}"
     size = arg_bytes(arg.kind)
     return f"{what} ({size} bytes)" if size is not None else what
 
@@ -138,6 +146,9 @@ def launch_problems(launch: ResolvedLaunch, params: list[KernelParam], index: in
             continue
         hint = _HINT.get(want) or (f"pass a {want}-byte argument" if want in (1, 2) else
                                    "a by-value struct or array cannot be passed by a launch plan")
+        if arg.kind == "tensormap" and want == TENSORMAP_BYTES:
+            hint = ("a tensormap argument is a pointer to the CUtensorMap in device memory: declare the parameter "
+                    "const void* (or const CUtensorMap*), not a CUtensorMap by value")
         out.append(f"{where} argument {i} has the wrong size: {_describe(arg)} given for parameter {i} of "
                    f"{want} bytes; {hint}")
     return out

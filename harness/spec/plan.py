@@ -7,8 +7,10 @@ Everything here reads a model's answer: :func:`resolve` raises :class:`SpecError
 subclass :class:`~kerngen.errors.ExprError`) for anything a spec can provoke, and never
 another exception. Every value it hands on fits where it goes: grid and block within CUDA's
 limits, dynamic shared memory and scratch sizes within sane bounds, an ``int32``/``int64``
-argument within its type, a ``float32`` argument finite and within float32's range, a define
-within 64 bits (or a finite float) and not named like a CUDA header's reserved names.
+argument within its type, a ``float32`` argument finite and within float32's range, a
+``tensormap`` argument's box rows and columns within 1..256 (what the tensor allows is checked
+where it is bound, :mod:`kerngen.harness.gpu.tensormap`), a define within 64 bits (or a finite
+float) and not named like a CUDA header's reserved names.
 """
 
 from __future__ import annotations
@@ -23,21 +25,24 @@ from pydantic import BaseModel
 from kerngen import expr
 from kerngen.errors import SpecError
 from kerngen.expr import TensorFacts
-from kerngen.harness.spec.spec import KernelSpec, Launch, Memset, ScalarArg, TensorArg
+from kerngen.harness.spec.spec import KernelSpec, Launch, Memset, ScalarArg, TensorArg, TensorMapArg
 
 MAX_THREADS_PER_BLOCK = 1024
 MAX_GRID = (2**31 - 1, 65535, 65535)
 MAX_BLOCK = (1024, 1024, 64)
 MAX_SHARED_MEM = 2**31 - 1  # bytes of dynamic shared memory (a GPU allows far less; prune checks that)
 MAX_SCRATCH_ELEMENTS = 2**40  # elements of one scratch buffer (no GPU holds more)
+MAX_TMA_BOX = 256  # rows or columns of a tensormap argument's box (the TMA's limit per dimension)
 FLOAT32_MAX = 3.4028234663852886e38
 _RESERVED = re.compile(r"^(__|_[A-Z])")  # names of the compiler and the CUDA headers
 
 
 class ResolvedArg(BaseModel):
-    kind: str  # "tensor" | "int32" | "int64" | "float32"
-    name: str | None = None
-    value: int | float | None = None
+    kind: str  # "tensor" | "tensormap" | "int32" | "int64" | "float32"
+    name: str | None = None  # the tensor of a "tensor" or "tensormap" argument
+    value: int | float | None = None  # a scalar's value
+    box: tuple[int, int] | None = None  # a "tensormap": (box_rows, box_cols)
+    swizzle: int | None = None  # a "tensormap": 0, 32, 64 or 128 (bytes)
 
 
 class ResolvedLaunch(BaseModel):
@@ -205,11 +210,24 @@ def _resolve_launch(step: Launch, env: Mapping[str, object], known: _Bindable, i
         if isinstance(arg, TensorArg):
             known.require(arg.name, f"step {index}: kernel '{step.kernel}' argument {pos}")
             args.append(ResolvedArg(kind="tensor", name=arg.name))
+        elif isinstance(arg, TensorMapArg):
+            where = f"step {index}: kernel '{step.kernel}' argument {pos}"
+            known.require(arg.name, where)
+            box = (_box(arg.box_rows, "box_rows", env, where), _box(arg.box_cols, "box_cols", env, where))
+            args.append(ResolvedArg(kind="tensormap", name=arg.name, box=box, swizzle=arg.swizzle))
         else:
             args.append(_resolve_scalar(arg, env, index))
     return ResolvedLaunch(
         kernel=step.kernel, grid=grid, block=block, shared_mem=smem, args=args, cooperative=step.cooperative
     )
+
+
+def _box(text: object, what: str, env: Mapping[str, object], where: str) -> int:
+    value = expr.evaluate_int(text, env)  # type: ignore[arg-type]
+    if not 1 <= value <= MAX_TMA_BOX:
+        shown = expr.shown(value) if isinstance(text, int) else f"{expr.shown(text)} = {expr.shown(value)}"
+        raise SpecError(f"{where}: tensormap {what} {shown} is not in 1..{MAX_TMA_BOX}")
+    return value
 
 
 def _resolve_scalar(arg: ScalarArg, env: Mapping[str, object], index: int) -> ResolvedArg:

@@ -123,14 +123,60 @@ class ScalarArg(_Model):
     value: Expr
 
 
+class TensorMapArg(_Model):
+    """A TMA descriptor (``CUtensorMap``) of a tensor, built by the harness: the kernel gets an
+    8-byte pointer to the 128-byte map in device memory (64-byte aligned, alive as long as the
+    plan's runner; declare the parameter ``const void*`` or ``const CUtensorMap*``). The map was
+    written by a copy, so execute ``fence.proxy.tensormap::generic.acquire.gpu [ptr], 128;``
+    before its first use.
+
+    The bound tensor must be contiguous, of 2 or more dims and of dtype bfloat16, float16 or
+    float32. It is viewed as [outer, rows, cols] (rows = shape[-2], cols = shape[-1], outer the
+    product of the leading dims, 1 for a 2-D tensor) and mapped as a rank-4 tiled map whose dims,
+    innermost first, are (box_cols, rows, cols / box_cols, outer), box (box_cols, box_rows,
+    cols / box_cols, 1), out-of-bounds fill zero, L2 promotion 128B. So one
+    ``cp.async.bulk.tensor.4d`` load at coordinates {0, row0, 0, outer_index} brings box_rows rows
+    of the full width into shared memory as cols / box_cols slabs of [box_rows][box_cols], each
+    swizzled (128B: the 16-byte chunk c of row r of a slab of 128-byte rows sits at
+    r*128 + (c ^ (r % 8))*16; the pattern follows the shared address bits, so align the
+    destination to 1024 bytes for 128B, 512 for 64B, 256 for 32B, 128 without swizzle); rows past
+    ``rows`` come in as zeros, never another outer index's data. The box is box_rows * cols * element size bytes (the mbarrier's expect_tx).
+    Refused: cols not a multiple of box_cols, cols / box_cols > 256, box_cols * element size not
+    a multiple of 16 or (with a swizzle) above the swizzle, cols * element size not a multiple of
+    16, a dim of 2**32 or more."""
+
+    kind: Literal["tensormap"]
+    name: str = Field(pattern=_TENSOR_NAME.pattern, description="the tensor mapped (as for a tensor argument)")
+    box_rows: Expr = Field(description="rows of one box, 1..256 (an expression)")
+    box_cols: Expr = Field(description="columns of one slab of the box, 1..256, dividing shape[-1] (an expression)")
+    swizzle: Literal[0, 32, 64, 128] = Field(
+        default=128, description="shared memory swizzle in bytes (0: none); box_cols * element size <= swizzle"
+    )
+
+    @field_validator("swizzle", mode="before")
+    @classmethod
+    def _swizzle(cls, value: Any) -> Any:
+        if isinstance(value, bool):  # JSON false is no number of bytes, though Python counts it 0
+            raise ValueError(f"swizzle must be 0, 32, 64 or 128 (bytes), got {value}")
+        return value
+
+
+_ARG_TAGS = {"tensor": "tensor", "tensormap": "tensormap"}
+
+
 def _arg_tag(value: Any) -> str:
     kind = value.get("kind", "tensor") if isinstance(value, dict) else getattr(value, "kind", "tensor")
-    return "tensor" if kind == "tensor" else "scalar"
+    return _ARG_TAGS.get(kind, "scalar") if isinstance(kind, str) else "scalar"
 
 
 # ``kind`` may be left out of a tensor argument: {"name": "x"}
 Arg = Annotated[
-    Union[Annotated[TensorArg, Tag("tensor")], Annotated[ScalarArg, Tag("scalar")]], Discriminator(_arg_tag)
+    Union[
+        Annotated[TensorArg, Tag("tensor")],
+        Annotated[TensorMapArg, Tag("tensormap")],
+        Annotated[ScalarArg, Tag("scalar")],
+    ],
+    Discriminator(_arg_tag),
 ]
 
 
@@ -201,6 +247,11 @@ class KernelSpec(_Model):
         default_factory=dict, description="extra -DNAME=value, values are expressions over sizes and tunables"
     )
     fast_math: bool = Field(default=False, description="compile with -use_fast_math")
+    arch_specific: bool = Field(
+        default=False,
+        description="compile for the arch-specific target sm_XXa of the device (e.g. sm_90a on an H100/H200: "
+        "wgmma, setmaxnreg); the cubin runs only on that exact compute capability",
+    )
     scratch: list[Scratch] = Field(default_factory=list)
     steps: list[Step] = Field(min_length=1, description="ordered launches and memsets of one call")
 
@@ -310,6 +361,9 @@ class KernelSpec(_Model):
                 out += [(f"{at}.block.{i}", b) for i, b in enumerate(step.block)]
                 out.append((f"{at}.shared_mem", step.shared_mem))
                 out += [(f"{at}.args.{i}.value", a.value) for i, a in enumerate(step.args) if isinstance(a, ScalarArg)]
+                for i, a in enumerate(step.args):
+                    if isinstance(a, TensorMapArg):
+                        out += [(f"{at}.args.{i}.box_rows", a.box_rows), (f"{at}.args.{i}.box_cols", a.box_cols)]
         return out
 
     # ----- configurations -------------------------------------------------------------------
@@ -349,6 +403,8 @@ class KernelSpec(_Model):
     def content_hash(self) -> str:
         """Hash of everything that defines the candidate (not its name or description)."""
         data = self.model_dump(mode="json", exclude={"name", "description"})
+        if not self.arch_specific:  # a spec that does not use the field hashes as before it existed
+            data.pop("arch_specific", None)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     @classmethod

@@ -3,7 +3,8 @@
 The static checks of the harness, in the order a search applies them, stopping at the first that
 fails: the spec file is a valid :class:`~kerngen.harness.spec.spec.KernelSpec`; the problem loads (its
 tensors are meta tensors: no GPU, no big memory); ``--config`` names tunables and values of the
-spec; the launch plan resolves for the problem's sizes (every tensor it names exists); the source
+spec; the launch plan resolves for the problem's sizes (every tensor it names exists; a
+``tensormap`` argument's box fits its tensor's shape and dtype); the source
 compiles through the normal compile boundary (:func:`kerngen.harness.compile.compiler.compile_job`:
 the source policy, no tunable or define redefined in the source, the sandboxed NVRTC, forbidden
 device state and the kernels the plan names); every launch passes as many
@@ -50,6 +51,8 @@ def _arg_json(arg) -> dict[str, Any]:
     out: dict[str, Any] = {"kind": arg.kind, "bytes": arg_bytes(arg.kind)}
     if arg.kind == "tensor":
         out["name"] = arg.name
+    elif arg.kind == "tensormap":
+        out.update(name=arg.name, box=list(arg.box), swizzle=arg.swizzle)
     else:
         out["value"] = arg.value
     return out
@@ -138,7 +141,16 @@ def run_check(spec_path: str, problem: str, *, config: str | None = None, arch: 
         return report
     report["config"] = cfg
     report["passed"].append("config")
-    ok, plan = guarded("plan", lambda: resolve(spec, sizes=info.sizes, tensors=info.tensor_facts(), config=cfg))
+    def the_plan():
+        from kerngen.harness.gpu.tensormap import check_plan
+
+        resolved = resolve(spec, sizes=info.sizes, tensors=info.tensor_facts(), config=cfg)
+        known = {t.name: (t.shape, t.dtype) for t in info.tensors().values()}
+        known.update({s.name: ((s.size,), s.dtype) for s in resolved.scratch})
+        check_plan(resolved, known)  # tensormap arguments: what their tensors' shapes and dtypes allow
+        return resolved
+
+    ok, plan = guarded("plan", the_plan)
     if not ok:
         return report
     report["plan"] = _plan_json(plan)
@@ -149,7 +161,7 @@ def run_check(spec_path: str, problem: str, *, config: str | None = None, arch: 
     report["passed"] += ["compile", "forbidden", "kernels"]
     ci = compiled.info
     report["compile"] = {"seconds": round(ci.seconds, 3), "cached": ci.cached, "nvrtc": ci.nvrtc_version,
-                         "key": ci.key, "options": ci.options}
+                         "key": ci.key, "options": ci.options, "arch": ci.arch}
     params = params_table(compiled.cubin)
     for name in sorted(set(ci.kernels) | set(params)):
         entry: dict[str, Any] = ci.kernels[name].model_dump() if name in ci.kernels else {}
@@ -172,6 +184,12 @@ def _cfg_text(cfg: dict[str, int] | None) -> str:
     return ",".join(f"{k}={v}" for k, v in (cfg or {}).items()) or "(no tunables)"
 
 
+def _arg_text(arg: dict[str, Any]) -> str:
+    if arg["kind"] == "tensormap":
+        return f"tensormap {arg['name']} box {arg['box'][0]}x{arg['box'][1]} swizzle {arg['swizzle']}"
+    return arg.get("name") or f"{arg['kind']} {arg['value']}"
+
+
 def _print_report(report: dict[str, Any]) -> None:
     from rich.console import Console
 
@@ -191,7 +209,7 @@ def _print_report(report: dict[str, Any]) -> None:
             if step["op"] == "memset":
                 say(f"  step {i}: memset {step['tensor']} = {step['value']}")
                 continue
-            args = ", ".join(a.get("name") or f"{a['kind']} {a['value']}" for a in step["args"])
+            args = ", ".join(_arg_text(a) for a in step["args"])
             sizes = ",".join(str(a["bytes"]) for a in step["args"])
             coop = " cooperative" if step["cooperative"] else ""
             say(f"  step {i}: {step['kernel']}{coop} grid {tuple(step['grid'])} block {tuple(step['block'])} "
@@ -199,7 +217,8 @@ def _print_report(report: dict[str, Any]) -> None:
     comp = report.get("compile")
     if comp:
         how = "from the compile cache" if comp["cached"] else f"{comp['seconds']:.2f} s"
-        say(f"  compiled with NVRTC {comp['nvrtc']} ({how})")
+        target = f" for {comp['arch']}" if comp.get("arch") and comp["arch"] != report["arch"] else ""
+        say(f"  compiled with NVRTC {comp['nvrtc']}{target} ({how})")
     for kname, k in report.get("kernels", {}).items():
         if "registers" in k:
             line = (f"  kernel {kname}: {k['registers']} registers, spills {k['spill_stores']} B stores / "

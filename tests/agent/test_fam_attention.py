@@ -150,7 +150,7 @@ def test_suite_problem_offers_the_tensor_core_kernel_at_its_own_size():
     p = load_problem("attention")
     m = explain(p)
     o = offer(m, sizes={}, tensors=m.tensor_facts())
-    assert [v.variant for v in o.offered] == ["fa2"] and "fp32" in o.why_not("simt")
+    assert [v.variant for v in o.offered] == ["fa2", "wgmma"] and "fp32" in o.why_not("simt")
     spec = o.get("fa2").spec
     assert spec.name == FAMILY.spec_name("fa2") == "playbook-attention-fa2" and variant_of_spec(spec) == "fa2"
     assert spec.default_config() == FA2_DEFAULTS[128]
@@ -203,6 +203,7 @@ def test_kernelbench_97_offers_the_fp32_kernel_at_its_own_size():
     m = explain(load_problem(str(KB97)))
     o = offer(m, sizes={}, tensors=m.tensor_facts())
     assert [v.variant for v in o.offered] == ["simt"] and "bf16 or fp16" in o.why_not("fa2")
+    assert "bf16 or fp16" in o.why_not("wgmma")
     r = plan.resolve(o.get("simt").spec, sizes={}, tensors=m.tensor_facts())
     (launch,) = r.launches
     assert launch.grid == (512 // 16, 32 * 32, 1) and launch.block == (256, 1, 1)
@@ -220,8 +221,8 @@ def test_an_explicit_scale_is_the_kernels_argument(tmp_path):
 def test_round0_and_refinement_ideas_render():
     prop = PlaybookProposer(load_problem("attention"))
     specs = seed_specs(load_problem("attention"))
-    assert specs and all(s.name == "playbook-attention-fa2" for s in specs)
-    after = [e for e in prop._entries() if not e.round0 and "fa2" in e.after]
+    assert {s.name for s in specs} == {"playbook-attention-fa2", "playbook-attention-wgmma"}
+    after = [e for e in prop._entries() if not e.round0 and e.after & {"fa2", "wgmma"}]
     rendered = [b for e in after for b in prop._render(e, None, 3)]
     assert len(rendered) >= len(after) and all(b.spec is not None for b in rendered)
 

@@ -2,7 +2,9 @@
 problem (causal bf16, (8, 16, 4096, 128)), on KernelBench 97 at its own size (fp32, head dim 1024: the FFMA
 kernel), and at odd sequence lengths (not a multiple of any tile: predicated loads, masked scores, predicated
 stores), causal and not, bf16 and fp16, head dims 64 and 128, Sq != Sk; the tensor-core kernel also at a spread
-of configurations (every tunable moved once), so that each code path runs on a GPU at least once."""
+of configurations (every tunable moved once), so that each code path runs on a GPU at least once. The Hopper
+kernel (wgmma, TMA; offered beside fa2 wherever fa2 is) runs in every test above that takes the offered kernels,
+and at its own spread of configurations on sm_90 GPUs."""
 
 from __future__ import annotations
 
@@ -90,6 +92,27 @@ def test_the_tensor_core_kernel_passes_at_a_spread_of_configurations(pool, tmp_p
     prop = PlaybookProposer(load_problem(ref))
     spec = prop.offer.get("fa2").spec
     cands = [Candidate(spec=spec, config=c) for c in FA2_CONFIGS[ODD[name][0][-1]]]
+    assert_all_pass(pool, ref, cands, seeds_n=2)
+
+
+WGMMA_CONFIGS = {  # per head dim: every tunable moved once from the defaults (64: 3 consumers on 128 keys, 3
+    # stages; 128: 2 consumers in turns on 128 keys, 3 stages)
+    64: [{"CWG": 2, "PINGPONG": 1, "STAGES": 2}, {"CWG": 1, "BLOCK_N": 64, "STAGES": 4},
+         {"CWG": 2, "BLOCK_N": 192}, {"CWG": 2, "PINGPONG": 1, "BLOCK_N": 112}, {"BLOCK_N": 96, "STAGES": 2}],
+    128: [{"CWG": 1, "BLOCK_N": 192, "STAGES": 2, "PINGPONG": 0}, {"CWG": 3, "BLOCK_N": 64, "PINGPONG": 0},
+          {"BLOCK_N": 176, "STAGES": 2}, {"PINGPONG": 0, "BLOCK_N": 96}, {"BLOCK_N": 144, "STAGES": 2}],
+}
+
+
+@pytest.mark.parametrize("name", ["bf16_d64_causal_1000", "fp16_d128_causal_1000", "bf16_d128_777x1000"])
+def test_the_hopper_kernel_passes_at_a_spread_of_configurations(pool, tmp_path, name):
+    import torch
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma and TMA kernels are compiled for sm_90a: an H100 or H200")
+    ref = _file(tmp_path, name)
+    spec = PlaybookProposer(load_problem(ref)).offer.get("wgmma").spec
+    cands = [Candidate(spec=spec, config=c) for c in WGMMA_CONFIGS[ODD[name][0][-1]]]
     assert_all_pass(pool, ref, cands, seeds_n=2)
 
 

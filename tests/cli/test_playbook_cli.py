@@ -69,7 +69,7 @@ def test_a_folder_lists_each_file_and_the_count_covered(tmp_path):
     assert res.exit_code == 0, res.output
     lines = res.output.strip().splitlines()
     assert lines[0].startswith("2_broken.py  -: does not load:")  # numeric order: 2, 3, 19
-    assert lines[1] == "3_attention.py  attention [fa2]"
+    assert lines[1] == "3_attention.py  attention [fa2, wgmma]"
     assert lines[2] == "19_ReLU.py  elementwise [vec]"
     assert lines[-1] == "2 of 3 files have a playbook kernel (sm_90 limits); families: attention, elementwise"
     res = invoke("playbook", str(tmp_path), "--json")

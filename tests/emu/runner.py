@@ -273,6 +273,8 @@ def _launch_line(step: ResolvedLaunch, index: dict[str, int]) -> str:
     for arg in step.args:
         if arg.kind == "tensor":
             words += ["t", str(index[str(arg.name)])]
+        elif arg.kind == "tensormap":
+            raise EmuError(f"kernel {step.kernel}: tensormap arguments (TMA descriptors) are not emulated")
         elif arg.kind == "float32":
             words += ["f32", _float32_bits(float(arg.value or 0.0))]
         else:
