@@ -142,15 +142,16 @@ def _args(f: dict[str, Any], s: dict[str, str]) -> list[dict[str, str]]:
 
 def _spec(variant: str, kernel: str, f: dict[str, Any], s: dict[str, str], text: str, src: str,
           tunables: dict[str, list[int]], defaults: dict[str, int], constraints: list[str], rows: str, threads: str,
-          smem: str) -> KernelSpec:
-    """Both variants' one launch: a block per (``rows`` query rows, batch * head) of ``threads``, ``smem`` bytes
-    of dynamic shared memory, the arguments of :func:`_args`; ``text`` follows "attention ... (mask, "."""
+          smem: str, args: list[dict[str, Any]] | None = None, **spec_fields: Any) -> KernelSpec:
+    """Every variant's one launch: a block per (``rows`` query rows, batch * head) of ``threads``, ``smem`` bytes
+    of dynamic shared memory, the arguments ``args`` (those of :func:`_args` unless given); ``text`` follows
+    "attention ... (mask, "; ``spec_fields`` are more fields of the spec (``arch_specific``)."""
     mask = "causal" if f["causal"] else "no mask"
     return make_spec(
         SPEC_NAMES[variant], f"attention {f['what']} ({mask}, {text}", src, {k: list(v) for k, v in tunables.items()},
-        defaults, defines=dict(HEAD_DIM=s["D"]), constraints=constraints,
+        defaults, defines=dict(HEAD_DIM=s["D"]), constraints=constraints, **spec_fields,
         steps=[dict(kernel=kernel, grid=[f"cdiv({s['Sq']}, {rows})", s["BH"]], block=[threads], shared_mem=smem,
-                    args=_args(f, s))],
+                    args=_args(f, s) if args is None else args)],
     )
 
 
@@ -213,13 +214,12 @@ def attention_wgmma(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
         f"{WGMMA_SMEM} <= {MAX_SMEM_SM90}",
         f"{WGMMA_REGS} <= {WGMMA_REG_BUDGET}",
     ], s["D"])
-    mask = "causal" if f["causal"] else "no mask"
     # q, k, v reach the kernel as TMA descriptors: boxes of (rows x 64 columns) x all the head dim's slabs,
     # 128-byte swizzled, rows past the sequence read as zeros
     maps = [{"kind": "tensormap", "name": f[x], "box_rows": rows, "box_cols": 64, "swizzle": 128}
             for x, rows in (("q", WGMMA_ROWS), ("k", "BLOCK_N"), ("v", "BLOCK_N"))]
     args = [*maps, {"name": "out"}, *_args(f, s)[4:]]
-    text = (f"attention {f['what']} ({mask}, {f['dtype']}): FlashAttention-3 style forward for Hopper (sm_90a). "
+    text = (f"{f['dtype']}): FlashAttention-3 style forward for Hopper (sm_90a). "
             "One block per (64 * CWG query rows, batch*head), the longest causal tiles first, of one producer "
             "warpgroup and CWG consumer warpgroups (setmaxnreg moves the producer's registers to the consumers). "
             "The producer issues TMA copies of the Q tile and of BLOCK_N-key K and V tiles into a STAGES-deep ring "
@@ -230,12 +230,8 @@ def attention_wgmma(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
             "more than 2^8) while that P V still runs, and frees the K/V slots through mbarriers; with PINGPONG the "
             "two consumers take turns issuing their products (named barriers). Causal tiles above the diagonal "
             "are skipped; the output is staged through shared memory for 16-byte stores")
-    return make_spec(
-        SPEC_NAMES["wgmma"], text, src, {k: list(v) for k, v in WGMMA_TUNABLES.items()}, d,
-        defines=dict(HEAD_DIM=s["D"]), constraints=constraints, arch_specific=True,
-        steps=[dict(kernel=kernel, grid=[f"cdiv({s['Sq']}, {WGMMA_ROWS})", s["BH"]], block=[WGMMA_THREADS],
-                    shared_mem=WGMMA_SMEM, args=args)],
-    )
+    return _spec("wgmma", kernel, f, s, text, src, WGMMA_TUNABLES, d, constraints, WGMMA_ROWS, WGMMA_THREADS,
+                 WGMMA_SMEM, args=args, arch_specific=True)
 
 
 def attention_simt(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:

@@ -21,6 +21,7 @@ from kerngen.harness.evaluator import EvalOptions
 from kerngen.harness.gpu.launcher import LoadedModule, PlanRunner
 from kerngen.harness.spec.plan import ResolvedPlan
 from kerngen.harness.gpu.memory_plan import HarnessMemoryError, plan_memory
+from kerngen.text import one_line
 from kerngen.harness.results import CompileInfo, EvalResult, MemoryPlan, Verdict
 from kerngen.harness.gpu.timing import L2Flusher, bench
 from kerngen.harness.gpu.clocks import ClockMonitor
@@ -65,7 +66,7 @@ class Evaluation:
         except torch.OutOfMemoryError as exc:
             short = f"the harness ran out of GPU memory ({' '.join(str(exc).split())[:200]})"
         except SpecError as exc:  # what the plan asks of a tensor it binds (a tensormap argument's layout)
-            refused = str(exc).splitlines()[0][:1000] if str(exc) else "the launch plan was refused"
+            refused = one_line(str(exc), 1000) or "the launch plan was refused"
         if refused:
             _release()
             result = EvalResult(verdict=Verdict.invalid_spec, config=plan.config, compile=compile_info,

@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from kerngen.errors import SpecError
+from kerngen.harness.spec.kparams import TENSORMAP_BYTES  # sizeof(CUtensorMap)
+from kerngen.harness.spec.plan import MAX_TMA_BOX  # elements of a box along one dimension
 
-TENSORMAP_BYTES = 128  # sizeof(CUtensorMap)
 TENSORMAP_ALIGN = 64  # the driver's alignment of a CUtensorMap
-MAX_BOX = 256  # elements of a box along one dimension
 MAX_DIM = 2**32  # a dimension's size must stay below this
 MAX_STRIDE = 2**40  # a stride (bytes) must stay below this
 GLOBAL_ALIGN = 16  # the tensor's address and every stride
@@ -79,8 +79,8 @@ def layout(shape: Sequence[int], dtype: str, box_rows: int, box_cols: int, swizz
     if swizzle not in SWIZZLES:
         raise SpecError(f"{what}: swizzle {swizzle} is not 0, 32, 64 or 128")
     for name, value in (("box_rows", box_rows), ("box_cols", box_cols)):
-        if not 1 <= value <= MAX_BOX:
-            raise SpecError(f"{what}: {name} {value} is not in 1..{MAX_BOX}")
+        if not 1 <= value <= MAX_TMA_BOX:
+            raise SpecError(f"{what}: {name} {value} is not in 1..{MAX_TMA_BOX}")
     esize = ELEMENT_BYTES[dtype]
     rows, cols, outer = shape[-2], shape[-1], math.prod(shape[:-2])
     if min(shape) <= 0:
@@ -88,8 +88,8 @@ def layout(shape: Sequence[int], dtype: str, box_rows: int, box_cols: int, swizz
     if cols % box_cols:
         raise SpecError(f"{what}: cols {cols} (shape[-1]) is not a multiple of box_cols {box_cols}")
     slabs = cols // box_cols
-    if slabs > MAX_BOX:
-        raise SpecError(f"{what}: cols / box_cols = {cols} / {box_cols} = {slabs} slabs; at most {MAX_BOX}")
+    if slabs > MAX_TMA_BOX:
+        raise SpecError(f"{what}: cols / box_cols = {cols} / {box_cols} = {slabs} slabs; at most {MAX_TMA_BOX}")
     if (cols * esize) % GLOBAL_ALIGN:  # first: with it, a box_cols of whole 16 bytes is what is left to check
         raise SpecError(f"{what}: a row of cols {cols} x {esize} bytes = {cols * esize} bytes is not a multiple of 16")
     inner = box_cols * esize
