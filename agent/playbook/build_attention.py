@@ -21,7 +21,7 @@ from typing import Any
 
 from kerngen.harness.spec.spec import KernelSpec
 
-from kerngen.agent.playbook.match import FamilyMatch
+from kerngen.agent.playbook.family import FamilyMatch
 from kerngen.agent.playbook.render import make_spec, pick, render
 
 __all__ = ["FA2_DEFAULTS", "MAX_SMEM_SM80", "MAX_SMEM_SM90", "SIMT_DEFAULTS", "SPEC_NAMES", "TENSOR_CORE_DTYPES",
@@ -102,40 +102,40 @@ def _at(constraints: list[str], d: str) -> list[str]:
     return [c.replace("HEAD_DIM", _p(d)) for c in constraints]
 
 
-def _facts(m: FamilyMatch) -> dict[str, Any]:
-    if m.facts.get("kind") != "attention":
-        raise ValueError(f"this variant computes attention; the problem is a {m.facts.get('kind')}")
+def _facts(m: FamilyMatch) -> Any:
+    if m.facts.kind != "attention":
+        raise ValueError(f"this variant computes attention; the problem is a {m.facts.kind}")
     return m.facts
 
 
-def _shapes(f: dict[str, Any]) -> dict[str, str]:
+def _shapes(f: Any) -> dict[str, str]:
     """Expressions of the problem's sizes over the bound tensors: BH (the leading dims), Sq, Sk, D."""
-    q, k, nd = f["q"], f["k"], f["nd"]
+    q, k, nd = f.q, f.k, f.nd
     return dict(BH=" * ".join(f"{q}.shape[{i}]" for i in range(nd - 2)), Sq=f"{q}.shape[{nd - 2}]",
                 Sk=f"{k}.shape[{nd - 2}]", D=f"{q}.shape[{nd - 1}]")
 
 
 def _scale_log2(f: dict[str, Any], d: str) -> str:
     """scale * log2(e): the kernel's exp2 argument factor (an fp32 argument)."""
-    if f["scale"] is None:
+    if f.scale is None:
         return f"{_p(d)} ** -0.5 * {LOG2E!r}"
-    return repr(float(f["scale"]) * LOG2E)
+    return repr(float(f.scale) * LOG2E)
 
 
 def _common_constraints(f: dict[str, Any], s: dict[str, str]) -> list[str]:
-    q, k, v, nd = f["q"], f["k"], f["v"], f["nd"]
+    q, k, v, nd = f.q, f.k, f.v, f.nd
     same = [f"{k}.shape[{i}] == {q}.shape[{i}] and {v}.shape[{i}] == {q}.shape[{i}]" for i in range(nd - 2)]
     out = [*same, f"{v}.shape[{nd - 2}] == {s['Sk']}", f"{k}.shape[{nd - 1}] == {s['D']}",
            f"{v}.shape[{nd - 1}] == {s['D']}", f"{s['Sq']} >= 1 and {s['Sk']} >= 1",
            f"({s['BH']}) * {s['Sq']} * {s['D']} < 2**62", f"({s['BH']}) <= 65535",
            f"{s['Sq']} < 2**31 and {s['Sk']} < 2**31"]
-    if f["causal"]:  # PyTorch's causal mask is top-left aligned; the kernels take the square case
+    if f.causal:  # PyTorch's causal mask is top-left aligned; the kernels take the square case
         out.append(f"{s['Sq']} == {s['Sk']}")
     return out
 
 
 def _args(f: dict[str, Any], s: dict[str, str]) -> list[dict[str, str]]:
-    return [{"name": f["q"]}, {"name": f["k"]}, {"name": f["v"]}, {"name": "out"},
+    return [{"name": f.q}, {"name": f.k}, {"name": f.v}, {"name": "out"},
             {"kind": "int32", "value": s["Sq"]}, {"kind": "int32", "value": s["Sk"]},
             {"kind": "float32", "value": _scale_log2(f, s["D"])}]
 
@@ -146,9 +146,9 @@ def _spec(variant: str, kernel: str, f: dict[str, Any], s: dict[str, str], text:
     """Every variant's one launch: a block per (``rows`` query rows, batch * head) of ``threads``, ``smem`` bytes
     of dynamic shared memory, the arguments ``args`` (those of :func:`_args` unless given); ``text`` follows
     "attention ... (mask, "; ``spec_fields`` are more fields of the spec (``arch_specific``)."""
-    mask = "causal" if f["causal"] else "no mask"
+    mask = "causal" if f.causal else "no mask"
     return make_spec(
-        SPEC_NAMES[variant], f"attention {f['what']} ({mask}, {text}", src, {k: list(v) for k, v in tunables.items()},
+        SPEC_NAMES[variant], f"attention {f.what} ({mask}, {text}", src, {k: list(v) for k, v in tunables.items()},
         defaults, defines=dict(HEAD_DIM=s["D"]), constraints=constraints, **spec_fields,
         steps=[dict(kernel=kernel, grid=[f"cdiv({s['Sq']}, {rows})", s["BH"]], block=[threads], shared_mem=smem,
                     args=_args(f, s) if args is None else args)],
@@ -162,13 +162,13 @@ def fa2_smem_bytes(cfg: dict[str, int], head_dim: int) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-def _tensor_core_facts(m: FamilyMatch, which: str) -> dict[str, Any]:
+def _tensor_core_facts(m: FamilyMatch, which: str) -> Any:
     """The match's facts, or why ``which`` (a tensor-core kernel) cannot serve it."""
     f = _facts(m)
-    if f["dtype"] not in TENSOR_CORE_DTYPES:
-        raise ValueError(f"the {which} kernel takes bf16 or fp16 inputs, not {f['dtype']}")
-    if f["head_dim"] not in TENSOR_CORE_HEAD_DIMS:
-        raise ValueError(f"the {which} kernel takes head dims 64 and 128, not {f['head_dim']}")
+    if f.dtype not in TENSOR_CORE_DTYPES:
+        raise ValueError(f"the {which} kernel takes bf16 or fp16 inputs, not {f.dtype}")
+    if f.head_dim not in TENSOR_CORE_HEAD_DIMS:
+        raise ValueError(f"the {which} kernel takes head dims 64 and 128, not {f.head_dim}")
     return f
 
 
@@ -176,8 +176,8 @@ def attention_fa2(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     f = _tensor_core_facts(m, "tensor-core")
     s = _shapes(f)
     kernel = "attention_fa2"
-    src = render("attention_fa2.cu.j2", kernel=kernel, dtype=f["dtype"], causal=f["causal"])
-    d = pick(defaults, FA2_DEFAULTS[f["head_dim"]])
+    src = render("attention_fa2.cu.j2", kernel=kernel, dtype=f.dtype, causal=f.causal)
+    d = pick(defaults, FA2_DEFAULTS[f.head_dim])
     nt = FA2_THREADS
     constraints = _common_constraints(f, s) + _at([
         "HEAD_DIM == 64 or HEAD_DIM == 128",
@@ -188,7 +188,7 @@ def attention_fa2(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
         f"{FA2_SMEM} <= {MAX_SMEM_SM80}",
         f"{FA2_REGS} <= 255", f"{FA2_REGS} * {nt} <= 65536",
     ], s["D"])
-    text = (f"{f['dtype']}): FlashAttention-2 style forward on the tensor cores. One block per (BLOCK_M query rows, "
+    text = (f"{f.dtype}): FlashAttention-2 style forward on the tensor cores. One block per (BLOCK_M query rows, "
             "batch*head), the longest causal tiles launched first; Q copied once (cp.async) and held in registers "
             "(ldmatrix) or, with QSMEM and 32 rows a warp, re-read from shared memory every k step; K/V tiles of "
             "BLOCK_N keys through a STAGES-deep cp.async ring in shared memory (XOR-swizzled or padded rows); S = Q "
@@ -204,9 +204,9 @@ def attention_wgmma(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     f = _tensor_core_facts(m, "wgmma")
     s = _shapes(f)
     kernel = "attention_wgmma"
-    src = render("attention_wgmma.cu.j2", kernel=kernel, dtype=f["dtype"], causal=f["causal"],
+    src = render("attention_wgmma.cu.j2", kernel=kernel, dtype=f.dtype, causal=f.causal,
                  block_ns=WGMMA_BLOCK_NS)
-    d = pick(defaults, WGMMA_DEFAULTS[f["head_dim"]])
+    d = pick(defaults, WGMMA_DEFAULTS[f.head_dim])
     constraints = _common_constraints(f, s) + _at([
         "HEAD_DIM == 64 or HEAD_DIM == 128",
         "CWG >= 1 and CWG <= 3", "BLOCK_N % 16 == 0 and BLOCK_N <= 256", "STAGES >= 2",
@@ -216,10 +216,10 @@ def attention_wgmma(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     ], s["D"])
     # q, k, v reach the kernel as TMA descriptors: boxes of (rows x 64 columns) x all the head dim's slabs,
     # 128-byte swizzled, rows past the sequence read as zeros
-    maps = [{"kind": "tensormap", "name": f[x], "box_rows": rows, "box_cols": 64, "swizzle": 128}
+    maps = [{"kind": "tensormap", "name": getattr(f, x), "box_rows": rows, "box_cols": 64, "swizzle": 128}
             for x, rows in (("q", WGMMA_ROWS), ("k", "BLOCK_N"), ("v", "BLOCK_N"))]
     args = [*maps, {"name": "out"}, *_args(f, s)[4:]]
-    text = (f"{f['dtype']}): FlashAttention-3 style forward for Hopper (sm_90a). "
+    text = (f"{f.dtype}): FlashAttention-3 style forward for Hopper (sm_90a). "
             "One block per (64 * CWG query rows, batch*head), the longest causal tiles first, of one producer "
             "warpgroup and CWG consumer warpgroups (setmaxnreg moves the producer's registers to the consumers). "
             "The producer issues TMA copies of the Q tile and of BLOCK_N-key K and V tiles into a STAGES-deep ring "
@@ -236,12 +236,12 @@ def attention_wgmma(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
 
 def attention_simt(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     f = _facts(m)
-    if f["dtype"] != "float32":
-        raise ValueError(f"the FFMA kernel takes fp32 inputs (fp32 stays fp32), not {f['dtype']}; bf16 and fp16 "
+    if f.dtype != "float32":
+        raise ValueError(f"the FFMA kernel takes fp32 inputs (fp32 stays fp32), not {f.dtype}; bf16 and fp16 "
                          "go to the tensor-core kernel")
     s = _shapes(f)
     kernel = "attention_simt"
-    src = render("attention_simt.cu.j2", kernel=kernel, causal=f["causal"])
+    src = render("attention_simt.cu.j2", kernel=kernel, causal=f.causal)
     d = pick(defaults, SIMT_DEFAULTS)
     nt = SIMT_THREADS
     constraints = _common_constraints(f, s) + _at([

@@ -19,7 +19,8 @@ from typing import Any, Callable
 
 from kerngen.agent.playbook import build_conv_epi
 from kerngen.agent.playbook.conv_tail_ir import LeafKind, Reduce, Stage, StageKind, Tail
-from kerngen.agent.playbook.match import FamilyMatch, Tensor
+from kerngen.agent.playbook.family import FamilyMatch
+from kerngen.agent.playbook.graph import Tensor
 from kerngen.agent.playbook.render import make_spec, pick, render
 from kerngen.harness.spec.spec import KernelSpec
 
@@ -88,8 +89,8 @@ class _Kernel:
 
 def _conv_match(m: FamilyMatch) -> FamilyMatch:
     """The match conv_epi's builders read: the conv and its epilogue, its output being domain 0."""
-    d0 = m.facts["tail"].domains[0]
-    return FamilyMatch("conv_epi", m.inputs, m.params, [Tensor("out", d0.values, "float32")], dict(m.facts))
+    d0 = m.facts.tail.domains[0]
+    return FamilyMatch("conv_epi", m.inputs, m.params, [Tensor("out", d0.values, "float32")], m.facts)
 
 
 def _what(s: Stage) -> str:
@@ -159,20 +160,20 @@ def _stage(tail: Tail, i: int, s: Stage) -> tuple[str, dict, dict[str, str], lis
 
 
 def _param_checks(m: FamilyMatch) -> list[str]:
-    tail: Tail = m.facts["tail"]
+    tail: Tail = m.facts.tail
     out = []
     for leaf in tail.leaves:
         if leaf.kind == LeafKind.channel:
-            out.append(f"{leaf.ref}.numel == {m.facts['weight']}.shape[0]")
+            out.append(f"{leaf.ref}.numel == {m.facts.weight}.shape[0]")
         elif leaf.kind == LeafKind.scalar:
             out.append(f"{leaf.ref}.numel == 1")
     return sorted(set(out))
 
 
 def conv_tail_spec(variant: str, m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
-    tail: Tail = m.facts["tail"]
+    tail: Tail = m.facts.tail
     conv = CONV_BUILDERS[variant](_conv_match(m), defaults)
-    if (variant == "depthwise") != (m.facts["G"] == m.facts["C"]):
+    if (variant == "depthwise") != (m.facts.G == m.facts.C):
         which = "" if variant == "depthwise" else "non-"
         raise ValueError(f"the {variant} kernel is for {which}depthwise convolutions")
     tun = pick(defaults, {name: d for name, (_, d) in TAIL_TUNABLES.items()})

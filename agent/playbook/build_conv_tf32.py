@@ -30,7 +30,7 @@ from kerngen.agent.playbook.build_tf32 import (ACC_FLOATS, MAX_ACC_FLOATS, MAX_R
 from kerngen.agent.playbook.chain_ir import INPUT, Chain
 from kerngen.agent.playbook.entry import A, P, PAR, Entry
 from kerngen.agent.playbook.epilogue import Epilogue
-from kerngen.agent.playbook.match import FamilyMatch
+from kerngen.agent.playbook.family import FamilyMatch
 from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
 
 __all__ = ["CONV2D_IDEAS", "CONV2D_SPEC_NAME", "CONV_EPI_IDEAS", "DEFAULTS", "VARIANT", "conv2d_tf32x3",
@@ -75,17 +75,17 @@ def _bns(ocg: int) -> list[int]:
 def conv_epi_tf32x3(m: FamilyMatch, defaults: dict[str, int], name: str = SPEC_PREFIX + VARIANT) -> KernelSpec:
     """The 3xTF32 implicit GEMM for a conv_epi match (facts of :mod:`.fam_conv_epi`)."""
     f = m.facts
-    x, w, g = f["x"], f["weight"], f["G"]
+    x, w, g = f.x, f.weight, f.G
     fr = frame(m)
     oh, ow = fr.out_hw
     return igemm_spec(
-        name, fr.what, fr.template_vars, defaults, x=x, g=g, ocg_n=f["OC"] // g, ocg=f"({w}.shape[0] // {g})",
-        k_=f"({x}.shape[1] // {g}) * {f['KH']} * {f['KW']}", positions=f"({oh}) * ({ow})", defines=fr.defines,
+        name, fr.what, fr.template_vars, defaults, x=x, g=g, ocg_n=f.OC // g, ocg=f"({w}.shape[0] // {g})",
+        k_=f"({x}.shape[1] // {g}) * {f.KH} * {f.KW}", positions=f"({oh}) * ({ow})", defines=fr.defines,
         args=fr.args(x, "wt", "ktab"), weight=w, vol=False, flip=False, phases=1,
         checks=fr.checks + [f"{w}.shape[1] >= 2"],  # one input channel per group (depthwise): the depthwise kernel's
         # the k table packs (kh*DH) << 16 | kw*DW; its padding rows sit at kh*DH = 0x7fff, outside the image
-        ktab_limits=[f"({fr.in_h}) + {f['PH']} < 32767", f"{(f['KH'] - 1) * f['DH']} < 32767",
-                     f"{(f['KW'] - 1) * f['DW']} < 65536"])
+        ktab_limits=[f"({fr.in_h}) + {f.PH} < 32767", f"{(f.KH - 1) * f.DH} < 32767",
+                     f"{(f.KW - 1) * f.DW} < 65536"])
 
 
 def igemm_spec(name: str, what: str, template_vars: dict, defaults: dict[str, int], *, x: str, g: int, ocg_n: int,
@@ -137,8 +137,8 @@ def igemm_spec(name: str, what: str, template_vars: dict, defaults: dict[str, in
 def conv2d_tf32x3(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     """The built-in ``conv2d`` family's match (groups 1, dilation 1, no epilogue) as a conv_epi one."""
     f = m.facts
-    lead = f["weight"].rsplit(".", 1)[0]
-    facts = dict(f, x=m.x.name, dims=2, G=1, DH=1, DW=1, epilogue=Epilogue(lead, Chain((), INPUT), ()))
+    lead = f.weight.rsplit(".", 1)[0]
+    facts = f.model_copy(update=dict(x=m.x.name, dims=2, G=1, DH=1, DW=1, epilogue=Epilogue(lead, Chain((), INPUT), ())))
     return conv_epi_tf32x3(FamilyMatch("conv_epi", m.inputs, m.params, m.outputs, facts), defaults, CONV2D_SPEC_NAME)
 
 

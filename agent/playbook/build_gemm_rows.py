@@ -21,12 +21,12 @@ from typing import Any
 
 from kerngen.harness.spec.spec import KernelSpec
 
-from kerngen.agent.playbook.build_gemm import gemm_tiled
+from kerngen.agent.playbook.build_gemm import GemmFacts, gemm_tiled
 from kerngen.agent.playbook.build_gemm_tf32 import gemm_tf32x3
-from kerngen.agent.playbook.chain import live_chain
+from kerngen.agent.playbook.pointwise import live_chain
 from kerngen.agent.playbook.chain_ir import INPUT, Node
 from kerngen.agent.playbook.epilogue import EpIndex, Epilogue, EpParam
-from kerngen.agent.playbook.match import FamilyMatch
+from kerngen.agent.playbook.family import FamilyMatch
 from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
 from kerngen.agent.playbook.row_codegen import RowKernel, compile_rows
 from kerngen.agent.playbook.row_program import RowNode, RowOp, RowProgram
@@ -113,9 +113,9 @@ def split_epilogue(tail: RowTail) -> tuple[Epilogue | None, RowProgram]:
 def _gemm_match(m: FamilyMatch, tail: RowTail, ep: Epilogue | None) -> FamilyMatch:
     ld = tail.lead
     x, w = ld.x, ld.weight
-    facts = dict(kind="gemm", a=x, b=w, trans_a=False, trans_b=ld.trans_b, M=f"{x}.shape[0]", N=ld.n_expr,
-                 K=f"{x}.shape[1]", LDA=f"{x}.shape[1]", LDB=f"{w}.shape[1]", BATCH="1", SA="0", SB="0",
-                 bias=ld.bias, ep=ep, mask="", diag=0, what=tail.lead.what, shape=(1, ld.m, ld.n, ld.k))
+    facts = GemmFacts(kind="gemm", a=x, b=w, trans_a=False, trans_b=ld.trans_b, M=f"{x}.shape[0]", N=ld.n_expr,
+                      K=f"{x}.shape[1]", LDA=f"{x}.shape[1]", LDB=f"{w}.shape[1]", BATCH="1", SA="0", SB="0",
+                      bias=ld.bias, ep=ep, mask="", diag=0, what=tail.lead.what, shape=(1, ld.m, ld.n, ld.k))
     return FamilyMatch("gemm", m.inputs, m.params, m.outputs, facts=facts)
 
 
@@ -128,7 +128,7 @@ def _block(n: int) -> int:
 
 
 def _build(m: FamilyMatch, defaults: dict[str, int], staged: bool, tf32: bool = False) -> KernelSpec:
-    tail: RowTail = m.facts["tail"]
+    tail: RowTail = m.facts.tail
     ep, prog = split_epilogue(tail)
     rows = f"{tail.lead.x}.shape[0]"
     kern: RowKernel = compile_rows(prog, rows, staged)

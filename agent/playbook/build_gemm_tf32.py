@@ -16,7 +16,7 @@ from kerngen.agent.playbook.build_tf32 import (ACC_FLOATS, DEFAULTS, KERNEL, MAX
                                                REGS_EST, REGS_PER_SM, SPLIT_DESCRIPTION, SPLIT_TEXT, SPLIT_VALUES,
                                                TEMPLATE, THREADS, TUNABLES, split_k_of, split_k_plan)
 from kerngen.agent.playbook.entry import A, M, P, PAR, Entry
-from kerngen.agent.playbook.match import FamilyMatch
+from kerngen.agent.playbook.family import FamilyMatch
 from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
 
 __all__ = ["IDEAS", "VARIANT", "gemm_tf32x3"]
@@ -31,21 +31,21 @@ def _p(e: object) -> str:
 
 def gemm_tf32x3(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     f = gemm_facts(m)
-    if f["trans_a"] or f.get("mask"):
+    if f.trans_a or f.mask:
         raise ValueError("the 3xTF32 GEMM reads a row-major A and writes every output (no triangle)")
-    M_, N_, K_, batch = _p(f["M"]), _p(f["N"]), _p(f["K"]), _p(f["BATCH"])
-    trans_b = bool(f["trans_b"])
+    M_, N_, K_, batch = _p(f.M), _p(f.N), _p(f.K), _p(f.BATCH)
+    trans_b = bool(f.trans_b)
     ep_vars, ep_args, formula = epilogue_vars(f)
     split = split_k_of(defaults)
-    src = render(TEMPLATE, kernel=KERNEL, has_bias=bool(f.get("bias")), split_k=split > 1, **ep_vars)
+    src = render(TEMPLATE, kernel=KERNEL, has_bias=bool(f.bias), split_k=split > 1, **ep_vars)
     b_tile = "BN * (BK + 8)" if trans_b else "BK * (BN + 4)"
     smem = f"4 * STAGES * (BM * (BK + 8) + {b_tile})"
     # contiguous operands: the template's row strides are K (A, and B stored [N][K]) and N (B stored [K][N])
     ldb = K_ if trans_b else N_
     constraints = [
-        f"{_p(f['LDA'])} == {K_}", f"{_p(f['LDB'])} == {ldb}",
+        f"{_p(f.LDA)} == {K_}", f"{_p(f.LDB)} == {ldb}",
         f"{M_} % BM == 0", f"{N_} % BN == 0", f"{K_} % BK == 0",
-        f"{_p(f['SA'])} % 4 == 0", f"{_p(f['SB'])} % 4 == 0",  # every batch's operand 16-byte aligned
+        f"{_p(f.SA)} % 4 == 0", f"{_p(f.SB)} % 4 == 0",  # every batch's operand 16-byte aligned
         "BM % WM == 0", "BN % WN == 0", "WM % 16 == 0", "WN % 32 == 0", "BK % 8 == 0",
         f"{THREADS} <= 1024",
         f"(BM * BK // 4) % ({THREADS}) == 0", f"(BK * BN // 4) % ({THREADS}) == 0",
@@ -58,7 +58,7 @@ def gemm_tf32x3(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     ]
     tunables = {k: list(v) for k, v in TUNABLES.items()}
     d = pick(defaults, DEFAULTS)
-    args = ([{"name": f["a"]}, {"name": f["b"]}] + ([{"name": f["bias"]}] if f.get("bias") else []) + ep_args
+    args = ([{"name": f.a}, {"name": f.b}] + ([{"name": f.bias}] if f.bias else []) + ep_args
             + [{"name": "out"}, {"kind": "int32", "value": M_}, {"kind": "int32", "value": N_},
                {"kind": "int32", "value": K_}])
     step = dict(kernel=KERNEL, grid=[f"({M_} // BM) * ({N_} // BN)", 1, batch], block=[THREADS], shared_mem=smem,
@@ -70,12 +70,12 @@ def gemm_tf32x3(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     epi = f", then {formula} in registers" if formula else ""
     return make_spec(
         f"playbook-gemm-{VARIANT}",
-        f"fp32 GEMM {f['what']}{epi} on the tensor cores at fp32 accuracy (3xTF32): operands split into tf32 "
+        f"fp32 GEMM {f.what}{epi} on the tensor cores at fp32 accuracy (3xTF32): operands split into tf32 "
         "hi + lo, lo*hi + hi*lo + hi*hi per k8 step with mma.sync m16n8k8, per-k-tile fp32 partial sums, "
         "cp.async STAGES-deep ring, conflict-free fragment loads, the epilogue applied before each store"
         + (SPLIT_DESCRIPTION if split > 1 else ""),
         src, tunables, d,
-        defines=dict(TRANS_B=int(trans_b), SA=_p(f["SA"]), SB=_p(f["SB"])),
+        defines=dict(TRANS_B=int(trans_b), SA=_p(f.SA), SB=_p(f.SB)),
         constraints=constraints + plan["constraints"], scratch=plan.get("scratch", []),
         steps=plan["steps"],
     )

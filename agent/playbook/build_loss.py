@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 from kerngen.harness.spec.spec import KernelSpec
 
-from kerngen.agent.playbook.match import FamilyMatch, Tensor
+from kerngen.agent.playbook.family import FamilyMatch
+from kerngen.agent.playbook.graph import Tensor
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.render import make_spec, pick, render
 
@@ -122,7 +123,7 @@ def term_layout(inputs: list[tuple[Tensor, str]], shape: tuple[int, ...]) -> Ter
 # ----------------------------------------------------------------------------------------------
 def _post_text(f: dict) -> str:
     """The scalar epilogue for a description ("" when the loss is the reduced value itself)."""
-    return "" if f["post_formula"] == "s" else f", then {f['post_formula']}"
+    return "" if f.post_formula == "s" else f", then {f.post_formula}"
 
 
 def _final_step(kernel: str, nparts: str, div: str, count: bool) -> dict:
@@ -133,15 +134,15 @@ def _final_step(kernel: str, nparts: str, div: str, count: bool) -> dict:
 
 def term_loss(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     f = m.facts
-    if f.get("kind") != "term":
-        raise ValueError(f"the term kernel sums elementwise terms; {f.get('loss', 'this loss')} reduces each row "
+    if f.kind != "term":
+        raise ValueError(f"the term kernel sums elementwise terms; {f.loss or 'this loss'} reduces each row "
                          "first (variant rows)")
     by_name = {t.name: t for t in m.inputs}
-    lay = term_layout([(by_name[name], var) for name, var in f["terms"]], tuple(f["term_shape"]))
+    lay = term_layout([(by_name[name], var) for name, var in f.terms], tuple(f.term_shape))
     ins = [dict(ptr=f"in{k}", var=i.var, mode=i.mode, k=k) for k, i in enumerate(lay.inputs)]
     kernel, final = "loss_term_partial", "loss_term_final"
-    src = render("loss_term.cu.j2", dtype="float32", kernel=kernel, final_kernel=final, ins=ins, body=f["body"],
-                 expr=f["expr"], post_body=f["post_body"], post_expr=f["post_expr"], count=False, by_count=False)
+    src = render("loss_term.cu.j2", dtype="float32", kernel=kernel, final_kernel=final, ins=ins, body=f.body,
+                 expr=f.expr, post_body=f.post_body, post_expr=f.post_expr, count=False, by_count=False)
     # one pass (GRID 0) by default: the elementwise kernel measured a capped grid-stride loop 20% slower
     # (H200), and 16-byte loads of UNROLL groups per thread keep enough bytes in flight
     d = pick(defaults, dict(BLOCK=256, UNROLL=4, GRID=0, HINT=0, FBLOCK=1024))
@@ -151,11 +152,11 @@ def term_loss(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     for k, i in enumerate(lay.inputs):
         if i.mode in BROADCAST_MODES:
             defines[f"IN{k}_INNER"], defines[f"IN{k}_SIZE"] = i.inner, i.size
-    div = _prod([lay.dims[d] for d in f["div_dims"]])
+    div = _prod([lay.dims[d] for d in f.div_dims])
     args = [{"name": i.name} for i in lay.inputs] + [{"name": "part"}, {"kind": "int64", "value": "NTERMS"}]
     return make_spec(
         f"playbook-{FAMILY}-term",
-        f"{f['loss']}: one pass over the inputs ({', '.join(f'{i.name} {i.mode}' for i in lay.inputs)}), UNROLL "
+        f"{f.loss}: one pass over the inputs ({', '.join(f'{i.name} {i.mode}' for i in lay.inputs)}), UNROLL "
         "16-byte groups a thread, the term in fp32 registers, UNROLL accumulators a thread and a block sum into "
         "one partial per block; a one-block launch sums the partials in a fixed order (deterministic) and "
         f"divides by {div}{_post_text(f)}",
@@ -172,42 +173,42 @@ def term_loss(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
 
 def rows_loss(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     f = m.facts
-    kind = f.get("kind")
+    kind = f.kind
     if kind not in ROW_KINDS:
-        raise ValueError(f"the row kernel serves cross entropy and the triplet margin loss; {f.get('loss')} is a sum "
+        raise ValueError(f"the row kernel serves cross entropy and the triplet margin loss; {f.loss} is a sum "
                          "of elementwise terms (variant term)")
-    first = f["inputs"][0]
+    first = f.inputs[0]
     x = next(t for t in m.inputs if t.name == first)
     ncols, nrows = f"{x.name}.shape[1]", f"{x.name}.shape[0]"
     vec = x.shape[1] % VEC == 0
     ce = kind == "cross_entropy"
     kernel, final = f"loss_{kind}_rows", f"loss_{kind}_final"
-    opts: dict = dict(ignore_index=int(f.get("ignore_index", -100)), margin=f32_literal(f.get("margin", 0.0)),
-                      eps=f32_literal(f.get("eps", 0.0)), swap=bool(f.get("swap", False)))
-    p = float(f.get("p", 2.0))
+    opts: dict = dict(ignore_index=int(f.ignore_index), margin=f32_literal(f.margin),
+                      eps=f32_literal(f.eps), swap=bool(f.swap))
+    p = float(f.p)
     opts.update(norm="2" if p == 2.0 else "1" if p == 1.0 else "p", p=f32_literal(p))
     src = render("loss_rows.cu.j2", dtype="float32", kernel=kernel, final_kernel=final, mode=kind, vec=vec,
-                 count=ce, by_count=f["by_count"], post_body=f["post_body"], post_expr=f["post_expr"],
+                 count=ce, by_count=f.by_count, post_body=f.post_body, post_expr=f.post_expr,
                  **opts)
     # a warp a row: the KernelBench rows (4096 and 8192 floats) are 32-64 16-byte loads a thread per input
     d = pick(defaults, dict(TPR=32, BLOCK=256, UNROLL=4, GRID=0, HINT=0, FBLOCK=1024))
     groups = f"cdiv({nrows}, BLOCK // TPR)"
     grid = f"max(1, {groups} if GRID == 0 else min(GRID, {groups}))"
-    args = [{"name": name} for name in f["inputs"]] + [{"name": "part"}]
+    args = [{"name": name} for name in f.inputs] + [{"name": "part"}]
     args += ([{"name": "cnt"}] if ce else []) + [{"kind": "int64", "value": nrows}]
     scratch = [dict(name="part", dtype="float32", size=grid)]
     if ce:
         scratch.append(dict(name="cnt", dtype="int64", size=grid))
-    div = nrows if f["reduction"] == "mean" and not f["by_count"] else "1"  # by_count: the final launch counts
+    div = nrows if f.reduction == "mean" and not f.by_count else "1"  # by_count: the final launch counts
     what = ("cross entropy: per row a log-sum-exp by online (max, sum) in one pass, minus the target's logit"
             if ce else "triplet margin loss: per row the p-norm distances anchor-positive and anchor-negative "
             f"({'and positive-negative, ' if opts['swap'] else ''}eps inside the norm), margin, clamp")
     if ce:  # logits (N, C), int64 targets (N,)
-        target = f["inputs"][1]
+        target = f.inputs[1]
         cons = [f"{x.name}.ndim == 2", f"{target}.ndim == 1", f"{target}.shape[0] == {nrows}"]
     else:  # anchor, positive, negative: (N, D) each
-        cons = [f"{t}.ndim == 2" for t in f["inputs"]]
-        cons += [f"{t}.shape[{k}] == {x.name}.shape[{k}]" for t in f["inputs"][1:] for k in (0, 1)]
+        cons = [f"{t}.ndim == 2" for t in f.inputs]
+        cons += [f"{t}.shape[{k}] == {x.name}.shape[{k}]" for t in f.inputs[1:] for k in (0, 1)]
     cons += ["BLOCK % TPR == 0", "TPR <= BLOCK", f"{groups} < 2**31", f"({ncols}) < 2**31"]
     if vec:
         cons.append(f"({ncols}) % {VEC} == 0")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from kerngen.harness.spec.spec import KernelSpec
 
-from kerngen.agent.playbook.match import FamilyMatch
+from kerngen.agent.playbook.family import FamilyMatch
 from kerngen.agent.playbook.render import make_spec, pick, render, shape_prod
 
 __all__ = ["KINDS", "STATS_KINDS", "VARIANTS", "norm_affine", "norm_fused", "norm_split", "spec_name"]
@@ -65,11 +65,11 @@ def _shape(m: FamilyMatch) -> Shape:
 
 def _groups(m: FamilyMatch, sh: Shape) -> tuple[str, str, str]:
     """(statistics groups, segments, vectors per segment) of a statistics kind (norm_common.cu.j2)."""
-    kind = m.facts["kind"]
+    kind = m.facts.kind
     if kind == "instance":
         return sh.planes, sh.planes, sh.plane_vectors
     if kind == "group":
-        g = int(m.facts["groups"])
+        g = int(m.facts.groups)
         return f"({sh.n} * {g})", f"({sh.n} * {g})", f"(({sh.c} // {g}) * ({sh.s}) // VEC)"
     if kind == "batch":
         return sh.c, sh.planes, sh.plane_vectors
@@ -78,16 +78,16 @@ def _groups(m: FamilyMatch, sh: Shape) -> tuple[str, str, str]:
 
 def _coef_planes(m: FamilyMatch, sh: Shape) -> str:
     """How many (scale, shift) pairs there are: per channel (batch norm) or per plane."""
-    return sh.c if m.facts["kind"] in ("running", "batch") else sh.planes
+    return sh.c if m.facts.kind in ("running", "batch") else sh.planes
 
 
 def _common_vars(m: FamilyMatch) -> dict:
-    return dict(kind=m.facts["kind"], groups=int(m.facts.get("groups") or 1), eps=repr(float(m.facts["eps"])),
-                has_weight=bool(m.facts.get("weight")), has_bias=bool(m.facts.get("bias")))
+    return dict(kind=m.facts.kind, groups=int(m.facts.groups or 1), eps=repr(float(m.facts.eps)),
+                has_weight=bool(m.facts.weight), has_bias=bool(m.facts.bias))
 
 
 def _param_args(m: FamilyMatch) -> list[dict]:
-    return [{"name": m.facts[k]} for k in ("weight", "bias") if m.facts.get(k)]
+    return [{"name": getattr(m.facts, k)} for k in ("weight", "bias") if getattr(m.facts, k)]
 
 
 def _vec_default(sh: Shape) -> int:
@@ -113,14 +113,14 @@ APPLY_TUNABLES = dict(VEC=[1, 4], ABLOCK=BLOCKS, UNROLL=[1, 2, 4, 8], FLAT=[0, 1
 
 # ---------------------------------------------------------------------------------------------
 def norm_affine(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
-    if m.facts["kind"] != "running":
-        raise ValueError(f"{_WHAT[m.facts['kind']]} needs statistics of the input: the split or fused variant")
+    if m.facts.kind != "running":
+        raise ValueError(f"{_WHAT[m.facts.kind]} needs statistics of the input: the split or fused variant")
     sh = _shape(m)
     vec = _vec_default(sh)
     d = pick(defaults, dict(VEC=vec, ABLOCK=256, UNROLL=4, FLAT=_flat_default(sh, vec, 256, 4), CACHE_HINT=0))
     kernel = "norm_affine"
     src = render("norm_affine.cu.j2", kernel_apply=kernel, **_common_vars(m))
-    args = [{"name": sh.x}, {"name": m.facts["running_mean"]}, {"name": m.facts["running_var"]}, *_param_args(m),
+    args = [{"name": sh.x}, {"name": m.facts.running_mean}, {"name": m.facts.running_var}, *_param_args(m),
             {"name": "out"}]
     grid = _apply_grid(sh)
     return make_spec(
@@ -148,7 +148,7 @@ def norm_split(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     nchk = f"cdiv({segv}, BLOCK * ITEMS)"
     stats_grid = f"{nseg} * {nchk}"
     apply_grid = _apply_grid(sh)
-    kind = m.facts["kind"]
+    kind = m.facts.kind
     return make_spec(
         spec_name("split"),
         f"{_WHAT[kind]} in three launches: (1) a block per chunk of BLOCK * ITEMS vectors of a contiguous "
@@ -178,10 +178,10 @@ def norm_fused(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     d = pick(defaults, dict(VEC=_vec_default(sh), BLOCK=512, UNROLL=4, REV=1, CACHE_HINT=0))
     kernel = "norm_fused"
     src = render("norm_fused.cu.j2", kernel=kernel, **_common_vars(m))
-    kind = m.facts["kind"]
+    kind = m.facts.kind
     constraints = [*_base_constraints(sh), f"{ngrp} < 2**31", "BLOCK * UNROLL * VEC <= 32768"]
     if kind == "group":
-        constraints.append(f"{sh.c} // {int(m.facts['groups'])} <= {CPG_SMEM_MAX}")
+        constraints.append(f"{sh.c} // {int(m.facts.groups)} <= {CPG_SMEM_MAX}")
     return make_spec(
         spec_name("fused"),
         f"{_WHAT[kind]} in one launch: a block per statistics group reads the group (UNROLL vectors a thread in "

@@ -9,9 +9,11 @@ over the bound tensors, so the spec follows the shapes it is resolved against.
 
 from __future__ import annotations
 
+from typing import Any
+
 from kerngen.harness.spec.spec import KernelSpec
 
-from kerngen.agent.playbook.match import FamilyMatch
+from kerngen.agent.playbook.family import FamilyMatch
 from kerngen.agent.playbook.render import make_spec, pick, render
 
 __all__ = ["pool_window", "window_defaults"]
@@ -35,13 +37,13 @@ def _overlaps(k: int, s: int, d: int) -> bool:
     return s < (k - 1) * d + 1
 
 
-def window_defaults(facts: dict) -> dict[str, int]:
+def window_defaults(facts: Any) -> dict[str, int]:
     """Outputs per thread: wide along W where windows overlap there (a 1-D pool has only W), a few
     rows along H where they overlap in H; slices along D stay 1 (the L1/L2 catch those)."""
-    nd = facts["nd"]
-    _, kh, kw = _three(facts["kernel"], 1)
-    _, sh, sw = _three(facts["stride"], 1)
-    _, dh, dw = _three(facts["dilation"], 1)
+    nd = facts.nd
+    _, kh, kw = _three(facts.kernel, 1)
+    _, sh, sw = _three(facts.stride, 1)
+    _, dh, dw = _three(facts.dilation, 1)
     if _overlaps(kw, sw, dw):
         opt = 8 if nd == 1 else 4
     else:
@@ -54,9 +56,9 @@ def window_defaults(facts: dict) -> dict[str, int]:
 
 def pool_window(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     f = m.facts
-    x, nd = m.x, f["nd"]
-    k, s = _three(f["kernel"], 1), _three(f["stride"], 1)
-    p, d = _three(f["padding"], 0), _three(f["dilation"], 1)
+    x, nd = m.x, f.nd
+    k, s = _three(f.kernel, 1), _three(f.stride, 1)
+    p, d = _three(f.padding, 0), _three(f.dilation, 1)
     rank = len(x.shape)
     lead = rank - nd
     # the input's and the output's spatial dims as (depth, height, width); missing outer dims are 1
@@ -65,25 +67,25 @@ def pool_window(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     planes = f"({x.name}.numel // ({ins[0]} * {ins[1]} * {ins[2]}))"
     groups = [f"cdiv({outs[0]}, OPD)", f"cdiv({outs[1]}, OPH)", f"cdiv({outs[2]}, OPT)"]
     total = f"({planes} * {groups[0]} * {groups[1]} * {groups[2]})"
-    kernel = f"{f['mode']}_pool{nd}d"
-    src = render("pool_window.cu.j2", kernel=kernel, mode=f["mode"], k=k, s=s, p=p, d=d,
-                 count_include_pad=bool(f["count_include_pad"]))
+    kernel = f"{f.mode}_pool{nd}d"
+    src = render("pool_window.cu.j2", kernel=kernel, mode=f.mode, k=k, s=s, p=p, d=d,
+                 count_include_pad=bool(f.count_include_pad))
     d0 = pick(defaults, window_defaults(f))
     # PyTorch's output size per spatial dim: the kernel trusts OD/OH/OW, so the shapes must agree
     shape_ok = []
     for i in range(nd):
         n, o = f"{x.name}.shape[{lead + i}]", f"out.shape[{lead + i}]"
-        ki, si, pi, di = f["kernel"][i], f["stride"][i], f["padding"][i], f["dilation"][i]
-        cnt = f"(({n} + {2 * pi - di * (ki - 1) - 1 + (si - 1 if f['ceil_mode'] else 0)}) // {si} + 1)"
-        if f["ceil_mode"]:
+        ki, si, pi, di = f.kernel[i], f.stride[i], f.padding[i], f.dilation[i]
+        cnt = f"(({n} + {2 * pi - di * (ki - 1) - 1 + (si - 1 if f.ceil_mode else 0)}) // {si} + 1)"
+        if f.ceil_mode:
             cnt = f"({cnt} - 1 if ({cnt} - 1) * {si} >= {n} + {pi} else {cnt})"
         shape_ok.append(f"{o} == {cnt}")
-    what = "max (NaN-propagating)" if f["mode"] == "max" else (
-        "average (divisor with padding)" if f["count_include_pad"] else "average (divisor without padding)")
+    what = "max (NaN-propagating)" if f.mode == "max" else (
+        "average (divisor with padding)" if f.count_include_pad else "average (divisor without padding)")
     return make_spec(
         "playbook-pool-window",
-        f"{what} pooling {nd}-D, kernel {f['kernel']} stride {f['stride']} padding {f['padding']} dilation "
-        f"{f['dilation']}{' ceil_mode' if f['ceil_mode'] else ''}: a thread per OPD x OPH x OPT outputs, each "
+        f"{what} pooling {nd}-D, kernel {f.kernel} stride {f.stride} padding {f.padding} dilation "
+        f"{f.dilation}{' ceil_mode' if f.ceil_mode else ''}: a thread per OPD x OPH x OPT outputs, each "
         "input row under their windows loaded once into registers and folded into every output it feeds; "
         "threads inside the input skip the bounds checks",
         src,

@@ -27,7 +27,7 @@ import math
 
 from kerngen.harness.spec.spec import KernelSpec
 
-from kerngen.agent.playbook.match import FamilyMatch
+from kerngen.agent.playbook.family import FamilyMatch
 from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render, shape_prod
 
 __all__ = ["ARG_COMBINES", "COMBINES", "EPILOGUES", "PROLOGUES", "SPEC_PREFIXES", "cols", "rows", "split"]
@@ -65,7 +65,7 @@ def epilogue_c(steps: list) -> list[str]:
 def _geometry(m: FamilyMatch) -> dict[str, str]:
     """OUTER, RLEN, INNER as expressions over the input's shape (the reduced dims are lo..hi)."""
     x = m.x
-    lo, hi = m.facts["dims"]
+    lo, hi = m.facts.dims
     nd = len(x.shape)
     return {"OUTER": shape_prod(x.name, range(0, lo)), "RLEN": shape_prod(x.name, range(lo, hi + 1)),
             "INNER": shape_prod(x.name, range(hi + 1, nd))}
@@ -73,23 +73,23 @@ def _geometry(m: FamilyMatch) -> dict[str, str]:
 
 def _sizes(m: FamilyMatch) -> tuple[int, int, int]:
     x = m.x
-    lo, hi = m.facts["dims"]
+    lo, hi = m.facts.dims
     return math.prod(x.shape[:lo]), math.prod(x.shape[lo:hi + 1]), math.prod(x.shape[hi + 1:])
 
 
 def _common_vars(m: FamilyMatch) -> dict[str, object]:
     f = m.facts
-    return dict(dtype="float32", combine=f["combine"], arg=f["combine"] in ARG_COMBINES,
-                prologue=PROLOGUES[f["prologue"]],
-                epilogue=epilogue_c(f["epilogue"]), normalize=bool(f["normalize"]))
+    return dict(dtype="float32", combine=f.combine, arg=f.combine in ARG_COMBINES,
+                prologue=PROLOGUES[f.prologue],
+                epilogue=epilogue_c(f.epilogue), normalize=bool(f.normalize))
 
 
 def _acc_bytes(m: FamilyMatch) -> int:
-    return 16 if m.facts["combine"] in ARG_COMBINES else 4  # struct {float; long long} is 16 bytes
+    return 16 if m.facts.combine in ARG_COMBINES else 4  # struct {float; long long} is 16 bytes
 
 
 def _name(m: FamilyMatch, variant: str) -> str:
-    return SPEC_PREFIXES[variant] + m.facts["op"].replace("_", "-")
+    return SPEC_PREFIXES[variant] + m.facts.op.replace("_", "-")
 
 
 def _pow2_at_most(n: float, lo: int, hi: int) -> int:
@@ -100,14 +100,14 @@ def _pow2_at_most(n: float, lo: int, hi: int) -> int:
 
 
 def _what(m: FamilyMatch) -> str:
-    return m.facts.get("formula", m.facts["op"])
+    return (m.facts.formula or m.facts.op)
 
 
 # ---------------------------------------------------------------------------------------------
 def rows(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     geo = _geometry(m)
     _, rlen, _ = _sizes(m)
-    normalize = bool(m.facts["normalize"])
+    normalize = bool(m.facts.normalize)
     tpr = _pow2_at_most(rlen / 4 / 8, 4, 1024)  # ~8 vectors a thread before the tree
     block = max(tpr, 256)
     row_kb = rlen * 4 // 1024
@@ -117,7 +117,7 @@ def rows(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     d = pick(defaults, dict(TPR=tpr, BLOCK=block, UNROLL=4, HINT=0, CACHE_KB=cache))
     if d["CACHE_KB"] and d["TPR"] != d["BLOCK"]:  # several rows a block asked for: they share no cache
         d["CACHE_KB"] = 0
-    kernel = f"reduce_{m.facts['op']}_rows"
+    kernel = f"reduce_{m.facts.op}_rows"
     src = render("reduce_rows.cu.j2", kernel=kernel, **_common_vars(m))
     tunables = dict(TPR=[4, 8, 16, 32, 64, 128, 256, 512, 1024], BLOCK=[128, 256, 512, 1024], UNROLL=[1, 2, 4, 8],
                     HINT=[0, 1], CACHE_KB=[0, 32, 64, 96, 128, 160, 200])
@@ -156,12 +156,12 @@ def cols(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     tx = _pow2_at_most(inner / (4 if vec else 1), 4, 32)
     ty = max(32 // tx, min(256 // tx, _pow2_at_most(rlen, 1, 256)))  # at least a warp a block
     d = pick(defaults, dict(TX=tx, TY=ty, UNROLL=4, VEC=vec, HINT=0))
-    kernel = f"reduce_{m.facts['op']}_cols"
+    kernel = f"reduce_{m.facts.op}_cols"
     src = render("reduce_cols.cu.j2", kernel=kernel, **_common_vars(m))
     acc = _acc_bytes(m)
     vw = "(4 if VEC else 1)"
     nib = f"cdiv({geo['INNER']}, TX * {vw})"
-    normalize = bool(m.facts["normalize"])
+    normalize = bool(m.facts.normalize)
     return make_spec(
         _name(m, "cols"),
         f"{_what(m)}, reduced over a strided dim: TX threads along the contiguous inner dims (coalesced, 16-byte loads "
@@ -190,9 +190,9 @@ def split(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     want = max(2, 8 * SMS // max(outer, 1))
     nch = _pow2_at_most(min(want, max(2, rlen // (block * 4 * u))), 2, 4096)
     d = pick(defaults, dict(BLOCK=block, UNROLL=u, NCH=nch, HINT=0))
-    arg = m.facts["combine"] in ARG_COMBINES
-    normalize = bool(m.facts["normalize"])
-    kp, kf = f"reduce_{m.facts['op']}_part", f"reduce_{m.facts['op']}_{'scale' if normalize else 'finish'}"
+    arg = m.facts.combine in ARG_COMBINES
+    normalize = bool(m.facts.normalize)
+    kp, kf = f"reduce_{m.facts.op}_part", f"reduce_{m.facts.op}_{'scale' if normalize else 'finish'}"
     src = render("reduce_split.cu.j2", kernel_part=kp, kernel_finish=kf, **_common_vars(m))
     span = f"round_up(cdiv({geo['RLEN']}, NCH), 4)"
     nchr = f"cdiv({geo['RLEN']}, {span})"

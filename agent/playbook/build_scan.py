@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kerngen.harness.spec.spec import KernelSpec
 
-from kerngen.agent.playbook.match import FamilyMatch
+from kerngen.agent.playbook.family import FamilyMatch
 from kerngen.agent.playbook.render import make_spec, pick, render, shape_prod
 
 __all__ = ["rows_defaults", "scan_cols", "scan_rows", "scan_split", "split_defaults"]
@@ -21,33 +21,33 @@ SPLIT_FEW_ROWS = 1024
 
 def _view(m: FamilyMatch) -> dict[str, str]:
     """Expressions of the (outer, L, inner) view, the output length and the offset of the first x read."""
-    f, x = m.facts, m.facts["x"]
-    rank, dim = len(m.tensors()[x]), f["dim"]
+    f, x = m.facts, m.facts.x
+    rank, dim = len(m.tensors()[x]), f.dim
     return {"NOUTER": shape_prod(x, range(dim)), "LIN": f"{x}.shape[{dim}]", "NINNER": shape_prod(x, range(dim + 1, rank)),
-            "LOUT": f"out.shape[{dim}]", "XOFF": str(f["start"])}
+            "LOUT": f"out.shape[{dim}]", "XOFF": str(f.start)}
 
 
 def _args(m: FamilyMatch) -> list[dict]:
-    args = [{"name": m.facts["x"]}]
-    if m.facts["mask"]:
-        args.append({"name": m.facts["mask"]})
+    args = [{"name": m.facts.x}]
+    if m.facts.mask:
+        args.append({"name": m.facts.mask})
     return args
 
 
 def _describe(m: FamilyMatch) -> str:
     f = m.facts
-    masked = f" of {f['x']} * {f['mask']} ({f['mask_dtype']} mask)" if f["mask"] else ""
-    return f"{f['form']} cum{f['op']}{masked} along dim {f['dim']}"
+    masked = f" of {f.x} * {f.mask} ({f.mask_dtype} mask)" if f.mask else ""
+    return f"{f.form} cum{f.op}{masked} along dim {f.dim}"
 
 
 def _source(m: FamilyMatch, template: str, **names: object) -> str:
     f = m.facts
-    return render(template, op=f["op"], reverse=bool(f["reverse"]), exclusive=bool(f["exclusive"]),
-                  mask=f["mask_dtype"] or "", **names)
+    return render(template, op=f.op, reverse=bool(f.reverse), exclusive=bool(f.exclusive),
+                  mask=f.mask_dtype or "", **names)
 
 
 def _row_len(m: FamilyMatch) -> int:
-    return m.tensors()["out"][m.facts["dim"]]
+    return m.tensors()["out"][m.facts.dim]
 
 
 def rows_defaults(length: int, vec: int) -> dict[str, int]:
@@ -77,8 +77,8 @@ def _vec_ok(v: dict[str, str]) -> str:
 
 
 def _vec_default(m: FamilyMatch) -> int:
-    f, shape = m.facts, m.tensors()[m.facts["x"]]
-    return 4 if shape[f["dim"]] % 4 == 0 and _row_len(m) % 4 == 0 and f["start"] % 4 == 0 else 1
+    f, shape = m.facts, m.tensors()[m.facts.x]
+    return 4 if shape[f.dim] % 4 == 0 and _row_len(m) % 4 == 0 and f.start % 4 == 0 else 1
 
 
 ROW_TUNABLES = dict(TPR=[32, 64, 128, 256, 512, 1024], BLOCK=[32, 64, 128, 256, 512, 1024], ITEMS=[1, 2, 4, 8], VEC=[1, 4],
@@ -87,7 +87,7 @@ ROW_TUNABLES = dict(TPR=[32, 64, 128, 256, 512, 1024], BLOCK=[32, 64, 128, 256, 
 
 def scan_rows(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     v = _view(m)
-    kernel = f"cum{m.facts['op']}_rows"
+    kernel = f"cum{m.facts.op}_rows"
     d = pick(defaults, rows_defaults(_row_len(m), _vec_default(m)))
     return make_spec(
         "playbook-scan-rows",
@@ -108,7 +108,7 @@ def scan_rows(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
 
 def scan_split(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     v = _view(m)
-    op = m.facts["op"]
+    op = m.facts.op
     kr, ko, ks = f"cum{op}_chunk_totals", f"cum{op}_chunk_offsets", f"cum{op}_chunks"
     d = pick(defaults, split_defaults(_row_len(m), _vec_default(m)))
     chunk = "(CHUNK_TILES * TPR * ITEMS * VEC)"
@@ -135,10 +135,10 @@ def scan_split(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
 
 
 def scan_cols(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
-    if m.facts["dim"] == len(m.tensors()[m.facts["x"]]) - 1:
+    if m.facts.dim == len(m.tensors()[m.facts.x]) - 1:
         raise ValueError("the scanned dim is the innermost: no columns for the column kernel (the rows kernel's case)")
     v = _view(m)
-    kernel = f"cum{m.facts['op']}_cols"
+    kernel = f"cum{m.facts.op}_cols"
     d = pick(defaults, dict(BLOCK=256, UNROLL=4, CACHE_HINT=0))
     ncols = f"({v['NOUTER']}) * ({v['NINNER']})"
     return make_spec(

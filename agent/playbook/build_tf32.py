@@ -23,7 +23,7 @@ from __future__ import annotations
 from kerngen.harness.spec.spec import KernelSpec
 
 from kerngen.agent.playbook.entry import A, M, P, PAR, Entry
-from kerngen.agent.playbook.match import FamilyMatch
+from kerngen.agent.playbook.family import FamilyMatch
 from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
 
 __all__ = ["DEFAULTS", "NO_FLUSH", "PADDED_SPEC_NAME", "PADDED_VARIANT", "SPEC_NAME", "SPLIT_VALUES", "TERMS_PLAIN", "TERMS_SPLIT",

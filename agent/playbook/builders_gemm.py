@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from kerngen.harness.spec.spec import KernelSpec
 
-from kerngen.agent.playbook.match import FamilyMatch
+from kerngen.agent.playbook.family import FamilyMatch
 from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
 
 
@@ -15,46 +15,46 @@ from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
 def _conv_out_exprs(m: FamilyMatch) -> tuple[str, str]:
     """(OH, OW) of the conv as expressions over the bound input's shape."""
     f, x = m.facts, m.x.name
-    return (f"({x}.shape[2] + {2 * f['PH']} - {f['KH']}) // {f['SH']} + 1",
-            f"({x}.shape[3] + {2 * f['PW']} - {f['KW']}) // {f['SW']} + 1")
+    return (f"({x}.shape[2] + {2 * f.PH} - {f.KH}) // {f.SH} + 1",
+            f"({x}.shape[3] + {2 * f.PW} - {f.KW}) // {f.SW} + 1")
 
 
 def _conv_defines(m: FamilyMatch) -> dict[str, str | int]:
     f = m.facts
     x = m.x.name
-    w = f["weight"]
+    w = f.weight
     return {
         "N_": f"{x}.shape[0]", "C_": f"{x}.shape[1]", "H_": f"{x}.shape[2]", "W_": f"{x}.shape[3]",
-        "OC_": f"{w}.shape[0]", "KH_": f["KH"], "KW_": f["KW"], "SH_": f["SH"], "SW_": f["SW"],
-        "PH_": f["PH"], "PW_": f["PW"],
+        "OC_": f"{w}.shape[0]", "KH_": f.KH, "KW_": f.KW, "SH_": f.SH, "SW_": f.SW,
+        "PH_": f.PH, "PW_": f.PW,
         "OH_": _conv_out_exprs(m)[0], "OW_": _conv_out_exprs(m)[1],
     }
 
 
 def _conv_checks(m: FamilyMatch) -> list[str]:
     f = m.facts
-    x, w = m.x.name, f["weight"]
-    return [f"{x}.ndim == 4", f"{x}.shape[1] == {w}.shape[1]", f"{w}.shape[2] == {f['KH']}", f"{w}.shape[3] == {f['KW']}",
+    x, w = m.x.name, f.weight
+    return [f"{x}.ndim == 4", f"{x}.shape[1] == {w}.shape[1]", f"{w}.shape[2] == {f.KH}", f"{w}.shape[3] == {f.KW}",
             f"{x}.shape[0] <= 65535", f"{_conv_out_exprs(m)[0]} >= 1", f"{_conv_out_exprs(m)[1]} >= 1"]
 
 
 def conv2d_direct(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     f = m.facts
-    x, w = m.x.name, f["weight"]
-    has_b = bool(f.get("bias"))
+    x, w = m.x.name, f.weight
+    has_b = bool(f.bias)
     kernel = "conv2d_direct"
     src = render("conv2d_direct.cu.j2", kernel=kernel, has_bias=has_b)
-    oc = f["OC"]
+    oc = f.OC
     ocb = next((v for v in (48, 32, 64, 16, 96) if oc % v == 0), 4 if oc % 4 == 0 else 0)
     if not ocb:
         ocb = 4
     oct_ = 16 if ocb % 16 == 0 else (8 if ocb % 8 == 0 else 4)
     d = pick(defaults, dict(TW=16, TH=8, PTY=4, OCB=ocb, OCT=oct_, CCH=1))
-    c = f["C"]
+    c = f.C
     cpatch = "SH_ * SW_ * cdiv((TH - 1) * SH_ + KH_, SH_) * cdiv((TW - 1) * SW_ + KW_, SW_)"
     smem = f"4 * (round_up(CCH * {cpatch}, 4) + CCH * KH_ * KW_ * OCB)"
-    smem_c = smem.replace("SH_", str(f["SH"])).replace("SW_", str(f["SW"])).replace("KH_", str(f["KH"])).replace("KW_", str(f["KW"]))
-    args = [{"name": x}, {"name": w}] + ([{"name": f["bias"]}] if has_b else []) + [{"name": "out"}]
+    smem_c = smem.replace("SH_", str(f.SH)).replace("SW_", str(f.SW)).replace("KH_", str(f.KH)).replace("KW_", str(f.KW))
+    args = [{"name": x}, {"name": w}] + ([{"name": f.bias}] if has_b else []) + [{"name": "out"}]
     ocbs = sorted({v for v in (4, 8, 12, 16, 24, 32, 48, 64, 96, 128, oc) if oc % v == 0 and v % 4 == 0 and v <= 256})
     return make_spec(
         "playbook-conv2d-direct",
@@ -79,23 +79,23 @@ def conv2d_direct(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
 
 def conv2d_igemm(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     f = m.facts
-    x, w = m.x.name, f["weight"]
-    has_b = bool(f.get("bias"))
+    x, w = m.x.name, f.weight
+    has_b = bool(f.bias)
     kp, km = "conv2d_pack", "conv2d_igemm"
     src = render("conv2d_igemm.cu.j2", kernel_pack=kp, kernel_main=km, has_bias=has_b)
-    oc = f["OC"]
+    oc = f.OC
     bn = next((v for v in (96, 64, 128, 48, 32) if oc % v == 0), 32)
     # default: the optimum of an exhaustive tuning (1152 configs) on an H200 at the suite's shape,
     # 0.6225 ms = 1.72x eager; shapes whose OC does not split by 96 fall back to TN 8
     d = pick(defaults, dict(BM=128, BN=bn, TM=8, TN=12 if bn % 12 == 0 else 8, BK=16, STAGES=4, MIN_BLOCKS=1))
     defs = _conv_defines(m)
-    k_ = f"{x}.shape[1] * {f['KH']} * {f['KW']}"
+    k_ = f"{x}.shape[1] * {f.KH} * {f.KW}"
     defs.update(K_=k_, KP=f"round_up({k_}, BK)", OCP=f"round_up({w}.shape[0], BN)")
     nt = "(BM // TM) * (BN // TN)"
     smem = f"4 * STAGES * BK * (BM + BN) + 8 * round_up({k_}, BK)"
     oh, ow = _conv_out_exprs(m)
     m_tot = f"{x}.shape[0] * ({oh}) * ({ow})"
-    args = [{"name": x}, {"name": "wt"}, {"name": "ktab"}] + ([{"name": f["bias"]}] if has_b else []) + [{"name": "out"}]
+    args = [{"name": x}, {"name": "wt"}, {"name": "ktab"}] + ([{"name": f.bias}] if has_b else []) + [{"name": "out"}]
     return make_spec(
         "playbook-conv2d-igemm",
         "conv2d as an implicit GEMM (M = N*OH*OW positions, N = OC, K = C*KH*KW): the im2col tile of x "
@@ -125,23 +125,23 @@ def conv2d_igemm(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
 
 def conv_relu_pool(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     f = m.facts
-    x, w = m.x.name, f["weight"]
-    has_b = bool(f.get("bias"))
+    x, w = m.x.name, f.weight
+    has_b = bool(f.bias)
     kernel = "conv_relu_maxpool"
     src = render("conv_relu_pool.cu.j2", kernel=kernel, has_bias=has_b)
-    oc = f["OC"]
+    oc = f.OC
     ocb = next((v for v in (64, 32, 16, 48, 8, 4) if oc % v == 0), 4)
     oct_ = 16 if ocb % 16 == 0 else (8 if ocb % 8 == 0 else 4)
     d = pick(defaults, dict(PTW=16, PTH=8, OCB=ocb, OCT=oct_))
     defs = _conv_defines(m)
-    pk, ps = f["PK"], f["PS"]
+    pk, ps = f.PK, f.PS
     oh, ow = _conv_out_exprs(m)
     poh, pow_ = f"({oh} - {pk}) // {ps} + 1", f"({ow} - {pk}) // {ps} + 1"
     defs.update(PK_=pk, PS_=ps, POH_=poh, POW_=pow_)
-    pr = f"(((PTH - 1) * {ps} + {pk}) - 1) * {f['SH']} + {f['KH']}"
-    pc = f"(((PTW - 1) * {ps} + {pk}) - 1) * {f['SW']} + {f['KW']}"
-    smem = f"4 * ({x}.shape[1] * {f['KH']} * {f['KW']} * OCB + {x}.shape[1] * ({pr}) * ({pc} + 1))"
-    args = [{"name": x}, {"name": w}] + ([{"name": f["bias"]}] if has_b else []) + [{"name": "out"}]
+    pr = f"(((PTH - 1) * {ps} + {pk}) - 1) * {f.SH} + {f.KH}"
+    pc = f"(((PTW - 1) * {ps} + {pk}) - 1) * {f.SW} + {f.KW}"
+    smem = f"4 * ({x}.shape[1] * {f.KH} * {f.KW} * OCB + {x}.shape[1] * ({pr}) * ({pc} + 1))"
+    args = [{"name": x}, {"name": w}] + ([{"name": f.bias}] if has_b else []) + [{"name": "out"}]
     ocbs = sorted({v for v in (4, 8, 16, 32, 64, 128, oc) if oc % v == 0 and v % 4 == 0 and v <= 256})
     return make_spec(
         "playbook-conv-relu-maxpool",

@@ -7,7 +7,7 @@ import math
 
 from kerngen.harness.spec.spec import KernelSpec
 
-from kerngen.agent.playbook.match import FamilyMatch
+from kerngen.agent.playbook.family import FamilyMatch
 from kerngen.agent.playbook.render import COOP_NB, MAX_SMEM, make_spec, pick, render, shape_prod, vec_width
 
 
@@ -16,15 +16,15 @@ from kerngen.agent.playbook.render import COOP_NB, MAX_SMEM, make_spec, pick, re
 def elementwise_vec(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     x = m.x
     ve = vec_width(x.dtype)
-    op = m.facts["op"]  # a C-identifier fragment: "gelu", or a chain's ops ("gelu_sigmoid_mul")
+    op = m.facts.op  # a C-identifier fragment: "gelu", or a chain's ops ("gelu_sigmoid_mul")
     kernel = f"ew_{op}"
-    body = list(m.facts.get("body", []))  # a fused chain's statements; the result is facts["expr"]
-    src = render("elementwise.cu.j2", dtype=x.dtype, op=m.facts["expr"], body=body, kernel=kernel)
+    body = list(m.facts.body)  # a fused chain's statements; the result is facts.expr
+    src = render("elementwise.cu.j2", dtype=x.dtype, op=m.facts.expr, body=body, kernel=kernel)
     d = pick(defaults, dict(BLOCK=256, UNROLL=4, GRID_CAP=0, CACHE_HINT=0))
     nvec = f"({x.name}.numel // {ve})"
     grid = f"max(1, min(cdiv({nvec}, BLOCK * UNROLL), GRID_CAP) if GRID_CAP > 0 else cdiv({nvec}, BLOCK * UNROLL))"
     n_ops = f"{len(body)} op" + ("s" if len(body) != 1 else "")
-    what = f"fused chain {m.facts.get('formula', op)} ({n_ops} in fp32 registers)" if body else op
+    what = f"fused chain {m.facts.formula or op} ({n_ops} in fp32 registers)" if body else op
     return make_spec(
         f"playbook-elementwise-{op}",
         f"{what}: 16-byte vector loads ({ve} x {x.dtype}), UNROLL vectors per thread in flight, streaming cache hints",
@@ -43,7 +43,7 @@ def _row_facts(m: FamilyMatch) -> tuple[str, str, str]:
     """(row-length expression, row-count expression, dtype)."""
     x = m.x
     nd = len(x.shape)
-    k = m.facts.get("ndims", 1)
+    k = m.facts.ndims
     ncols = shape_prod(x.name, range(nd - k, nd))
     nrows = f"({x.name}.numel // ({ncols}))"
     return ncols, nrows, x.dtype
@@ -66,7 +66,7 @@ def rows_reg(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     x = m.x
     ve = vec_width(x.dtype)
     ncols, nrows, dtype = _row_facts(m)
-    k = m.facts.get("ndims", 1)
+    k = m.facts.ndims
     ncols_val = math.prod(x.shape[len(x.shape) - k:])
     tpr, block = _row_defaults(ncols_val, ve)
     # full occupancy (32 registers a thread) pays when a thread holds few values: rmsnorm bf16 8192,
@@ -74,17 +74,17 @@ def rows_reg(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     d = pick(defaults, dict(TPR=tpr, BLOCK=block, CACHE_HINT=0, RITER=1, BULK=0, MIN_BLOCKS=1))
     if "MIN_BLOCKS" not in defaults and math.ceil(ncols_val / ve / d["TPR"]) * ve <= 16:
         d["MIN_BLOCKS"] = 2048 // d["BLOCK"]
-    has_w = bool(m.facts.get("weight"))
-    has_b = bool(m.facts.get("bias"))
+    has_w = bool(m.facts.weight)
+    has_b = bool(m.facts.bias)
     kernel = f"{mode}_rows"
-    log = bool(m.facts.get("log"))  # softmax family: log_softmax
-    src = render("rows_reg.cu.j2", dtype=dtype, mode=mode, eps=repr(float(m.facts.get("eps", 0.0))),
-                 has_weight=has_w, has_bias=has_b, wdtype=m.facts.get("wdtype", dtype), kernel=kernel, log_softmax=log)
+    log = bool(m.facts.log)  # softmax family: log_softmax
+    src = render("rows_reg.cu.j2", dtype=dtype, mode=mode, eps=repr(float(m.facts.eps)),
+                 has_weight=has_w, has_bias=has_b, wdtype=(m.facts.wdtype or dtype), kernel=kernel, log_softmax=log)
     args = [{"name": x.name}]
     if has_w:
-        args.append({"name": m.facts["weight"]})
+        args.append({"name": m.facts.weight})
     if has_b:
-        args.append({"name": m.facts["bias"]})
+        args.append({"name": m.facts.bias})
     args += [{"name": "out"}, {"kind": "int64", "value": nrows}]
     per_thread = f"cdiv(({ncols}) // {ve}, TPR) * {ve}"
     bulk_smem = f"BULK * min(RITER, 2) * (BLOCK // TPR) * ({ncols}) * {16 // ve}"  # 16-byte vectors of ve
@@ -114,11 +114,11 @@ def rmsnorm_two_pass(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     # 0.0685-0.0716 for the other (BLOCK, U, MIN_BLOCKS) tried; in the harness 0.0684 against the register-held
     # row's 0.0703
     d = pick(defaults, dict(BLOCK=256, U=4, MIN_BLOCKS=5, EL=1))
-    has_w = bool(m.facts.get("weight"))
+    has_w = bool(m.facts.weight)
     kernel = "rmsnorm_two_pass"
-    src = render("rmsnorm_two_pass.cu.j2", dtype=dtype, eps=repr(float(m.facts.get("eps", 0.0))), has_weight=has_w,
-                 wdtype=m.facts.get("wdtype", dtype), kernel=kernel)
-    args = [{"name": x.name}] + ([{"name": m.facts["weight"]}] if has_w else [])
+    src = render("rmsnorm_two_pass.cu.j2", dtype=dtype, eps=repr(float(m.facts.eps)), has_weight=has_w,
+                 wdtype=(m.facts.wdtype or dtype), kernel=kernel)
+    args = [{"name": x.name}] + ([{"name": m.facts.weight}] if has_w else [])
     args += [{"name": "out"}, {"kind": "int64", "value": nrows}]
     return make_spec(
         "playbook-rmsnorm-two-pass",
@@ -141,7 +141,7 @@ def softmax_long(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     ncols, nrows, dtype = _row_facts(m)
     d = pick(defaults, dict(BLOCK=1024, UNROLL=8, CACHE_KB=0))
     kernel = "softmax_long"
-    log = bool(m.facts.get("log"))
+    log = bool(m.facts.log)
     src = render("softmax_long.cu.j2", dtype=dtype, kernel=kernel, log_softmax=log)
     return make_spec(
         "playbook-softmax-long",
@@ -162,16 +162,16 @@ def layernorm_split(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     ve = vec_width(x.dtype)
     ncols, nrows, dtype = _row_facts(m)
     d = pick(defaults, dict(BLOCK=256, ITEMS=4, MIN_BLOCKS=4))  # exhaustive tune of 52 configs, H200: 0.2372 ms
-    has_w, has_b = bool(m.facts.get("weight")), bool(m.facts.get("bias"))
+    has_w, has_b = bool(m.facts.weight), bool(m.facts.bias)
     ks, ka = "layernorm_stats", "layernorm_apply"
-    src = render("layernorm_split.cu.j2", dtype=dtype, eps=repr(float(m.facts["eps"])), has_weight=has_w, has_bias=has_b,
-                 wdtype=m.facts.get("wdtype", dtype), kernel_stats=ks, kernel_apply=ka)
+    src = render("layernorm_split.cu.j2", dtype=dtype, eps=repr(float(m.facts.eps)), has_weight=has_w, has_bias=has_b,
+                 wdtype=(m.facts.wdtype or dtype), kernel_stats=ks, kernel_apply=ka)
     nch = f"cdiv(({ncols}) // {ve}, BLOCK * ITEMS)"
     args = [{"name": x.name}, {"name": "part"}]
     if has_w:
-        args.append({"name": m.facts["weight"]})
+        args.append({"name": m.facts.weight})
     if has_b:
-        args.append({"name": m.facts["bias"]})
+        args.append({"name": m.facts.bias})
     args.append({"name": "out"})
     return make_spec(
         "playbook-layernorm-split",
@@ -192,8 +192,8 @@ def layernorm_coop(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     x = m.x
     ve = vec_width(x.dtype)
     ncols, nrows, dtype = _row_facts(m)
-    has_w, has_b = bool(m.facts.get("weight")), bool(m.facts.get("bias"))
-    wdtype = m.facts.get("wdtype", dtype)
+    has_w, has_b = bool(m.facts.weight), bool(m.facts.bias)
+    wdtype = (m.facts.wdtype or dtype)
     wv = ve // 4 if wdtype == "float32" else 1  # float4s per vector of a parameter
     # H200, suite shape (16 rows of 16 MB): 128 blocks of 512 threads, the weight and all the bias slices that
     # fit in shared memory, the next row bulk-prefetched into L2: 0.2085 ms after tuning (the split kernel:
@@ -201,7 +201,7 @@ def layernorm_coop(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     # blocks every segment is exactly 8192 vectors.
     d = pick(defaults, dict(NB=COOP_NB, BLOCK=512, W_SMEM=1 if has_w else 0, BSL=16 if has_b else 0, PF=1, PG=1, HINT=1))
     kernel = "layernorm_coop"
-    src = render("layernorm_coop.cu.j2", dtype=dtype, eps=repr(float(m.facts["eps"])), has_weight=has_w, has_bias=has_b,
+    src = render("layernorm_coop.cu.j2", dtype=dtype, eps=repr(float(m.facts.eps)), has_weight=has_w, has_bias=has_b,
                  wdtype=wdtype, kernel=kernel)
     seg = f"cdiv(({ncols}) // {ve}, NB)"
     it = f"cdiv({seg}, BLOCK)"
@@ -211,9 +211,9 @@ def layernorm_coop(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     smem = f"({wsm} + ({bs}) * BLOCK * {wv}) * 16"
     args = [{"name": x.name}, {"name": "part"}, {"name": "count"}]
     if has_w:
-        args.append({"name": m.facts["weight"]})
+        args.append({"name": m.facts.weight})
     if has_b:
-        args.append({"name": m.facts["bias"]})
+        args.append({"name": m.facts.bias})
     args += [{"name": "out"}, {"kind": "int64", "value": nrows}]
     return make_spec(
         "playbook-layernorm-coop",

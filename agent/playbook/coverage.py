@@ -28,8 +28,8 @@ from kerngen.harness.spec.spec import KernelSpec
 from kerngen.harness.tune.admissible import Admissible, admissible, limits_for
 from kerngen.text import one_line
 
-from kerngen.agent.playbook import builders
-from kerngen.agent.playbook.match import FamilyMatch
+from kerngen.agent.playbook.family import FamilyMatch
+from kerngen.agent.playbook.registry import by_name
 
 __all__ = ["DEFAULT_ARCH", "Offer", "VariantOffer", "closest", "default_limits", "offer"]
 
@@ -155,11 +155,12 @@ def offer(
     device fixes (the cooperative grid's NB, one block per SM): those are built in as defaults and
     only admissible configurations with those values count as usable."""
     gpu = gpu or default_limits()
+    family = by_name(match.family)
     out = Offer(match.family, _where(match, tensors), gpu.name)
-    for name in builders.VARIANTS[match.family]:
+    for name in family.variants:
         pins = dict((pinned or {}).get(name, {}))
         try:
-            spec = builders.build(match, name, pins)
+            spec = family.build(match, name, pins)
         except (KerngenError, TemplateError, KeyError, ValueError) as exc:
             why = f"cannot be rendered for this problem: {exc}"
             out.variants.append(VariantOffer(name, None, None, why=why, brief=one_line(why, 160)))
@@ -178,6 +179,6 @@ def offer(
         moved = None
         if default not in usable:
             moved, pins = default, closest(default, usable, spec.tunables)
-            spec = builders.build(match, name, pins)
+            spec = family.build(match, name, pins)
         out.variants.append(VariantOffer(name, spec, counted, moved_from=moved, defaults=pins))
     return out

@@ -28,91 +28,105 @@ from typing import Any
 from kerngen.agent.playbook.build_attention import (TENSOR_CORE_DTYPES, TENSOR_CORE_HEAD_DIMS, attention_fa2,
                                                    attention_simt, attention_wgmma)
 from kerngen.agent.playbook.entry import A, C, M, PAR, Entry
-from kerngen.agent.playbook.family import Family
-from kerngen.agent.playbook.forward_source import UNKNOWN, kwarg
-from kerngen.agent.playbook.match import FamilyMatch, Read, Tensor
+from kerngen.agent.playbook.family import Facts, Family, FamilyMatch
+from kerngen.agent.playbook.graph import Graph, Tensor
 from kerngen.agent.playbook.not_covered import NotCovered
+from kerngen.agent.playbook.region import Lead
 
-__all__ = ["FAMILY", "probe_attention", "recognise"]
+__all__ = ["ATTENTION", "AttentionFacts", "probe_attention"]
 
 NAME = "attention"
 SDPA = "scaled_dot_product_attention"
-SOFTMAX = ("softmax", "Softmax", "_softmax")
+SOFTMAX = ("softmax", "_softmax")
 PRODUCTS = ("matmul", "bmm", "einsum", "mm")
-REFUSED = {"dropout": "dropout", "Dropout": "dropout", "Linear": "projections (nn.Linear)",
-           "linear": "projections (F.linear)", "MultiheadAttention": "nn.MultiheadAttention (projections)"}
+REFUSED = {"linear": "projections (nn.Linear)", "_native_multi_head_attention": "nn.MultiheadAttention (projections)"}
 DTYPES = (*TENSOR_CORE_DTYPES, "float32")
-PROBE_SEQ = 7  # query and key rows of the random probe (Sq == Sk), 5 and 9 when the problem's differ
 PROBE_SEED = 20261123
 DEFAULT_SCALE_RTOL = 1e-9  # a probed scale this close to 1/sqrt(D) is PyTorch's default
 NONE_OF_THE_FORMS = ("attention: the forward computes none of the forms the playbook has (softmax(q k^T * scale) v, "
                      "with or without a causal mask, on (..., seq, dim) inputs as given)")
 
 
-def _forward(model: Any, *args: Any) -> Any:
+class AttentionFacts(Facts):
+    kind: str = "attention"
+    q: str
+    k: str
+    v: str
+    dtype: str
+    causal: bool
+    scale: float | None  # None: PyTorch's default 1/sqrt(head dim)
+    nd: int
+    head_dim: int
+    what: str
+
+
+def _forward(g: Graph, *args: Any) -> Any:
     import torch  # the playbook imports without torch, as its other probes and tracers do
 
     try:
         with torch.no_grad():
-            return model(*args)
+            return g.run(dict(zip((t.name for t in g.inputs), args)))
     except Exception as exc:  # the forward is the problem's own code: whatever it raises, there is no answer
         raise NotCovered(f"attention: cannot run the forward on a small probe ({type(exc).__name__}); not covered "
                          "by the playbook") from None
 
 
-def probe_attention(model: Any, lead: tuple[int, ...], head_dim: int, sq: int, sk: int) -> tuple[bool, float]:
-    """(causal, scale) of the attention ``model`` computes, or :class:`NotCovered`: see the module's text."""
+def probe_attention(g: Graph, q: Tensor, k: Tensor) -> tuple[bool, float]:
+    """(causal, scale) of the attention the graph of three inputs q, k, v computes, or :class:`NotCovered`: see
+    the module's text. The graph is specialised to its shapes, so the probes keep the sequence and head dims
+    and make every leading dim 1 (the heads are independent): the probe needs no more than one head's work."""
     import torch  # the playbook imports without torch, as its other probes and tracers do
     import torch.nn.functional as F
 
-    q = torch.zeros(*lead, 2, head_dim, dtype=torch.float64)
-    q[..., 0] = 1.0  # both query rows are e0
-    k = torch.zeros_like(q)
-    k[..., 1, 0] = 1.0  # key 0 is 0, key 1 is e0: row scores (0, scale)
-    v = torch.zeros_like(q)
-    v[..., 1, :] = 1.0  # value 0 is 0, value 1 is 1: a row's output is the weight of key 1
-    got = _forward(model, q, k, v)
-    if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(q.shape):
+    lead, sq, sk, d = (1,) * (len(q.shape) - 2), q.shape[-2], k.shape[-2], q.shape[-1]
+    qz = torch.zeros(*lead, sq, d, dtype=torch.float64)
+    qz[..., 0] = 1.0  # every query row is e0
+    kz = torch.zeros(*lead, sk, d, dtype=torch.float64)
+    kz[..., 1, 0] = 1.0  # key 1 is e0, every other key 0: a row's scores are 0 but scale at key 1
+    vz = torch.zeros(*lead, sk, d, dtype=torch.float64)
+    vz[..., 1, :] = 1.0  # value 1 is 1, every other 0: a row's output is the weight of key 1
+    got = _forward(g, qz, kz, vz)
+    if not isinstance(got, torch.Tensor) or tuple(got.shape) != tuple(qz.shape):
         raise NotCovered("attention: the forward does not return one tensor of q's shape")
-    w1, w0 = float(got[(0,) * len(lead) + (1, 0)]), float(got[(0,) * len(lead) + (0, 0)])
-    if not 0.0 < w1 < 1.0:
+    causal = abs(float(got[(0,) * len(lead) + (0, 0)])) < 1e-12  # row 0 sees key 0 alone
+    row = 1 if causal else 0
+    w1, seen = float(got[(0,) * len(lead) + (row, 0)]), (2 if causal else sk)
+    if not 0.0 < w1 < 1.0 or sq < 2 or sk < 2:
         raise NotCovered(NONE_OF_THE_FORMS)
-    scale = math.log(w1 / (1.0 - w1))
-    causal = abs(w0) < 1e-12  # row 0 sees key 0 alone
+    scale = math.log(w1 * (seen - 1) / (1.0 - w1))
     gen = torch.Generator().manual_seed(PROBE_SEED)
-    q = torch.randn(*lead, sq, head_dim, generator=gen, dtype=torch.float64)
-    k = torch.randn(*lead, sk, head_dim, generator=gen, dtype=torch.float64)
-    v = torch.randn(*lead, sk, head_dim, generator=gen, dtype=torch.float64)
-    got = _forward(model, q, k, v)
-    want = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+    qr = torch.randn(*lead, sq, d, generator=gen, dtype=torch.float64)
+    kr = torch.randn(*lead, sk, d, generator=gen, dtype=torch.float64)
+    vr = torch.randn(*lead, sk, d, generator=gen, dtype=torch.float64)
+    got = _forward(g, qr, kr, vr)
+    want = F.scaled_dot_product_attention(qr, kr, vr, is_causal=causal, scale=scale)
     if not isinstance(got, torch.Tensor) or got.shape != want.shape or \
             not torch.allclose(got.double(), want, rtol=1e-6, atol=1e-9):
         raise NotCovered(NONE_OF_THE_FORMS)
     return causal, scale
 
 
-def _sdpa_options(r: Read) -> None:
-    """Refuse what an F.scaled_dot_product_attention call asks for beyond a causal mask and a scale."""
-    calls = [node for kind, _, node in r.kinds if kind == SDPA]
+def _sdpa_options(g: Graph) -> None:
+    """Refuse what a scaled_dot_product_attention call asks for beyond a causal mask and a scale."""
+    calls = [n for n in g.live() if n.op == SDPA]
     if len(calls) > 1:
         raise NotCovered("attention: more than one scaled_dot_product_attention call is not covered")
-    for node in calls:
-        if kwarg(node, "attn_mask", 3) is not None:
+    for n in calls:
+        if n["attn_mask"] is not None:
             raise NotCovered("attention with an attn_mask (masks other than causal) is not covered by the playbook")
-        dropout = kwarg(node, "dropout_p", 4)
-        if dropout is UNKNOWN or (dropout is not None and dropout != 0):
+        if n["dropout_p"] != 0:
             raise NotCovered("attention with dropout is not covered by the playbook")
-        if kwarg(node, "enable_gqa") not in (None, False):
+        if n["enable_gqa"]:
             raise NotCovered("grouped-query attention (enable_gqa) is not covered by the playbook")
 
 
-def _tensors(r: Read) -> tuple[Tensor, Tensor, Tensor]:
-    if r.match.params:
+def _tensors(g: Graph) -> tuple[Tensor, Tensor, Tensor]:
+    if g.params:
         raise NotCovered("attention with parameters (projections) is not covered: the playbook's kernel is the "
                          "attention core softmax(q k^T * scale) v of three inputs")
-    if len(r.match.inputs) != 3:
-        raise NotCovered(f"attention of {len(r.match.inputs)} inputs is not covered (q, k, v)")
-    q, k, v = r.match.inputs
+    if len(g.inputs) != 3:
+        raise NotCovered(f"attention of {len(g.inputs)} inputs is not covered (q, k, v)")
+    q, k, v = g.inputs
     if len(q.shape) < 3 or len(k.shape) != len(q.shape) or len(v.shape) != len(q.shape):
         raise NotCovered("attention inputs must be (batch, heads, seq, dim) tensors of one rank")
     if k.shape[:-2] != q.shape[:-2] or v.shape[:-2] != q.shape[:-2]:
@@ -123,9 +137,9 @@ def _tensors(r: Read) -> tuple[Tensor, Tensor, Tensor]:
     if v.shape[-1] != q.shape[-1]:
         raise NotCovered(f"attention with a value head dim {v.shape[-1]} other than the query's {q.shape[-1]} is not "
                          "covered")
-    if r.out.shape != q.shape:
-        raise NotCovered(f"attention output {r.out.shape} is not q's shape {q.shape}")
-    dtypes = {q.dtype, k.dtype, v.dtype, r.out.dtype}
+    if g.out.shape != q.shape:
+        raise NotCovered(f"attention output {g.out.shape} is not q's shape {q.shape}")
+    dtypes = {q.dtype, k.dtype, v.dtype, g.out.dtype}
     if len(dtypes) != 1 or q.dtype not in DTYPES:
         raise NotCovered(f"attention in {', '.join(sorted(dtypes))} is not covered (bf16, fp16 or fp32, all alike)")
     d = q.shape[-1]
@@ -137,17 +151,21 @@ def _tensors(r: Read) -> tuple[Tensor, Tensor, Tensor]:
     return q, k, v
 
 
-def _recognise(r: Read) -> FamilyMatch:
-    refused = sorted({REFUSED[k] for k in r.names if k in REFUSED})
+def _attention(g: Graph) -> FamilyMatch:
+    live = g.live()
+    refused = sorted({REFUSED[n.op] for n in live if n.op in REFUSED})
+    if any(n.op == "dropout" and n["train"] and n["p"] for n in live):
+        refused.insert(0, "dropout")
     if refused:
         raise NotCovered(f"attention with {refused[0]} is not covered by the playbook")
-    _sdpa_options(r)
-    q, k, v = _tensors(r)
-    if r.model is None:
-        raise NotCovered("attention: the model did not build on the meta device; nothing to probe")
+    _sdpa_options(g)
+    q, k, v = _tensors(g)
     nd, sq, sk, d = len(q.shape), q.shape[-2], k.shape[-2], q.shape[-1]
-    probe_q, probe_k = (PROBE_SEQ, PROBE_SEQ) if sq == sk else ((5, 9) if sq < sk else (9, 5))
-    causal, scale = probe_attention(r.model, (1,) * (nd - 3) + (2,), d, probe_q, probe_k)
+    sdpa = next((n for n in live if n.op == SDPA), None)
+    if sdpa is not None and len(live) == 1 and [sdpa["query"], sdpa["key"], sdpa["value"]] == [q.name, k.name, v.name]:
+        causal, scale = bool(sdpa["is_causal"]), sdpa["scale"] if sdpa["scale"] is not None else 1.0 / math.sqrt(d)
+    else:
+        causal, scale = probe_attention(g, q, k)
     if causal and sq != sk:
         raise NotCovered(f"causal attention with Sq {sq} != Sk {sk} is not covered (PyTorch's causal mask is "
                          "top-left aligned)")
@@ -158,20 +176,20 @@ def _recognise(r: Read) -> FamilyMatch:
     scale_text = f"1/sqrt({d})" if default else f"{scale:.6g}"
     what = (f"softmax({q.name} {k.name}^T * {scale_text}{' + causal mask' if causal else ''}) {v.name}: "
             f"{bh} heads of {sq} x {sk}, head dim {d}")
-    r.match.facts = dict(kind="attention", q=q.name, k=k.name, v=v.name, dtype=q.dtype, causal=causal,
-                         scale=None if default else scale, nd=nd, head_dim=d, what=what)
-    r.match.message = f"attention: {what}"
-    return r.match
+    facts = AttentionFacts(q=q.name, k=k.name, v=v.name, dtype=q.dtype, causal=causal,
+                           scale=None if default else scale, nd=nd, head_dim=d, what=what)
+    return FamilyMatch.of(g, facts, f"attention: {what}")
 
 
-def recognise(r: Read) -> FamilyMatch | None:
-    keyword = SDPA in r.names or "attention" in r.source.lower()
-    products = sum(k in PRODUCTS for k in r.names) + r.fwd.binops.count("MatMult")
-    chain = any(k in SOFTMAX for k in r.names) and products >= 2
+def _recognise(g: Graph) -> FamilyMatch | None:
+    live = g.live()
+    keyword = any(n.op == SDPA or "attention" in n.module_type.lower() for n in live)
+    products = sum(n.op in PRODUCTS for n in live)
+    chain = any(n.op in SOFTMAX for n in live) and products >= 2
     if not keyword and not chain:
         return None
     try:
-        return _recognise(r)
+        return _attention(g)
     except NotCovered:
         if keyword:
             raise
@@ -242,5 +260,9 @@ IDEAS = (
           "simt", ({"WARPS": 4}, {"WARPS": 4, "BLOCK_N": 32}), after=_SIMT),
 )
 
-FAMILY = Family(name=NAME, recognise=recognise, variants={"fa2": attention_fa2, "wgmma": attention_wgmma,
+ATTENTION = Family(name=NAME, leads=frozenset({Lead.attention, Lead.contraction}), recognise=_recognise,
+                   constraints=("scaled_dot_product_attention, or softmax between two products",
+                                "q, k, v inputs only", "causal or no mask", "no dropout", "no projections",
+                                "one head dim"),
+                   variants={"fa2": attention_fa2, "wgmma": attention_wgmma,
                                                                    "simt": attention_simt}, ideas=IDEAS)

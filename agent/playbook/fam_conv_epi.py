@@ -1,147 +1,171 @@
-"""Playbook family ``conv_epi``: one ``nn.Conv1d`` / ``nn.Conv2d`` module (any stride, zero padding,
-dilation, groups) applied to a forward input, followed by an elementwise epilogue (relu, mish, a
-per-channel bias or scale, a residual input, ...) traced by :mod:`.epilogue` and applied in registers
-before the store. A 1-D conv is a 2-D one with H = 1.
+"""Playbook family ``conv_epi``: one 1-D or 2-D convolution (any stride, zero padding, dilation, groups) of a
+forward input, followed by an elementwise epilogue (relu, mish, a per-channel bias or scale, a residual input,
+an eval-mode batch norm, ...) traced by :mod:`.epilogue` and applied in registers before the store. A 1-D conv
+is a 2-D one with H = 1. Also the conv families' shared reading of a convolution node (:func:`geometry`).
 
-What stays with the built-in families (this recogniser returns None for it): a plain ``nn.Conv2d``
-(groups 1, dilation 1, numeric padding, nothing after it, one input) is ``conv2d``'s; conv2d + one relu + one
-max-pool is ``conv_relu_maxpool``'s. 3-D and transposed convolutions, functional ``F.conv*`` calls
-and forwards with several convolutions are nobody's (None: the built-ins say "not covered"). A
-single Conv1d/Conv2d followed by anything that is not elementwise (a reduction, a norm, a pool) is
-this family's to refuse, with the tracer's reason.
+The more specific families ask first: a plain conv2d (``conv2d``), conv2d + relu + max-pool
+(``conv_relu_maxpool``, for which this one returns None), a conv2d followed by reductions, pools or norms
+(``conv_tail``). A conv followed by anything that is not elementwise is this family's to refuse, with the
+tracer's reason.
 """
 
 from __future__ import annotations
 
-import ast
 from typing import Any
 
 from kerngen.agent.playbook import build_conv_epi as build
 from kerngen.agent.playbook.build_conv_tf32 import CONV_EPI_IDEAS, conv_epi_tf32x3
+from kerngen.agent.playbook.conv_tail_ir import Tail
 from kerngen.agent.playbook.entry import A, C, CF, Entry, M, PAR
 from kerngen.agent.playbook.epilogue import Epilogue, trace_epilogue
-from kerngen.agent.playbook.family import Family
-from kerngen.agent.playbook.forward_source import module_of
-from kerngen.agent.playbook.match import FamilyMatch, Read, Tensor, param_for
+from kerngen.agent.playbook.family import Facts, Family, FamilyMatch
+from kerngen.agent.playbook.graph import Graph, Node, Tensor
 from kerngen.agent.playbook.not_covered import NotCovered
+from kerngen.agent.playbook.region import Lead
 
-__all__ = ["FAMILY", "LEADS", "check_dtypes", "conv_input", "recognise"]
+__all__ = ["CONV_EPI", "CONV_OPS", "ConvFacts", "check_dtypes", "conv_lead", "conv_input", "geometry"]
 
 NAME = "conv_epi"
-LEADS = ("Conv1d", "Conv2d")  # module types this family leads with; dims = 1, 2
-_OTHER_CONVS = ("Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "conv1d", "conv2d", "conv3d",
-                "conv_transpose1d", "conv_transpose2d", "conv_transpose3d")
-_RELU = ("relu", "relu_", "ReLU")
-_MAXPOOL = ("MaxPool2d", "max_pool2d")
+# ATen conv op -> (spatial dims, transposed)
+CONV_OPS = {"conv1d": (1, False), "conv2d": (2, False), "conv3d": (3, False), "conv_transpose1d": (1, True),
+            "conv_transpose2d": (2, True), "conv_transpose3d": (3, True)}
+_MODULES = {"conv1d": "Conv1d", "conv2d": "Conv2d", "conv3d": "Conv3d", "conv_transpose1d": "ConvTranspose1d",
+            "conv_transpose2d": "ConvTranspose2d", "conv_transpose3d": "ConvTranspose3d"}
 
 
-def _builtin_relu_pool(kind: str, rest: list[str]) -> bool:
-    """conv2d + exactly one relu + one max-pool: the built-in conv_relu_maxpool family's shape."""
-    return (kind == "Conv2d" and all(k in _RELU + _MAXPOOL for k in rest)
-            and sum(k in _RELU for k in rest) == 1 and sum(k in _MAXPOOL for k in rest) == 1)
+class ConvFacts(Facts):
+    """A 1-D or 2-D convolution (a 1-D one as H = 1) and what follows it."""
+
+    dims: int = 2
+    C: int
+    OC: int
+    G: int = 1
+    KH: int
+    KW: int
+    SH: int
+    SW: int
+    PH: int
+    PW: int
+    DH: int = 1
+    DW: int = 1
+    x: str = ""
+    weight: str
+    bias: str | None = None
+    epilogue: Epilogue | None = None
+    formula: str = ""
+    tail: Tail | None = None  # conv_tail: the stages after it
+    PK: int = 0  # conv_relu_maxpool: the max-pool's window and stride
+    PS: int = 0
 
 
-def _ints(v: Any, dims: int) -> tuple[int, ...]:
+def conv_lead(g: Graph, ops: tuple[str, ...] = tuple(CONV_OPS)) -> Node | None:
+    """The one convolution of the graph among ``ops``; None when there is none or another convolution too."""
+    convs = [n for n in g.live() if n.op in CONV_OPS]
+    if len(convs) != 1 or convs[0].op not in ops:
+        return None
+    return convs[0]
+
+
+def kind_of(n: Node) -> str:
+    """The nn module type the conv op is (for messages): ``Conv2d``."""
+    return _MODULES[n.op]
+
+
+def _ints(v: Any, dims: int, what: str = "geometry") -> tuple[int, ...]:
+    if isinstance(v, str):
+        raise NotCovered(f"conv {what} {v!r} is not covered")
     t = tuple(int(e) for e in v) if isinstance(v, (tuple, list)) else (int(v),) * dims
+    if len(t) == 1 and dims > 1:
+        t = t * dims
     if len(t) != dims:
-        raise NotCovered(f"cannot read a {dims}-D conv's geometry from {v!r}")
+        raise NotCovered(f"cannot read a {dims}-D conv's {what} from {v!r}")
     return t
 
 
-def _padding(mod: Any, dims: int, kernel: tuple[int, ...], dilation: tuple[int, ...]) -> tuple[int, ...]:
-    pad = mod.padding
+def geometry(g: Graph, n: Node) -> dict[str, Any]:
+    """dims, transposed, C, OC, G and per-dim kernel, stride, padding, dilation, output padding of a conv node
+    (tuples over its spatial dims)."""
+    dims, transposed = CONV_OPS[n.op]
+    w = g.tensor(n["weight"]) if n["weight"] is not None else None
+    x_shape = g.shape(n["input"])
+    if w is None or x_shape is None or len(x_shape) != dims + 2 or len(w.shape) != dims + 2:
+        raise NotCovered(f"the {kind_of(n)}'s weight is not a parameter of the model, or its input is not "
+                         f"{dims + 2}-D: not covered")
+    groups = int(n["groups"])
+    k = tuple(w.shape[2:])
+    d = _ints(n["dilation"], dims, "dilation")
+    pad = n["padding"]
     if pad == "valid":
-        return (0,) * dims
-    if pad == "same":  # torch pads d*(k-1) in all, the odd one on the right: symmetric only when even
-        total = [d * (k - 1) for k, d in zip(kernel, dilation)]
+        p: tuple[int, ...] = (0,) * dims
+    elif pad == "same":  # torch pads d*(k-1) in all, the odd one on the right: symmetric only when even
+        total = [dd * (kk - 1) for kk, dd in zip(k, d)]
         if any(t % 2 for t in total):
-            raise NotCovered("padding='same' with an odd total padding (asymmetric) is not covered by conv_epi")
-        return tuple(t // 2 for t in total)
-    if isinstance(pad, str):
-        raise NotCovered(f"conv padding {pad!r} is not covered by conv_epi")
-    return _ints(pad, dims)
+            raise NotCovered("padding='same' with an odd total padding (asymmetric) is not covered")
+        p = tuple(t // 2 for t in total)
+    else:
+        p = _ints(pad, dims, "padding")
+    oc = w.shape[1] * groups if transposed else w.shape[0]
+    op = _ints(n["output_padding"], dims, "output_padding") if transposed else (0,) * dims
+    return dict(dims=dims, transposed=transposed, C=int(x_shape[1]), OC=int(oc), G=groups, K=k,
+                S=_ints(n["stride"], dims, "stride"), P=p, D=d, OP=op, padding_str=isinstance(pad, str))
 
 
-def _geometry(kind: str, mod: Any) -> dict[str, int]:
-    """C, OC, G and (KH, KW, SH, SW, PH, PW, DH, DW) of the module; a 1-D conv as H = 1."""
-    if getattr(mod, "padding_mode", "zeros") != "zeros":
-        raise NotCovered(f"conv padding_mode {mod.padding_mode!r} (not zeros) is not covered by conv_epi")
-    dims = LEADS.index(kind) + 1
-    k, s, d = _ints(mod.kernel_size, dims), _ints(mod.stride, dims), _ints(mod.dilation, dims)
-    p = _padding(mod, dims, k, d)
-    if dims == 1:
-        k, s, p, d = (1, *k), (1, *s), (0, *p), (1, *d)
-    return dict(dims=dims, C=int(mod.in_channels), OC=int(mod.out_channels), G=int(mod.groups),
-                KH=k[0], KW=k[1], SH=s[0], SW=s[1], PH=p[0], PW=p[1], DH=d[0], DW=d[1])
+def conv_input(g: Graph, n: Node, family: str = NAME) -> Tensor:
+    """The graph input the conv reads, else NotCovered naming ``family``."""
+    x = g.tensor(n["input"])
+    if x is None or not g.is_input(x.name):
+        raise NotCovered(f"the {kind_of(n)} is not applied directly to a forward input: not covered by {family}")
+    return x
 
 
-def conv_input(r: Read, node: ast.Call, family: str = NAME) -> Tensor:
-    """The forward input the conv call reads (its first argument by name; else the only input);
-    ``family`` names the refusing family (conv_tail and conv_nd ask too)."""
-    inputs = r.match.inputs
-    arg = node.args[0] if node.args else None
-    if isinstance(arg, ast.Name):
-        hit = next((t for t in inputs if t.name == arg.id), None)
-        if hit is not None:
-            return hit
-    if len(inputs) == 1:
-        return inputs[0]
-    raise NotCovered(f"cannot tell which forward input the convolution reads: not covered by {family}")
-
-
-def _lead_shape(x: Tensor, g: dict[str, int]) -> tuple[int, ...]:
-    """The conv's output shape, as torch computes it."""
-    if len(x.shape) != g["dims"] + 2:
-        raise NotCovered(f"a {g['dims']}-D conv over a {len(x.shape)}-D input is not covered by conv_epi")
-    hw = (1, x.shape[2]) if g["dims"] == 1 else x.shape[2:]
-    oh = (hw[0] + 2 * g["PH"] - g["DH"] * (g["KH"] - 1) - 1) // g["SH"] + 1
-    ow = (hw[1] + 2 * g["PW"] - g["DW"] * (g["KW"] - 1) - 1) // g["SW"] + 1
-    if oh < 1 or ow < 1:
-        raise NotCovered("the convolution's output is empty at this input size")
-    return (x.shape[0], g["OC"], ow) if g["dims"] == 1 else (x.shape[0], g["OC"], oh, ow)
-
-
-def check_dtypes(r: Read, names: list[str], family: str = NAME) -> None:
+def check_dtypes(g: Graph, names: list[str], family: str = NAME) -> None:
     """fp32 inputs and fp32 parameters ``names``, else :class:`NotCovered` naming ``family``."""
-    dtypes = set(r.dtypes) | {t.dtype for t in r.match.params if t.name in names}
+    dtypes = set(g.dtypes) | {t.dtype for t in g.params if t.name in names}
     if dtypes != {"float32"}:
         raise NotCovered(f"{family} computes in fp32 only ({', '.join(sorted(dtypes - {'float32'}))} is not covered)")
 
 
-def recognise(r: Read) -> FamilyMatch | None:
-    convs = [(k, c, n) for k, c, n in r.kinds if k in LEADS]
-    if len(convs) != 1 or any(k in _OTHER_CONVS for k in r.names):
+def conv_facts(g: Graph, n: Node, family: str = NAME) -> ConvFacts:
+    """The conv's geometry as a 2-D one (a 1-D conv as H = 1), its input, weight and bias."""
+    geo = geometry(g, n)
+    k, s, p, d = geo["K"], geo["S"], geo["P"], geo["D"]
+    if geo["dims"] == 1:
+        k, s, p, d = (1, *k), (1, *s), (0, *p), (1, *d)
+    x = conv_input(g, n, family)
+    return ConvFacts(dims=geo["dims"], C=geo["C"], OC=geo["OC"], G=geo["G"], KH=k[0], KW=k[1], SH=s[0], SW=s[1],
+                     PH=p[0], PW=p[1], DH=d[0], DW=d[1], x=x.name, weight=n["weight"], bias=n["bias"])
+
+
+def lead_shape(x: Tensor, f: ConvFacts) -> tuple[int, ...]:
+    """The conv's output shape, as torch computes it."""
+    hw = (1, x.shape[2]) if f.dims == 1 else x.shape[2:]
+    oh = (hw[0] + 2 * f.PH - f.DH * (f.KH - 1) - 1) // f.SH + 1
+    ow = (hw[1] + 2 * f.PW - f.DW * (f.KW - 1) - 1) // f.SW + 1
+    if oh < 1 or ow < 1:
+        raise NotCovered("the convolution's output is empty at this input size")
+    return (x.shape[0], f.OC, ow) if f.dims == 1 else (x.shape[0], f.OC, oh, ow)
+
+
+def relu_pool(g: Graph) -> bool:
+    """conv2d + exactly one relu + one max-pool: the built-in conv_relu_maxpool family's shape."""
+    ops = sorted(g.ops())
+    return ops == ["conv2d", "max_pool2d", "relu"]
+
+
+def _recognise(g: Graph) -> FamilyMatch | None:
+    n = conv_lead(g, ("conv1d", "conv2d"))
+    if n is None or relu_pool(g):
         return None
-    kind, callee, node = convs[0]
-    mod = module_of(r.model, callee)
-    if mod is None:
-        return None  # no geometry to read (no meta model): the built-in conv2d family says why
-    if _builtin_relu_pool(kind, [k for k in r.names if k != kind]):
-        return None
-    geo = _geometry(kind, mod)
-    x = conv_input(r, node)
-    shape = _lead_shape(x, geo)
+    f = conv_facts(g, n)
+    lead_shape(g.tensor(f.x), f)
     try:
-        ep: Epilogue = trace_epilogue(r.model, (kind,), shapes={t.name: t.shape for t in r.match.inputs},
-                                      lead_shape=shape, out_shape=r.out.shape, channel_dim=1)
+        ep = trace_epilogue(g, n, channel_dim=1)
     except NotCovered as exc:
-        raise NotCovered(f"{kind} followed by what conv_epi cannot fuse as an elementwise epilogue: {exc}") from None
-    plain = (ep.empty and geo["G"] == 1 and (geo["DH"], geo["DW"]) == (1, 1) and len(r.match.inputs) == 1
-             and not isinstance(mod.padding, str))  # the built-in reads numeric padding only
-    if kind == "Conv2d" and plain:
-        return None  # the built-in conv2d family's
-    weight = param_for(r.match.params, ep.lead, "weight")
-    bias = param_for(r.match.params, ep.lead, "bias")
-    if weight is None:
-        raise NotCovered(f"no parameter {ep.lead}.weight among the model's parameters")
-    tensors = {t.name for t in r.match.inputs + r.match.params}
-    loose = [p.name for p in ep.params if p.name not in tensors]
-    if loose:  # a Python number passed to forward: no tensor to bind as the kernel's operand
-        raise NotCovered(f"the epilogue reads {loose[0]!r}, which is not a tensor: not covered by conv_epi")
-    check_dtypes(r, [weight.name] + ([bias.name] if bias else []) + [p.name for p in ep.params])
-    r.match.facts = dict(geo, x=x.name, weight=weight.name, bias=bias.name if bias else None, epilogue=ep,
-                         formula=ep.formula or "none")
-    return r.match
+        raise NotCovered(f"{kind_of(n)} followed by what conv_epi cannot fuse as an elementwise epilogue: {exc}") from None
+    if f.bias is not None and not g.is_param(f.bias):
+        raise NotCovered(f"the conv's bias {f.bias!r} is not a parameter of the model: not covered by conv_epi")
+    check_dtypes(g, [f.weight] + ([f.bias] if f.bias else []) + [p.name for p in ep.params])
+    return FamilyMatch.of(g, f.model_copy(update=dict(epilogue=ep, formula=ep.formula or "none")))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,9 +211,9 @@ IDEAS: tuple[Entry, ...] = (
           ({"VEC": 0}, {"VEC": 0, "PTX": 2}), after=frozenset({"depthwise"})),
 )
 
-FAMILY = Family(
-    name=NAME,
-    recognise=recognise,
+CONV_EPI = Family(
+    name=NAME, leads=frozenset({Lead.conv}), recognise=_recognise,
+    constraints=("one conv1d or conv2d", "of a forward input", "elementwise after it"),
     variants={"igemm": build.conv_epi_igemm, "direct": build.conv_epi_direct, "depthwise": build.conv_epi_depthwise,
               "tf32x3": conv_epi_tf32x3},
     ideas=IDEAS + CONV_EPI_IDEAS,

@@ -1,4 +1,4 @@
-"""Playbook family ``conv_tail``: one ``nn.Conv2d`` applied to a forward input, an elementwise epilogue,
+"""Playbook family ``conv_tail``: one 2-D convolution of a forward input, an elementwise epilogue,
 then what conv_epi cannot fuse: reductions over the channels (min, max, sum, mean, logsumexp), 2-D max or
 average pooling, global pooling (mean over H and W, adaptive pooling to 1), sums over all but the batch,
 InstanceNorm2d and GroupNorm, with elementwise ops between them (a residual of an earlier value of the
@@ -16,41 +16,20 @@ from functools import partial
 from typing import Any
 
 from kerngen.agent.playbook import build_conv_tail as build
-from kerngen.agent.playbook.chain import trace_graph
 from kerngen.agent.playbook.chain_ir import INPUT, Chain, Node
 from kerngen.agent.playbook.conv_tail_ir import Domain, LeafKind, Tail
-from kerngen.agent.playbook.conv_tail_trace import is_stage_op, trace_tail
+from kerngen.agent.playbook.conv_tail_trace import is_stage, trace_tail
 from kerngen.agent.playbook.entry import CF, PAR, A, C, Entry, M, P
 from kerngen.agent.playbook.epilogue import Epilogue, EpIndex, EpParam
-from kerngen.agent.playbook.fam_conv_epi import _OTHER_CONVS, _builtin_relu_pool, _geometry, _lead_shape, conv_input
-from kerngen.agent.playbook.family import Family
-from kerngen.agent.playbook.forward_source import module_of
-from kerngen.agent.playbook.match import FamilyMatch, Read, Tensor, param_for
+from kerngen.agent.playbook.fam_conv_epi import conv_facts, conv_lead, lead_shape, relu_pool
+from kerngen.agent.playbook.family import Family, FamilyMatch
+from kerngen.agent.playbook.graph import Graph
 from kerngen.agent.playbook.not_covered import NotCovered
+from kerngen.agent.playbook.region import Lead
 
-__all__ = ["FAMILY", "recognise"]
+__all__ = ["CONV_TAIL"]
 
 NAME = "conv_tail"
-
-
-def _propagate(gm: Any, inputs: list[Tensor]) -> None:
-    """Every node's shape (``node.meta['tensor_meta']``), run on meta tensors: nothing is allocated."""
-    import torch
-    from torch.fx.passes.shape_prop import ShapeProp
-
-    by_name = {t.name: t for t in inputs}
-    args = []
-    for n in gm.graph.nodes:
-        if n.op == "placeholder":
-            t = by_name.get(str(n.target))
-            if t is None:
-                raise NotCovered(f"forward input {n.target!r} is not among the problem's tensor inputs")
-            args.append(torch.empty(t.shape, dtype=getattr(torch, t.dtype), device="meta"))
-    try:
-        ShapeProp(gm).propagate(*args)
-    except (RuntimeError, TypeError, ValueError, NotImplementedError, AttributeError, IndexError) as exc:
-        first = " ".join(str(exc).split())[:160]
-        raise NotCovered(f"cannot propagate shapes through the forward ({type(exc).__name__}: {first})") from None
 
 
 def _rename(chain: Chain, names: dict[str, str]) -> Chain:
@@ -78,52 +57,30 @@ def _conv_epilogue(tail: Tail, lead: str) -> Epilogue:
     return Epilogue(lead, _rename(tail.conv, names), tuple(params))
 
 
-def recognise(r: Read) -> FamilyMatch | None:
-    convs = [(k, c, n) for k, c, n in r.kinds if k in ("Conv1d", "Conv2d")]
-    if len(convs) != 1 or convs[0][0] != "Conv2d" or any(k in _OTHER_CONVS for k in r.names):
+def _recognise(g: Graph) -> FamilyMatch | None:
+    conv = conv_lead(g, ("conv1d", "conv2d"))
+    if conv is None or conv.op != "conv2d" or relu_pool(g) or not any(is_stage(n) for n in g.live()):
         return None
-    kind, callee, node = convs[0]
-    mod = module_of(r.model, callee)
-    if mod is None or _builtin_relu_pool(kind, [k for k in r.names if k != kind]):
-        return None
-    try:
-        graph = trace_graph(r.model)
-    except NotCovered:
-        return None  # conv_epi traces the same forward and says why
-    target = callee.split(".", 1)[1]
-    conv = next((n for n in graph.nodes if n.op == "call_module" and str(n.target) == target), None)
-    if conv is None or not any(is_stage_op(r.model, n) for n in graph.nodes):
-        return None
-    geo = _geometry(kind, mod)
-    x = conv_input(r, node)
-    shape = _lead_shape(x, geo)
-    if len(conv.args) != 1 or conv.kwargs or getattr(conv.args[0], "op", "") != "placeholder":
-        raise NotCovered("the Conv2d module is not applied directly to a forward input: not covered by conv_tail")
-    gm = graph.owning_module
-    _propagate(gm, r.match.inputs)
-    weight = param_for(r.match.params, target, "weight")
-    bias = param_for(r.match.params, target, "bias")
-    if weight is None:
-        raise NotCovered(f"no parameter {target}.weight among the model's parameters")
-    oh = f"(({x.name}.shape[2]) + {2 * geo['PH'] - geo['DH'] * (geo['KH'] - 1) - 1}) // {geo['SH']} + 1"
-    ow = f"(({x.name}.shape[3]) + {2 * geo['PW'] - geo['DW'] * (geo['KW'] - 1) - 1}) // {geo['SW']} + 1"
-    d0 = Domain(f"{x.name}.shape[0]", f"{weight.name}.shape[0]", oh, ow, tuple(shape))
-    tail = trace_tail(r.model, gm, conv, d0)
+    f = conv_facts(g, conv, NAME)
+    x = g.tensor(f.x)
+    shape = lead_shape(x, f)
+    oh = f"(({x.name}.shape[2]) + {2 * f.PH - f.DH * (f.KH - 1) - 1}) // {f.SH} + 1"
+    ow = f"(({x.name}.shape[3]) + {2 * f.PW - f.DW * (f.KW - 1) - 1}) // {f.SW} + 1"
+    d0 = Domain(f"{x.name}.shape[0]", f"{f.weight}.shape[0]", oh, ow, tuple(shape))
+    tail = trace_tail(g, conv, d0)
     if tail is None:
         return None
-    ep = _conv_epilogue(tail, target)
-    used = [weight.name] + ([bias.name] if bias else []) + [str(leaf.ref) for leaf in tail.leaves
-                                                            if leaf.kind in (LeafKind.channel, LeafKind.scalar)]
-    bound = {t.name: t for t in r.match.params}
+    ep = _conv_epilogue(tail, conv.module or conv.name)
+    used = [f.weight] + ([f.bias] if f.bias else []) + [str(leaf.ref) for leaf in tail.leaves
+                                                        if leaf.kind in (LeafKind.channel, LeafKind.scalar)]
+    bound = {t.name: t for t in g.params}
     missing = [n for n in used if n not in bound]
     if missing:
         raise NotCovered(f"the tail reads {missing[0]!r}, which is not a bound parameter: not covered by conv_tail")
-    dtypes = set(r.dtypes) | {bound[n].dtype for n in used}
+    dtypes = set(g.dtypes) | {bound[n].dtype for n in used}
     if dtypes != {"float32"}:
         raise NotCovered(f"conv_tail computes in fp32 only ({', '.join(sorted(dtypes - {'float32'}))} is not covered)")
-    r.match.facts = dict(geo, x=x.name, weight=weight.name, bias=bias.name if bias else None, epilogue=ep, tail=tail,
-                         formula=tail.summary())
-    return r.match
+    return FamilyMatch.of(g, f.model_copy(update=dict(epilogue=ep, tail=tail, formula=tail.summary())))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -175,9 +132,9 @@ IDEAS: tuple[Entry, ...] = (
           after=frozenset({"igemm"})),
 )
 
-FAMILY = Family(
-    name=NAME,
-    recognise=recognise,
+CONV_TAIL = Family(
+    name=NAME, leads=frozenset({Lead.conv}), recognise=_recognise,
+    constraints=("one conv2d", "of a forward input", "a reduction, pool or norm after it"),
     variants={v: partial(build.conv_tail_spec, v) for v in build.VARIANT_NAMES},
     ideas=IDEAS,
     spec_names={v: build.SPEC_PREFIX + v for v in build.VARIANT_NAMES},

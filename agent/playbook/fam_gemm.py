@@ -15,118 +15,92 @@ reaches this family (two GEMMs, a product of two inputs) raises :class:`NotCover
 
 from __future__ import annotations
 
-import ast
 import math
-import operator
 from dataclasses import dataclass
 from typing import Any
 
-from kerngen.agent.playbook.build_gemm import gemm_gemv, gemm_rowscale, gemm_tiled
+from kerngen.agent.playbook.build_gemm import GemmFacts, gemm_gemv, gemm_rowscale, gemm_tiled
 from kerngen.agent.playbook import build_gemm_tf32
-from kerngen.agent.playbook.chain import trace_graph
 from kerngen.agent.playbook.entry import A, C, CF, M, PAR, Entry
 from kerngen.agent.playbook.epilogue import trace_epilogue
-from kerngen.agent.playbook.family import Family
-from kerngen.agent.playbook.forward_source import UNKNOWN, kwarg, module_of
-from kerngen.agent.playbook.match import FamilyMatch, Read
+from kerngen.agent.playbook.family import Family, FamilyMatch
+from kerngen.agent.playbook.graph import Graph, Node, Ref
 from kerngen.agent.playbook.not_covered import NotCovered
+from kerngen.agent.playbook.ops import Kind, kind_of
+from kerngen.agent.playbook.region import Lead
 
-__all__ = ["FAMILY"]
+__all__ = ["GEMM", "GemmFacts", "operand_of"]
 
-CONTRACTIONS = ("matmul", "mm", "bmm", "einsum")
-_MATMULS = ("matmul", "mm", "bmm", "__matmul__")
+CONTRACTIONS = ("linear", "matmul", "mm", "bmm", "einsum")
+_MATMULS = ("matmul", "mm", "bmm")
 _MASKS = {"triu": "upper", "tril": "lower"}
-_NORMS = {"GroupNorm": "statistics over groups of columns", "group_norm": "statistics over groups of columns",
-          "LayerNorm": "statistics over each row", "layer_norm": "statistics over each row",
-          "InstanceNorm1d": "statistics over each row", "InstanceNorm2d": "statistics over each row",
-          "batch_norm": "the functional batch_norm (its statistics are arguments), not traced into the epilogue"}
-# nn.BatchNorm1d in eval mode is a per-column affine map: the epilogue tracer takes it (agent/playbook/epilogue.py)
-_POOLS = ("MaxPool1d", "AvgPool1d", "AdaptiveAvgPool1d", "AdaptiveMaxPool1d", "max_pool1d", "avg_pool1d")
-_REDUCTIONS = ("sum", "mean", "max", "min", "amax", "amin", "logsumexp", "softmax", "log_softmax", "Softmax",
-               "LogSoftmax", "norm", "var", "std", "prod", "argmax", "argmin", "cumsum")
-_TWO_WAY = ("max", "min")  # torch.max(x, other) is elementwise; torch.max(x, dim) and torch.max(x) reduce
+_NORMS = {"group_norm": "statistics over groups of columns", "layer_norm": "statistics over each row",
+          "instance_norm": "statistics over each row"}
+_POOLS = ("max_pool1d", "avg_pool1d", "adaptive_avg_pool1d", "adaptive_max_pool1d")
 
 
 # ---------------------------------------------------------------------------------------------
 # why a GEMM problem is refused
-def _reduction_text(kind: str, callee: str, node: ast.Call, model: Any) -> str | None:
-    """``"sum over dim 1"`` for a reducing call, None for an elementwise one (``torch.min(x, other)``)."""
-    mod = module_of(model, callee)
-    if mod is not None:  # nn.Softmax(dim=1) and the like
-        dim = getattr(mod, "dim", None)
-        return f"{kind} over dim {dim}" if isinstance(dim, int) else kind
-    pos = 1 if callee.startswith(("torch.", "F.", "nn.")) else 0  # torch.sum(x, 1) / x.sum(1)
-    dim = kwarg(node, "dim", pos, model=model)
-    if kind in _TWO_WAY and (dim is UNKNOWN or isinstance(dim, float)):
-        return None  # the second argument is a tensor (or a number): an elementwise min/max
-    if dim is None:
-        return f"{kind} over all elements"
-    return kind if dim is UNKNOWN else f"{kind} over dim {dim}"
+def _refusal(g: Graph) -> str | None:
+    """The first op after the GEMM that makes the graph more than GEMM + elementwise."""
+    for n in g.live():
+        if n.op in _NORMS:
+            return f"gemm followed by {n.op} ({_NORMS[n.op]}): not covered by the playbook yet"
+        if n.op == "batch_norm" and n["training"]:
+            return "gemm followed by batch_norm with batch statistics: not covered by the playbook yet"
+        if n.op in _POOLS:
+            return f"gemm followed by {n.op} over the columns (a windowed reduction): not covered by the playbook yet"
+        if kind_of(n.op) in (Kind.reduction, Kind.softmax, Kind.scan) and not (n.op in ("max", "min")
+                                                                                 and n.overload == "other"):
+            dim = n.get("dim")
+            text = f"{n.op} over all elements" if dim in (None, []) else f"{n.op} over dim {_one(dim)}"
+            return f"gemm followed by a row reduction ({text}): not covered by the playbook yet"
+    return None
 
 
-def _refusal(r: Read) -> str | None:
-    """The first op after the GEMM (in source order) that makes the forward more than GEMM + elementwise."""
-    found = []
-    for kind, callee, node in r.kinds:
-        where = (getattr(node, "lineno", 0), getattr(node, "col_offset", 0))
-        if kind in _NORMS:
-            found.append((where, f"gemm followed by {kind} ({_NORMS[kind]}): not covered by the playbook yet"))
-        elif kind in _POOLS:
-            found.append((where, f"gemm followed by {kind} over the columns (a windowed reduction): not covered "
-                                 "by the playbook yet"))
-        elif kind in _REDUCTIONS:
-            text = _reduction_text(kind, callee, node, r.model)
-            if text is not None:
-                found.append((where, f"gemm followed by a row reduction ({text}): not covered by the playbook yet"))
-    return min(found)[1] if found else None
+def _one(dim: Any) -> Any:
+    return dim[0] if isinstance(dim, (list, tuple)) and len(dim) == 1 else dim
 
 
 # ---------------------------------------------------------------------------------------------
 # nn.Linear + elementwise epilogue
-def _shape_expr(name: str, dims: list[int] | range) -> str:
+def _shape_expr(name: str, dims: list[int] | range | tuple[int, ...]) -> str:
     return " * ".join(f"{name}.shape[{i}]" for i in dims) or "1"
 
 
-def _linear(r: Read, linears: list) -> FamilyMatch:
+def _linear(g: Graph, linears: list[Node]) -> FamilyMatch:
     if len(linears) > 1:
         raise NotCovered(f"{len(linears)} nn.Linear calls (a chain of GEMMs): the playbook fuses one GEMM with an "
                          "elementwise epilogue")
-    _, callee, node = linears[0]
-    mod = module_of(r.model, callee)
-    if mod is None:
-        raise NotCovered("cannot read the nn.Linear module (the model did not build on the meta device)")
-    why = _refusal(r)
+    n = linears[0]
+    why = _refusal(g)
     if why:
         raise NotCovered(why)
-    arg = node.args[0] if len(node.args) == 1 and not node.keywords else None
-    x = next((t for t in r.match.inputs if isinstance(arg, ast.Name) and t.name == arg.id), None)
-    if x is None or not x.shape or x.shape[-1] != int(mod.in_features):
+    x, w = g.tensor(n["input"]), g.tensor(n["weight"])
+    if x is None or not g.is_input(x.name) or not x.shape or w is None or x.shape[-1] != w.shape[-1]:
         raise NotCovered("the nn.Linear module is not applied directly to a forward input of in_features columns")
-    lead = callee.split(".", 1)[1]
-    params = {p.name for p in r.match.params}
-    weight, bias = f"{lead}.weight", f"{lead}.bias"
-    if weight not in params:
+    weight, bias = w.name, n["bias"]
+    if not g.is_param(weight):
         raise NotCovered(f"no parameter {weight} among the model's parameters")
-    lead_shape = tuple(x.shape[:-1]) + (int(mod.out_features),)
+    if bias is not None and not g.is_param(bias):
+        raise NotCovered(f"the linear's bias {bias!r} is not a parameter of the model: not covered")
+    lead_shape = tuple(x.shape[:-1]) + (w.shape[0],)
     try:
-        ep = trace_epilogue(r.model, ("Linear",), shapes={t.name: t.shape for t in r.match.inputs},
-                            lead_shape=lead_shape, out_shape=r.out.shape, channel_dim=-1)
+        ep = trace_epilogue(g, n, channel_dim=-1)
     except NotCovered as exc:
         raise NotCovered(f"gemm + epilogue: {exc}") from None
     nd = len(x.shape)
     k = f"{x.name}.shape[{nd - 1}]"
-    has_bias = bias in params
-    what = f"{x.name} @ {weight}^T" + (f" + {bias}" if has_bias else "")
-    r.match.facts = dict(kind="gemm", a=x.name, b=weight, trans_a=False, trans_b=True, M=_shape_expr(x.name, range(nd - 1)),
-                         N=f"{weight}.shape[0]", K=k, LDA=k, LDB=f"{weight}.shape[1]", BATCH="1", SA="0", SB="0",
-                         bias=bias if has_bias else None, ep=ep, mask="", diag=0, what=what,
-                         shape=(1, math.prod(x.shape[:-1]), lead_shape[-1], x.shape[-1]))
-    r.match.message = f"gemm: {what}" + (f", epilogue {ep.formula}" if not ep.empty else "")
-    return r.match
+    what = f"{x.name} @ {weight}^T" + (f" + {bias}" if bias else "")
+    facts = GemmFacts(kind="gemm", a=x.name, b=weight, trans_a=False, trans_b=True, M=_shape_expr(x.name, range(nd - 1)),
+                      N=f"{weight}.shape[0]", K=k, LDA=k, LDB=f"{weight}.shape[1]", BATCH="1", SA="0", SB="0",
+                      bias=bias, ep=ep, mask="", diag=0, what=what,
+                      shape=(1, math.prod(x.shape[:-1]), lead_shape[-1], x.shape[-1]))
+    return FamilyMatch.of(g, facts, f"gemm: {what}" + (f", epilogue {ep.formula}" if not ep.empty else ""))
 
 
 # ---------------------------------------------------------------------------------------------
-# contractions read from the traced forward
+# contractions
 @dataclass(frozen=True)
 class Operand:
     name: str  # a forward input or a parameter
@@ -134,51 +108,28 @@ class Operand:
     diag: bool = False  # torch.diag of a vector
 
 
-def _callee(n: Any) -> str | None:
-    """``matmul`` for torch.matmul / x.matmul / the @ operator, ``triu`` for torch.triu / x.triu, ..."""
-    if n.op == "call_method":
-        return str(n.target)
-    if n.op == "call_function":
-        if n.target is operator.matmul:
-            return "matmul"
-        if n.target is operator.mul:
-            return "mul"
-        if n.target is getattr:
-            return "getattr"
-        return getattr(n.target, "__name__", None)
-    return None
-
-
-def _int_arg(n: Any, pos: int, key: str, default: int) -> int:
-    v = n.args[pos] if len(n.args) > pos else n.kwargs.get(key, default)
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise NotCovered(f"{_callee(n)} with a non-constant {key} is not covered")
-    return v
-
-
-def _operand(n: Any, shapes: dict[str, tuple[int, ...]], op: str) -> Operand:
-    if n.op in ("placeholder", "get_attr"):
-        return Operand(str(n.target), False)
-    name = _callee(n)
-    base = n.args[0] if n.args else None
-    if base is None or getattr(base, "op", None) not in ("placeholder", "get_attr"):
-        raise NotCovered(f"an operand of {op} is computed in the forward ({name}): not covered by the gemm family")
-    nd = len(shapes[str(base.target)])
+def operand_of(g: Graph, ref: Any, op: str) -> Operand:
+    """A product's operand: a tensor of the graph, its transpose (``.T``, ``.t()``, ``transpose`` or ``permute``
+    of the last two dims) or ``diag`` of a vector; NotCovered for anything computed."""
+    if isinstance(ref, Ref) and g.tensor(ref) is not None:
+        return Operand(str(ref), False)
+    n = g.node(ref) if isinstance(ref, Ref) else None
+    base = n.args.get("self") if n is not None else None
+    if n is None or not isinstance(base, Ref) or g.tensor(base) is None:
+        what = f" ({n.op})" if n is not None else ""
+        raise NotCovered(f"an operand of {op} is computed in the forward{what}: not covered by the gemm family")
+    nd = len(g.tensor(base).shape)
     last_two = {nd - 2, nd - 1}
-    if name == "getattr" and n.args[1] in ("T", "mT") and (n.args[1] == "mT" or nd == 2):
-        return Operand(str(base.target), True)
-    if name == "t" and nd == 2:
-        return Operand(str(base.target), True)
-    if name == "transpose" and {_int_arg(n, 1, "dim0", 0) % nd, _int_arg(n, 2, "dim1", 0) % nd} == last_two:
-        return Operand(str(base.target), True)
-    if name == "permute":
-        dims = n.args[1] if len(n.args) == 2 and isinstance(n.args[1], (tuple, list)) else n.args[1:]
-        if tuple(d % nd for d in dims) == tuple(range(nd - 2)) + (nd - 1, nd - 2):
-            return Operand(str(base.target), True)
-    if name == "diag" and nd == 1 and len(n.args) == 1 and not n.kwargs:
-        return Operand(str(base.target), False, diag=True)
-    raise NotCovered(f"an operand of {op} is computed in the forward ({name} of {base.target}): not covered by the "
-                     "gemm family")
+    if (n.op == "numpy_T" and nd == 2) or (n.op == "t" and nd == 2) or n.op == "mT":
+        return Operand(str(base), True)
+    if n.op == "transpose" and {n["dim0"] % nd, n["dim1"] % nd} == last_two:
+        return Operand(str(base), True)
+    if n.op == "permute" and tuple(d % nd for d in n["dims"]) == tuple(range(nd - 2)) + (nd - 1, nd - 2):
+        return Operand(str(base), True)
+    if n.op == "diag" and nd == 1 and n["diagonal"] == 0:
+        return Operand(str(base), False, diag=True)
+    raise NotCovered(f"an operand of {op} is computed in the forward ({n.op} of {base}): not covered by the gemm "
+                     "family")
 
 
 @dataclass(frozen=True)
@@ -244,8 +195,12 @@ def _einsum_layout(eq: Any, na: int, nb: int) -> tuple[Layout, bool, bool]:
     return lay, trans_a, trans_b
 
 
-def _gemm_facts(r: Read, op: str, a: Operand, b: Operand, lay: Layout, mask: str, diag: int) -> dict[str, Any]:
-    shapes = {t.name: t.shape for t in r.match.inputs + r.match.params}
+def _shapes(g: Graph) -> dict[str, tuple[int, ...]]:
+    return {t.name: t.shape for t in (*g.inputs, *g.params)}
+
+
+def _gemm_facts(g: Graph, op: str, a: Operand, b: Operand, lay: Layout, mask: str, diag: int) -> GemmFacts:
+    shapes = _shapes(g)
     sa, sb = shapes[a.name], shapes[b.name]
     if sa[lay.k_a] != sb[lay.k_b]:
         raise NotCovered(f"{op} operands do not contract: {a.name} {sa}, {b.name} {sb}")
@@ -254,8 +209,8 @@ def _gemm_facts(r: Read, op: str, a: Operand, b: Operand, lay: Layout, mask: str
         raise NotCovered(f"{op} with broadcast batch dims ({a.name} {sa}, {b.name} {sb}) is not covered")
     n_now = sb[lay.n_dim] if lay.n_dim is not None else 1
     want = tuple(ab or bb) + tuple(sa[i] for i in lay.m_dims) + ((n_now,) if lay.n_dim is not None else ())
-    if tuple(r.out.shape) != want:
-        raise NotCovered(f"{op} output {r.out.shape} is not the product's shape {want}")
+    if tuple(g.out.shape) != want:
+        raise NotCovered(f"{op} output {g.out.shape} is not the product's shape {want}")
     M, K = _shape_expr(a.name, lay.m_dims), f"{a.name}.shape[{lay.k_a}]"
     N = f"{b.name}.shape[{lay.n_dim}]" if lay.n_dim is not None else "1"
     batch = _shape_expr(a.name, lay.a_batch) if ab else _shape_expr(b.name, lay.b_batch)
@@ -264,128 +219,104 @@ def _gemm_facts(r: Read, op: str, a: Operand, b: Operand, lay: Layout, mask: str
         what += f" (batch of {math.prod(ab or bb)}{'' if ab and bb else ', one operand shared'})"
     elif len(lay.m_dims) > 1:
         what += f" ({a.name}'s leading dims as {math.prod(sa[i] for i in lay.m_dims)} rows)"
-    return dict(kind="gemm", a=a.name, b=b.name, trans_a=a.trans, trans_b=b.trans, M=M, N=N, K=K,
-                LDA=f"{a.name}.shape[{len(sa) - 1}]", LDB=f"{b.name}.shape[{len(sb) - 1}]" if len(sb) > 1 else "1",
-                BATCH=batch, SA=f"({M}) * ({K})" if ab else "0", SB=f"({K}) * ({N})" if bb else "0",
-                bias=None, ep=None, mask=mask, diag=diag, what=what,
-                shape=(math.prod(ab or bb), math.prod(sa[i] for i in lay.m_dims), n_now, sa[lay.k_a]))
+    return GemmFacts(kind="gemm", a=a.name, b=b.name, trans_a=a.trans, trans_b=b.trans, M=M, N=N, K=K,
+                     LDA=f"{a.name}.shape[{len(sa) - 1}]", LDB=f"{b.name}.shape[{len(sb) - 1}]" if len(sb) > 1 else "1",
+                     BATCH=batch, SA=f"({M}) * ({K})" if ab else "0", SB=f"({K}) * ({N})" if bb else "0",
+                     bias=None, ep=None, mask=mask, diag=diag, what=what,
+                     shape=(math.prod(ab or bb), math.prod(sa[i] for i in lay.m_dims), n_now, sa[lay.k_a]))
 
 
-def _rowscale_facts(r: Read, d: str, mat: str) -> dict[str, Any]:
-    shapes = {t.name: t.shape for t in r.match.inputs + r.match.params}
+def _rowscale_match(g: Graph, d: str, mat: str) -> FamilyMatch:
+    shapes = _shapes(g)
     sd, sm = shapes[d], shapes[mat]
-    if len(sd) != 1 or len(sm) != 2 or sd[0] != sm[0] or tuple(r.out.shape) != tuple(sm):
+    if len(sd) != 1 or len(sm) != 2 or sd[0] != sm[0] or tuple(g.out.shape) != tuple(sm):
         raise NotCovered(f"diag({d}) @ {mat}: shapes {sd} and {sm} do not scale rows")
-    return dict(kind="rowscale", d=d, m=mat, R=f"{mat}.shape[0]", C=f"{mat}.shape[1]")
+    facts = GemmFacts(kind="rowscale", d=d, m=mat, R=f"{mat}.shape[0]", C=f"{mat}.shape[1]")
+    return FamilyMatch.of(g, facts, f"row scaling: diag({d}) @ {mat}")
 
 
-def _graph(r: Read) -> Any | None:
-    if r.model is None:
-        return None
-    try:
-        return trace_graph(r.model)
-    except NotCovered:
-        return None
-
-
-def _contraction(r: Read) -> FamilyMatch | None:
-    g = _graph(r)
-    if g is None:
-        return None  # nothing to read the operands from: the built-in matmul family says what it can
-    nodes = list(g.nodes)
-    res = next(n for n in nodes if n.op == "output").args[0]
+def _contraction(g: Graph) -> FamilyMatch | None:
+    res = g.node(g.output)
     mask, diag = "", 0
-    if getattr(res, "op", None) in ("call_function", "call_method") and _callee(res) in _MASKS:
-        mask, diag = _MASKS[_callee(res)], _int_arg(res, 1, "diagonal", 0)
-        res = res.args[0]
-    op = _callee(res) if hasattr(res, "op") else None
+    if res is not None and res.op in _MASKS:
+        mask, diag = _MASKS[res.op], int(res["diagonal"])
+        res = g.node(res["self"])
+    op = res.op if res is not None else None
     if op not in _MATMULS + ("einsum",):
-        raise NotCovered(_refusal(r) or "a matrix product followed by other ops: the gemm family fuses an "
+        raise NotCovered(_refusal(g) or "a matrix product followed by other ops: the gemm family fuses an "
                                         "elementwise epilogue after an nn.Linear module only")
-    shapes = {t.name: t.shape for t in r.match.inputs + r.match.params}
+    shapes = _shapes(g)
     if op == "einsum":
-        eq, ops = res.args[0], res.args[1:]
-        if len(ops) == 1 and isinstance(ops[0], (tuple, list)):
-            ops = tuple(ops[0])
-        if len(ops) != 2 or any(getattr(o, "op", None) not in ("placeholder", "get_attr") for o in ops):
+        ops = res["tensors"]
+        if len(ops) != 2 or any(g.tensor(o) is None for o in ops):
             raise NotCovered("einsum of other than two input tensors is not covered")
-        a, b = Operand(str(ops[0].target), False), Operand(str(ops[1].target), False)
-        lay, ta, tb = _einsum_layout(eq, len(shapes[a.name]), len(shapes[b.name]))
+        a, b = Operand(str(ops[0]), False), Operand(str(ops[1]), False)
+        lay, ta, tb = _einsum_layout(res["equation"], len(shapes[a.name]), len(shapes[b.name]))
         a, b = Operand(a.name, ta), Operand(b.name, tb)
     else:
-        a, b = (_operand(n, shapes, op) for n in res.args[:2])
+        a = operand_of(g, res["self"], op)
+        b = operand_of(g, res.args.get("other", res.args.get("mat2")), op)
         if b.diag:
             raise NotCovered(f"{op} with diag() as its second operand (a column scaling) is not covered")
         if a.diag:
             if mask or b.trans:
                 raise NotCovered(f"diag({a.name}) @ a transposed or masked matrix is not covered")
-            r.match.facts = _rowscale_facts(r, a.name, b.name)
-            r.match.message = f"row scaling: diag({a.name}) @ {b.name}"
-            return r.match
+            return _rowscale_match(g, a.name, b.name)
         lay = _matmul_layout(op, a, b, len(shapes[a.name]), len(shapes[b.name]))
-    facts = _gemm_facts(r, op, a, b, lay, mask, diag)
-    inputs = {t.name for t in r.match.inputs}
+    facts = _gemm_facts(g, op, a, b, lay, mask, diag)
+    inputs = {t.name for t in g.inputs}
     plain = (op != "einsum" and not mask and not a.trans and not b.trans and len(shapes[a.name]) == 2
-             and len(shapes[b.name]) == 2 and facts["shape"][2] != 1 and {a.name, b.name} <= inputs
+             and len(shapes[b.name]) == 2 and facts.shape[2] != 1 and {a.name, b.name} <= inputs
              and len(inputs) == 2)
     if plain:
         return None  # plain 2-D A @ B: the built-in matmul family's
-    r.match.facts = facts
-    r.match.message = f"gemm: {facts['what']}" + (f", {mask} triangle" if mask else "")
-    return r.match
+    return FamilyMatch.of(g, facts, f"gemm: {facts.what}" + (f", {mask} triangle" if mask else ""))
 
 
-def _is_column_of(n: Any, d: str) -> bool:
+def _is_column_of(g: Graph, ref: Any, d: str) -> bool:
     """``d.unsqueeze(1)``, ``d[:, None]``, ``d.view(-1, 1)`` / ``reshape(-1, 1)`` of the vector ``d``."""
-    base = n.args[0] if getattr(n, "args", None) else None
-    if getattr(base, "op", None) != "placeholder" or str(base.target) != d:
+    n = g.node(ref) if isinstance(ref, Ref) else None
+    if n is None or n.args.get("self") != d:
         return False
-    name = _callee(n)
-    if name == "unsqueeze":
-        return len(n.args) == 2 and n.args[1] in (1, -1)
-    if name == "getitem":
-        return n.args[1] == (slice(None, None, None), None)
-    if name in ("view", "reshape"):
-        return tuple(n.args[1:]) in ((-1, 1),) or (len(n.args) == 2 and tuple(n.args[1]) == (-1, 1))
-    return False
+    if n.op == "unsqueeze":
+        return n["dim"] in (1, -1)
+    return n.op in ("view", "reshape", "_unsafe_view") and n.shape is not None and len(n.shape) == 2 and n.shape[1] == 1
 
 
-def _rowscale(r: Read) -> FamilyMatch | None:
+def _rowscale(g: Graph) -> FamilyMatch | None:
     """``d.unsqueeze(1) * M`` (diag(d) @ M written as a broadcast): mine; anything else: None."""
-    ins = r.match.inputs
-    if len(ins) != 2 or sorted(len(t.shape) for t in ins) != [1, 2] or len(r.out.shape) != 2:
+    ins = g.inputs
+    if len(ins) != 2 or sorted(len(t.shape) for t in ins) != [1, 2] or len(g.out.shape) != 2:
         return None
-    g = _graph(r)
-    if g is None:
-        return None
-    res = next(n for n in g.nodes if n.op == "output").args[0]
-    if _callee(res) not in ("mul", "mul_") or len(res.args) != 2:
+    res = g.node(g.output)
+    if res is None or res.op != "mul" or len(g.live()) != 2:
         return None
     d = next(t.name for t in ins if len(t.shape) == 1)
     mat = next(t.name for t in ins if len(t.shape) == 2)
-    x, y = res.args
+    x, y = res["self"], res["other"]
     for col, other in ((x, y), (y, x)):
-        if _is_column_of(col, d) and getattr(other, "op", None) == "placeholder" and str(other.target) == mat:
-            if r.dtypes != {"float32"}:
+        if _is_column_of(g, col, d) and other == mat:
+            if g.dtypes != {"float32"}:
                 raise NotCovered("the playbook's gemm family is fp32 only")
-            r.match.facts = _rowscale_facts(r, d, mat)
-            r.match.message = f"row scaling: diag({d}) @ {mat}"
-            return r.match
+            return _rowscale_match(g, d, mat)
     return None
 
 
 # ---------------------------------------------------------------------------------------------
-def recognise(r: Read) -> FamilyMatch | None:
-    linears = [(k, c, n) for k, c, n in r.kinds if k == "Linear"]
-    names = set(r.names)
-    if not linears and not (names & set(CONTRACTIONS)) and "MatMult" not in r.fwd.binops:
-        return _rowscale(r)
-    if any(k.startswith(("Conv", "conv")) for k in names):
+def _recognise(g: Graph) -> FamilyMatch | None:
+    live = g.live()
+    products = [n for n in live if n.op in CONTRACTIONS]
+    if not products:
+        return _rowscale(g)
+    if any(kind_of(n.op) == Kind.conv for n in live):
         return None  # a convolution's problem: the conv families say what they cover
-    if r.dtypes != {"float32"}:
+    if g.dtypes != {"float32"}:
         raise NotCovered(f"the playbook's gemm family is fp32 only (no TF32, no 16-bit inputs); got "
-                         f"{', '.join(sorted(r.dtypes))}")
-    return _linear(r, linears) if linears else _contraction(r)
+                         f"{', '.join(sorted(g.dtypes))}")
+    linears = [n for n in products if n.op == "linear"]
+    if len(products) > 1 and not linears:
+        raise NotCovered(f"{len(products)} matrix products (a chain of GEMMs): the playbook's gemm family computes one")
+    return _linear(g, linears) if linears else _contraction(g)
 
 
 _AFTER_TILED = frozenset({"tiled"})
@@ -444,7 +375,9 @@ IDEAS = (
           after=frozenset({"rowscale"})),
 )
 
-FAMILY = Family(name="gemm", recognise=recognise,
-                variants={"tiled": gemm_tiled, build_gemm_tf32.VARIANT: build_gemm_tf32.gemm_tf32x3,
-                          "gemv": gemm_gemv, "rowscale": gemm_rowscale},
-                ideas=IDEAS + build_gemm_tf32.IDEAS)
+GEMM = Family(name="gemm", leads=frozenset({Lead.contraction, Lead.map}), recognise=_recognise,
+              constraints=("one matrix product or diag(d) @ M", "of graph tensors (transposes read in place)",
+                           "elementwise after it"),
+              variants={"tiled": gemm_tiled, build_gemm_tf32.VARIANT: build_gemm_tf32.gemm_tf32x3,
+                        "gemv": gemm_gemv, "rowscale": gemm_rowscale},
+              ideas=IDEAS + build_gemm_tf32.IDEAS)

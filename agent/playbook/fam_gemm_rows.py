@@ -15,32 +15,35 @@ from __future__ import annotations
 from kerngen.agent.playbook.build_gemm_rows import (gemm_rows_staged, gemm_rows_streamed, gemm_rows_tf32x3_staged,
                                                    gemm_rows_tf32x3_streamed)
 from kerngen.agent.playbook.entry import A, C, CF, M, P, PAR, Entry
-from kerngen.agent.playbook.family import Family
-from kerngen.agent.playbook.match import FamilyMatch, Read
+from kerngen.agent.playbook.family import Facts, Family, FamilyMatch
+from kerngen.agent.playbook.graph import Graph
 from kerngen.agent.playbook.not_covered import NotCovered
-from kerngen.agent.playbook.row_trace import trace_rows
+from kerngen.agent.playbook.region import Lead
+from kerngen.agent.playbook.row_trace import RowTail, trace_rows
 
-__all__ = ["FAMILY"]
-
-_GEMM_CALLS = ("Linear", "linear", "matmul", "mm")
+__all__ = ["GEMM_ROWS", "GemmRowsFacts"]
 
 
-def recognise(r: Read) -> FamilyMatch | None:
-    if not (set(r.names) & set(_GEMM_CALLS)) and "MatMult" not in r.fwd.binops:
+class GemmRowsFacts(Facts):
+    tail: RowTail
+    steps: tuple[str, ...]
+    formula: str
+
+
+def _recognise(g: Graph) -> FamilyMatch | None:
+    if not any(n.op in ("linear", "matmul", "mm") for n in g.live()):
         return None
     try:
-        tail = trace_rows(r.model, {t.name: t.shape for t in r.match.inputs},
-                          {t.name: t.shape for t in r.match.params})
+        tail = trace_rows(g)
     except NotCovered as exc:
         raise NotCovered(f"gemm followed by row ops: {exc}") from None
     if tail is None:
         return None
-    if r.dtypes != {"float32"}:
-        raise NotCovered(f"the playbook's gemm_rows family is fp32 only; got {', '.join(sorted(r.dtypes))}")
+    if g.dtypes != {"float32"}:
+        raise NotCovered(f"the playbook's gemm_rows family is fp32 only; got {', '.join(sorted(g.dtypes))}")
     prog = tail.program
-    r.match.facts = dict(kind="gemm_rows", tail=tail, steps=prog.steps(), formula=prog.formula())
-    r.match.message = f"gemm {tail.lead.what}, then per row: {prog.formula()}"
-    return r.match
+    facts = GemmRowsFacts(tail=tail, steps=prog.steps(), formula=prog.formula())
+    return FamilyMatch.of(g, facts, f"gemm {tail.lead.what}, then per row: {prog.formula()}")
 
 
 _ROUND0 = (
@@ -107,7 +110,9 @@ def _refinements_tf32(variant: str) -> tuple[Entry, ...]:
 IDEAS = (_ROUND0 + _refinements("staged") + _refinements("streamed") + _refinements_tf32("tf32x3_staged")
          + _refinements_tf32("tf32x3_streamed"))
 
-FAMILY = Family(name="gemm_rows", recognise=recognise,
-                variants={"staged": gemm_rows_staged, "streamed": gemm_rows_streamed,
+GEMM_ROWS = Family(name="gemm_rows", leads=frozenset({Lead.contraction}), recognise=_recognise,
+                   constraints=("one GEMM of a forward input and a weight", "a row op after it",
+                                "row-local ops only", "elementwise between them"),
+                   variants={"staged": gemm_rows_staged, "streamed": gemm_rows_streamed,
                           "tf32x3_staged": gemm_rows_tf32x3_staged, "tf32x3_streamed": gemm_rows_tf32x3_streamed},
                 ideas=IDEAS)

@@ -3,8 +3,8 @@ sum (or mean) of elementwise terms (``torch.mean((p - t) ** 2)``, ``F.smooth_l1_
 hinge ...: variant ``term``) or a sum of per-row losses (``F.cross_entropy``, ``nn.TripletMarginLoss``:
 variant ``rows``), optionally followed by scalar ops on the reduced value (``sqrt(mean(...))``).
 
-The forward is traced with torch.fx on the meta-built model (no weights) and translated with the
-elementwise chain's IR (:mod:`.chain`): each input is a C variable ``in_<name>`` with its shape, every op
+The traced graph (:mod:`.graph`) is translated with the pointwise IR (:mod:`.pointwise`): each input is a C
+variable ``in_<name>`` with its shape, every op
 broadcasts (the term's shape is the broadcast of what it reads), one reduction (``mean``/``sum`` over all
 dims, or a loss call with reduction mean/sum/batchmean) turns the term into the reduced value ``s``, and
 the ops after it become the final launch's epilogue. The loss calls are written out with PyTorch's own
@@ -18,20 +18,20 @@ label smoothing, class-probability targets, per-row reductions other than the tw
 
 from __future__ import annotations
 
-import inspect
 import math
 import re
 from typing import Any
 
 from kerngen.agent.playbook.build_loss import rows_loss, term_layout, term_loss
-from kerngen.agent.playbook.chain import Translator, live_chain, reachable, trace_graph
 from kerngen.agent.playbook.chain_ir import Chain, Operand
 from kerngen.agent.playbook.entry import A, C, M, PAR, Entry
-from kerngen.agent.playbook.family import Family
-from kerngen.agent.playbook.match import FamilyMatch, Read, Tensor
+from kerngen.agent.playbook.family import Facts, Family, FamilyMatch
+from kerngen.agent.playbook.graph import Graph, Node as GNode, Ref, Tensor
 from kerngen.agent.playbook.not_covered import NotCovered
+from kerngen.agent.playbook.pointwise import Translator, live_chain
+from kerngen.agent.playbook.region import Lead
 
-__all__ = ["FAMILY", "LOSS_MODULES", "LossTranslator", "TERM_LOSSES", "recognise"]
+__all__ = ["LOSS", "LossFacts", "LossTranslator", "TERM_LOSSES"]
 
 NAME = "loss"
 REDUCED = "s"  # the C variable of the reduced value in the final launch
@@ -40,11 +40,8 @@ REDUCTIONS = ("mean", "sum")
 TERM_LOSSES = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div", "binary_cross_entropy",
                "binary_cross_entropy_with_logits", "soft_margin_loss")
 ROW_LOSSES = ("cross_entropy", "triplet_margin_loss")
-LOSS_MODULES = {"MSELoss": "mse_loss", "L1Loss": "l1_loss", "SmoothL1Loss": "smooth_l1_loss",
-                "HuberLoss": "huber_loss", "KLDivLoss": "kl_div", "BCELoss": "binary_cross_entropy",
-                "BCEWithLogitsLoss": "binary_cross_entropy_with_logits", "SoftMarginLoss": "soft_margin_loss",
-                "CrossEntropyLoss": "cross_entropy", "TripletMarginLoss": "triplet_margin_loss"}
-_TENSOR_ARGS = ("input", "target", "anchor", "positive", "negative")
+_ATEN = {"cross_entropy_loss": "cross_entropy"}  # ATen op -> the functional's name used below
+_REDUCTION = {0: "none", 1: "mean", 2: "sum"}  # ATen's reduction enum
 
 
 def _broadcast(shapes: list[tuple[int, ...]], what: str) -> tuple[int, ...]:
@@ -70,13 +67,41 @@ def _finite(value: Any, what: str) -> float:
     return float(value)
 
 
+class LossFacts(Facts):
+    kind: str  # "term", "cross_entropy" or "triplet"
+    post_body: tuple[str, ...]
+    post_expr: str
+    post_formula: str
+    post_chain: Chain
+    loss: str
+    # a sum of terms
+    terms: tuple[tuple[str, str], ...] = ()  # (input, its C variable)
+    term_shape: tuple[int, ...] = ()
+    body: tuple[str, ...] = ()
+    expr: str = ""
+    formula: str = ""
+    chain: Chain | None = None
+    div_dims: tuple[int, ...] = ()
+    # a row loss
+    inputs: tuple[str, ...] = ()
+    reduction: str | None = None
+    by_count: bool = False
+    ignore_index: int = -100
+    margin: float = 0.0
+    p: float = 2.0
+    eps: float = 0.0
+    swap: bool = False
+
+
 class LossTranslator(Translator):
-    """The traced forward as a loss: the term (IR nodes over the inputs' C variables) or a row loss, the
+    """The traced graph as a loss: the term (IR nodes over the inputs' C variables) or a row loss, the
     reduction, and the scalar epilogue (``facts``)."""
 
-    def __init__(self, model: Any, inputs: list[Tensor]) -> None:
-        super().__init__(model)
-        self.inputs = {t.name: t for t in inputs}
+    where = "the loss family"
+
+    def __init__(self, g: Graph) -> None:
+        super().__init__(g)
+        self.inputs = {t.name: t for t in g.inputs}
         self.vars: dict[str, Tensor] = {}  # C variable -> the input it holds
         self.shape: dict[str, tuple[int, ...] | None] = {}  # C variable -> its broadcast shape; None: reduced
         self.term: Operand | None = None
@@ -85,6 +110,8 @@ class LossTranslator(Translator):
         self.loss = ""  # the loss call, for descriptions ("" for a hand-written mean or sum)
         self.how = ""  # the reduction: mean, sum or batchmean
         self.rows: dict[str, Any] | None = None
+        self.broadcasts: dict[str, tuple] = {}  # broadcast_tensors node -> its tensors
+        self.folded: set[str] = set()  # nodes that are part of an op read whole (kl_div's batchmean division)
 
     # -- shapes: every op broadcasts; a reduced value mixes with constants only -------------------
     def emit(self, op: str, args: tuple[Operand, ...], params: tuple[float | None, ...] = (),
@@ -100,34 +127,23 @@ class LossTranslator(Translator):
         return var
 
     # -- the graph --------------------------------------------------------------------------
-    def facts(self, graph: Any) -> dict[str, Any]:
-        import torch.fx as fx
-
-        nodes = list(graph.nodes)
-        out = next((n for n in nodes if n.op == "output"), None)
-        result = out.args[0] if out is not None else None
-        if not isinstance(result, fx.Node):
-            raise NotCovered("the forward does not return one tensor")
-        live = reachable(result)
-        self.check_inplace(nodes)
-        for n in nodes:
-            if n.op == "placeholder":
-                t = self.inputs.get(str(n.target))
-                if t is None:
-                    raise NotCovered(f"forward argument {n.target!r} is not among the problem's inputs")
-                var = f"in_{t.name}"
-                self.env[n], self.vars[var], self.shape[var] = var, t, t.shape
-                self.dtypes[var] = "int64" if t.dtype == "int64" else "float"  # fp32 is checked per use below
-            elif n in live:
+    def facts(self) -> LossFacts:
+        for t in self.g.inputs:
+            var = f"in_{t.name}"
+            self.env[t.name], self.vars[var], self.shape[var] = var, t, t.shape
+            self.dtypes[var] = "int64" if t.dtype == "int64" else "float"  # fp32 is checked per use below
+        for n in self.g.live():
+            if n.name not in self.folded:
                 self.visit(n)
-        res = self.env[result]
+        res = self.ref(self.g.output)
         if not isinstance(res, str) or self.shape.get(res, ()) is not None:
             raise NotCovered("the forward's 0-d result is not one reduction of its inputs (mean, sum or a loss call)")
         post = live_chain(self.nodes, res)
-        facts: dict[str, Any] = dict(post_body=post.statements(), post_expr=post.expr(),
+        facts: dict[str, Any] = dict(post_body=tuple(post.statements()), post_expr=post.expr(),
                                      post_formula=_formula(post), post_chain=post)
         if self.rows is not None:
             facts.update(self.rows)
+            facts["inputs"] = tuple(self.rows["inputs"])
             used = [self.inputs[name] for name in self.rows["inputs"]]
             if self.rows["kind"] == "cross_entropy":
                 used = used[:1]  # the int64 targets were checked with the call
@@ -138,69 +154,63 @@ class LossTranslator(Translator):
             if not used:
                 raise NotCovered("a reduction of a constant is not covered by the loss family")
             formula = _formula(term)
-            facts.update(kind="term", terms=[(t.name, f"in_{t.name}") for t in used], term_shape=self.term_shape,
-                         body=term.statements(), expr=term.expr(), formula=formula, chain=term, div_dims=self.div_dims,
-                         loss=self.loss or f"{self.how}({formula})")
+            facts.update(kind="term", terms=tuple((t.name, f"in_{t.name}") for t in used), term_shape=self.term_shape,
+                         body=tuple(term.statements()), expr=term.expr(), formula=formula, chain=term,
+                         div_dims=self.div_dims, loss=self.loss or f"{self.how}({formula})")
             term_layout([(t, f"in_{t.name}") for t in used], self.term_shape)  # NotCovered for odd broadcasts
         for t in used:  # the kernels read every input but cross entropy's targets as fp32
             if t.dtype != "float32":
                 raise NotCovered(f"input {t.name} is {t.dtype}: the loss family reads fp32 inputs only")
-        return facts
+        return LossFacts(**facts)
 
-    def visit(self, n: Any) -> None:
-        import torch.nn.functional as F
-
-        if n.op == "call_module":
-            mod = self.model.get_submodule(str(n.target))
-            fn = LOSS_MODULES.get(type(mod).__name__) if type(mod).__module__.startswith("torch.nn") else None
-            if fn is not None:
-                sig = inspect.signature(getattr(F, fn))
-                opts = {k: getattr(mod, k) for k in sig.parameters if k not in _TENSOR_ARGS and hasattr(mod, k)}
-                self.env[n] = self.call_loss(fn, self._bind(fn, n.args, {**opts, **n.kwargs}))
-                return
-        elif n.op == "call_function":
-            fn = next((f for f in TERM_LOSSES + ROW_LOSSES if getattr(F, f) is n.target), None)
-            if fn is not None:
-                self.env[n] = self.call_loss(fn, self._bind(fn, n.args, dict(n.kwargs)))
-                return
-        if n.op in ("call_function", "call_method") and self._name(n)[0] in REDUCTIONS:
-            self.env[n] = self.reduction(self._name(n)[0], tuple(n.args), dict(n.kwargs))
+    def visit(self, n: GNode) -> None:
+        fn = _ATEN.get(n.op, n.op)
+        if fn in TERM_LOSSES + ROW_LOSSES:
+            b = {("input" if k == "self" else k): v for k, v in n.args.items()}
+            b["reduction"] = _REDUCTION.get(b.get("reduction"), b.get("reduction"))
+            if fn == "kl_div" and b["reduction"] == "sum" and self._batchmean(n):
+                b["reduction"] = "batchmean"
+            self.env[n.name] = self.call_loss(fn, b)
+            return
+        if n.op == "broadcast_tensors":
+            self.broadcasts[n.name] = n["tensors"]
+            return
+        if n.op == "getitem" and n["input"] in self.broadcasts:  # a loss's own broadcast: the terms broadcast anyway
+            self.env[n.name] = self.ref(self.broadcasts[n["input"]][n["index"]])
+            return
+        if n.op in REDUCTIONS:
+            self.env[n.name] = self.reduction(n)
             return
         super().visit(n)
 
-    @staticmethod
-    def _bind(fn: str, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
-        import torch.nn.functional as F
-
-        try:
-            bound = inspect.signature(getattr(F, fn)).bind(*args, **kwargs)
-        except TypeError as exc:
-            raise NotCovered(f"cannot read the arguments of {fn}: {exc}") from None
-        bound.apply_defaults()
-        return dict(bound.arguments)
+    def _batchmean(self, n: GNode) -> bool:
+        """F.kl_div(reduction='batchmean') is traced as kl_div(reduction=sum) / input.shape[0]: fold the
+        division into the call."""
+        users = self.g.users(n.name)
+        x = self.g.shape(n["self"]) or ()
+        if len(users) == 1 and users[0].op == "div" and users[0]["self"] == n.name and x and \
+                users[0]["other"] == x[0] and users[0].get("rounding_mode") is None:
+            self.folded.add(users[0].name)
+            self.env[users[0].name] = REDUCED
+            return True
+        return False
 
     # -- reductions -------------------------------------------------------------------------
-    def reduction(self, name: str, args: tuple, kwargs: dict[str, Any]) -> str:
-        names = ("input", "dim", "keepdim")
-        b = dict(zip(names, args))
-        for k, v in kwargs.items():
-            k = "dim" if k == "axis" else k
-            if k not in (*names, "dtype") or k in b:
-                raise NotCovered(f"{name}(..., {k}=...) is not covered by the loss family")
-            b[k] = v
-        if len(args) > len(names) or str(b.get("dtype", "torch.float32")) != "torch.float32":
+    def reduction(self, n: GNode) -> str:
+        name = n.op
+        if n.get("dtype") is not None and str(n["dtype"]) != "torch.float32":
             raise NotCovered(f"{name} with a dtype or extra arguments is not covered by the loss family")
-        a = self.tensor(b.get("input"), name)
+        a = self.tensor(n["self"], name)
         shape = self.shape[a]
         if shape is None:
             raise NotCovered("a reduction of a reduced value is not covered by the loss family")
-        dim = b.get("dim")
+        dim = n.get("dim")
         dims = tuple(dim) if isinstance(dim, (tuple, list)) else (dim,)
-        if dim is not None and (not all(isinstance(d, int) for d in dims)
-                                or {d % max(1, len(shape)) for d in dims} != set(range(len(shape)))):
-            raise NotCovered(f"{name} over dim {dim} (not every dim): a per-row reduction before the loss is not "
-                             "covered by the loss family")
-        if b.get("keepdim") and shape:
+        if dim not in (None, []) and (not all(isinstance(d, int) for d in dims)
+                                      or {d % max(1, len(shape)) for d in dims} != set(range(len(shape)))):
+            raise NotCovered(f"{name} over dim {_one(dim)} (not every dim): a per-row reduction before the loss is "
+                             "not covered by the loss family")
+        if n.get("keepdim") and shape:
             raise NotCovered(f"{name}(keepdim=True) is not covered by the loss family")
         return self.reduce(a, name, None)
 
@@ -300,9 +310,7 @@ class LossTranslator(Translator):
 
     # -- row losses -------------------------------------------------------------------------
     def _input(self, node: Any, fn: str) -> Tensor:
-        import torch.fx as fx
-
-        var = self.env.get(node) if isinstance(node, fx.Node) else None
+        var = self.env.get(node) if isinstance(node, Ref) else None
         if var not in self.vars:
             raise NotCovered(f"{fn} of a computed tensor is not covered: the loss family's row kernel reads "
                              "the forward's inputs directly")
@@ -349,18 +357,22 @@ class LossTranslator(Translator):
 
 
 # ----------------------------------------------------------------------------------------------
-def recognise(r: Read) -> FamilyMatch | None:
+def _one(dim: Any) -> Any:
+    return dim[0] if isinstance(dim, (list, tuple)) and len(dim) == 1 else dim
+
+
+def _recognise(g: Graph) -> FamilyMatch | None:
     """A 0-d output reduced from the inputs by mean/sum or a loss call; None for anything else."""
-    if r.out.shape != ():
+    if g.out.shape != ():
         return None
-    if not set(r.names) & {*REDUCTIONS, *TERM_LOSSES, *ROW_LOSSES, *LOSS_MODULES}:
+    ops = {_ATEN.get(n.op, n.op) for n in g.live()}
+    if not ops & {*REDUCTIONS, *TERM_LOSSES, *ROW_LOSSES}:
         return None
-    if r.model is None:
-        raise NotCovered("a loss needs the model built on the meta device (to trace its forward)")
-    if r.out.dtype != "float32":
-        raise NotCovered(f"a {r.out.dtype} loss: the loss family computes fp32 losses only")
-    r.match.facts = LossTranslator(r.model, r.match.inputs).facts(trace_graph(r.model))
-    return r.match
+    if g.out.dtype != "float32":
+        raise NotCovered(f"a {g.out.dtype} loss: the loss family computes fp32 losses only")
+    if g.params:
+        raise NotCovered("a loss with parameters is not covered by the loss family")
+    return FamilyMatch.of(g, LossTranslator(g).facts())
 
 
 TERM, ROWS = frozenset({"term"}), frozenset({"rows"})
@@ -399,4 +411,7 @@ IDEAS = (
           "term", ({"FBLOCK": 256},), after=TERM),
 )
 
-FAMILY = Family(name=NAME, recognise=recognise, variants={"term": term_loss, "rows": rows_loss}, ideas=IDEAS)
+LOSS = Family(name=NAME, leads=frozenset({Lead.loss, Lead.reduce}), recognise=_recognise,
+              constraints=("a 0-d output", "one mean, sum or loss call", "pointwise terms of the inputs",
+                           "scalar ops after it"),
+              variants={"term": term_loss, "rows": rows_loss}, ideas=IDEAS)

@@ -1,6 +1,6 @@
-"""Playbook family "norm": batch, instance and group normalization of one fp32 (N, C, *) input by
-one ``nn.BatchNorm1d/2d/3d``, ``nn.InstanceNorm1d/2d/3d`` or ``nn.GroupNorm`` module, the whole
-forward being that module's call.
+"""Playbook family "norm": batch, instance and group normalization of one fp32 (N, C, *) input
+(``nn.BatchNorm1d/2d/3d``, ``nn.InstanceNorm1d/2d/3d``, ``nn.GroupNorm`` or their functional forms), the whole
+graph being that one op.
 
 What the reference computes: kerngen builds every reference with ``Model(...).eval()``
 (:meth:`kerngen.problems.problem.Problem.build_model`), so a batch norm that tracks running
@@ -9,90 +9,73 @@ per-channel affine map, bound by name like the parameters), while a batch norm w
 (``track_running_stats=False``) or a module found in training mode normalises with the batch's own
 statistics (biased variance). Instance norm uses per-(sample, channel) statistics unless it tracks
 running statistics (then, in eval mode, it is the "running" kind as well); group norm always uses
-per-(sample, group) statistics, with its weight and bias per channel. The mode is read from the
-module on the meta-built model (``training``, ``track_running_stats``, ``affine``, ``eps``,
-``num_groups``), never assumed.
+per-(sample, group) statistics, with its weight and bias per channel. The mode is read from the traced op's
+arguments (``training`` / ``use_input_stats``, the running buffers, ``eps``, ``num_groups``), never
+assumed.
 
 A forward with anything besides the one module call is not this family's (None): the fused
 chains of KernelBench level 2 belong to the GEMM / convolution families or to nobody."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from kerngen.agent.playbook.build_norm import FAMILY_NAME, VARIANTS, spec_name
 from kerngen.agent.playbook.entry import A, CF, Entry, M, PAR
-from kerngen.agent.playbook.family import Family
-from kerngen.agent.playbook.forward_source import module_of
-from kerngen.agent.playbook.match import FamilyMatch, Read, param_for
+from kerngen.agent.playbook.family import Facts, Family, FamilyMatch
+from kerngen.agent.playbook.graph import Graph
 from kerngen.agent.playbook.not_covered import NotCovered
+from kerngen.agent.playbook.region import Lead
 
-__all__ = ["FAMILY", "MODULE_RANKS", "recognise"]
+__all__ = ["NORM", "NormFacts"]
 
-# module type -> the input ranks it is served at (batched inputs only)
-MODULE_RANKS: dict[str, tuple[int, ...]] = {
-    "BatchNorm1d": (2, 3), "BatchNorm2d": (4,), "BatchNorm3d": (5,),
-    "InstanceNorm1d": (3,), "InstanceNorm2d": (4,), "InstanceNorm3d": (5,),
-    "GroupNorm": (2, 3, 4, 5, 6),
-}
-FUNCTIONAL = ("batch_norm", "instance_norm", "group_norm")
+# op -> the input ranks it is served at (batched inputs only)
+RANKS: dict[str, tuple[int, ...]] = {"batch_norm": (2, 3, 4, 5), "instance_norm": (3, 4, 5), "group_norm": (2, 3, 4, 5, 6)}
+_TYPES = {"batch_norm": "BatchNorm", "instance_norm": "InstanceNorm", "group_norm": "GroupNorm"}
 
 
-def _kind(mod: Any, module_type: str) -> str:
-    """Which statistics the module normalises with (see the module docstring)."""
-    if module_type == "GroupNorm":
-        return "group"
-    running = bool(getattr(mod, "track_running_stats", False)) and getattr(mod, "running_mean", None) is not None
-    if running and not mod.training:
-        return "running"
-    return "batch" if module_type.startswith("BatchNorm") else "instance"
+class NormFacts(Facts):
+    kind: str  # "running" (a per-channel affine map), "batch", "instance" or "group"
+    module: str  # BatchNorm2d, ..., for descriptions
+    eps: float
+    groups: int | None = None
+    weight: str | None = None
+    bias: str | None = None
+    running_mean: str | None = None
+    running_var: str | None = None
 
 
-def recognise(r: Read) -> FamilyMatch | None:
-    norms = [(k, c, n) for k, c, n in r.kinds if k in MODULE_RANKS or k in FUNCTIONAL]
-    if not norms or len(r.kinds) != 1 or r.fwd.binops:
+def _recognise(g: Graph) -> FamilyMatch | None:
+    live = g.live()
+    if len(live) != 1 or live[0].op not in RANKS:
         return None  # not one of the three norms alone: another family's (or nobody's)
-    module_type, callee, _ = norms[0]
-    if module_type in FUNCTIONAL:
-        raise NotCovered(f"the norm family reads nn.BatchNorm/InstanceNorm/GroupNorm modules, not F.{module_type}")
-    mod = module_of(r.model, callee)
-    if mod is None:
-        raise NotCovered(f"cannot read the nn.{module_type} module (model did not build on the meta device)")
-    match = r.match
-    if len(match.inputs) != 1:
-        raise NotCovered(f"nn.{module_type} applied to one input only is covered")
-    x, out = match.inputs[0], match.outputs[0]
-    if r.dtypes != {"float32"}:
-        raise NotCovered(f"the norm family is fp32 only (got {', '.join(sorted(r.dtypes))})")
-    if len(x.shape) not in MODULE_RANKS[module_type]:
-        raise NotCovered(f"nn.{module_type} on a {len(x.shape)}-d input (unbatched or unusual rank) is not covered")
-    if out.shape != x.shape:
-        raise NotCovered(f"nn.{module_type}'s output differs from its input in shape")
-    channels = int(getattr(mod, "num_channels", getattr(mod, "num_features", x.shape[1])))
-    if x.shape[1] != channels:
-        raise NotCovered(f"nn.{module_type} has {channels} channels, the input {x.shape[1]}")
-    kind = _kind(mod, module_type)
-    prefix = callee.split(".", 1)[1]
-    facts: dict[str, Any] = dict(kind=kind, module=module_type, eps=float(mod.eps), groups=None,
-                                 weight=None, bias=None, running_mean=None, running_var=None)
-    if kind == "group":
-        facts["groups"] = int(mod.num_groups)
-    if getattr(mod, "affine", False):
-        for leaf in ("weight", "bias"):
-            t = param_for(match.params, prefix, leaf)
-            facts[leaf] = t.name if t is not None else None
-    if kind == "running":
-        for leaf in ("running_mean", "running_var"):
-            t = param_for(match.params, prefix, leaf)
-            if t is None:
-                raise NotCovered(f"nn.{module_type} tracks running statistics but {prefix}.{leaf} is not bound")
-            facts[leaf] = t.name
-    for name in (facts["weight"], facts["bias"], facts["running_mean"], facts["running_var"]):
-        t = next((p for p in match.params if p.name == name), None)
+    n = live[0]
+    if len(g.inputs) != 1:
+        raise NotCovered(f"{n.op} applied to one input only is covered")
+    x, out = g.inputs[0], g.out
+    module = n.module_type or (_TYPES[n.op] + (f"{max(1, len(x.shape) - 2)}d" if n.op != "group_norm" else ""))
+    if g.dtypes != {"float32"}:
+        raise NotCovered(f"the norm family is fp32 only (got {', '.join(sorted(g.dtypes))})")
+    if len(x.shape) not in RANKS[n.op]:
+        raise NotCovered(f"{module} on a {len(x.shape)}-d input (unbatched or unusual rank) is not covered")
+    if out.shape != x.shape or n["input"] != x.name:
+        raise NotCovered(f"{module}'s output differs from its input in shape")
+    channels = x.shape[1]
+    if n.op == "group_norm":
+        kind = "group"
+    elif n.op == "batch_norm":
+        kind = "running" if not n["training"] and n["running_mean"] is not None else "batch"
+    else:
+        kind = "running" if not n["use_input_stats"] and n["running_mean"] is not None else "instance"
+    facts = NormFacts(kind=kind, module=module, eps=float(n["eps"]),
+                      groups=int(n["num_groups"]) if kind == "group" else None, weight=n["weight"], bias=n["bias"],
+                      running_mean=n.get("running_mean") if kind == "running" else None,
+                      running_var=n.get("running_var") if kind == "running" else None)
+    for name in (facts.weight, facts.bias, facts.running_mean, facts.running_var):
+        t = g.tensor(name) if name else None
+        if name and (t is None or not g.is_param(name)):
+            raise NotCovered(f"{module} reads {name}, which is not bound as a parameter or buffer")
         if t is not None and (t.dtype != "float32" or t.shape != (channels,)):
             raise NotCovered(f"{name} is not an fp32 vector of {channels} channels")
-    match.facts = facts
-    return match
+    return FamilyMatch.of(g, facts)
 
 
 IDEAS: tuple[Entry, ...] = (
@@ -133,5 +116,6 @@ IDEAS: tuple[Entry, ...] = (
           after=frozenset({"fused"})),
 )
 
-FAMILY = Family(name=FAMILY_NAME, recognise=recognise, variants=dict(VARIANTS), ideas=IDEAS,
-                spec_names={v: spec_name(v) for v in VARIANTS})
+NORM = Family(name=FAMILY_NAME, leads=frozenset({Lead.norm}), recognise=_recognise,
+              constraints=("one batch, instance or group norm", "nothing else", "of the one forward input"),
+              variants=dict(VARIANTS), ideas=IDEAS, spec_names={v: spec_name(v) for v in VARIANTS})

@@ -1,9 +1,8 @@
-"""Playbook family (registry) ``pool``: one max or average pooling over 1, 2 or 3 spatial dims
-(``nn.MaxPool1d/2d/3d``, ``nn.AvgPool1d/2d/3d`` or their functional forms with literal arguments)
-applied to one fp32 input, and nothing around it.
+"""Playbook family ``pool``: one max or average pooling over 1, 2 or 3 spatial dims (``nn.MaxPool1d/2d/3d``,
+``nn.AvgPool1d/2d/3d`` or their functional forms) applied to one fp32 input, and nothing around it.
 
-The geometry (kernel size, stride, padding, dilation, ceil_mode, count_include_pad) is read from
-the meta-built module, or from the call's literal arguments; the output shape the problem reports
+The geometry (kernel size, stride, padding, dilation, ceil_mode, count_include_pad) is read from the traced
+op's arguments; the output shape the problem reports
 must be the one PyTorch's formula gives for it. A forward where the pool is one op of several is
 not this family's (None: a chain family or the fused conv + relu + max-pool may take it); a single
 pool this family cannot serve (return_indices, divisor_override, adaptive, LP or fractional
@@ -12,35 +11,25 @@ pooling, a dtype other than fp32) raises :class:`NotCovered`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 from kerngen.agent.playbook.build_pool import pool_window
 from kerngen.agent.playbook.entry import PAR, A, Entry, M
-from kerngen.agent.playbook.family import Family
-from kerngen.agent.playbook.forward_source import UNKNOWN, kwarg, module_of
-from kerngen.agent.playbook.match import FamilyMatch, Read
+from kerngen.agent.playbook.family import Facts, Family, FamilyMatch
+from kerngen.agent.playbook.graph import Graph
 from kerngen.agent.playbook.not_covered import NotCovered
+from kerngen.agent.playbook.region import Lead
 
-__all__ = ["FAMILY", "PoolGeometry", "output_size", "recognise"]
+__all__ = ["POOL", "PoolFacts", "output_size"]
 
 NAME = "pool"
-POOL_MODULES = {f"{kind}Pool{n}d": (mode, n) for kind, mode in (("Max", "max"), ("Avg", "avg")) for n in (1, 2, 3)}
-POOL_FUNCTIONS = {f"{mode}_pool{n}d": (mode, n) for mode in ("max", "avg") for n in (1, 2, 3)}
-FUNCTIONAL_PREFIXES = ("F.", "torch.", "nn.functional.", "torch.nn.functional.")
-# pooling this family has no kernel for: a problem that is only one of these is refused with a reason
-OTHER_POOLS = ("AdaptiveAvgPool", "AdaptiveMaxPool", "adaptive_avg_pool", "adaptive_max_pool", "LPPool", "lp_pool",
-               "FractionalMaxPool", "fractional_max_pool", "MaxUnpool", "max_unpool", "max_pool1d_with_indices",
-               "max_pool2d_with_indices", "max_pool3d_with_indices")
-# functional signatures after the input: argument name -> position in the call
-MAX_ARGS = {"kernel_size": 1, "stride": 2, "padding": 3, "dilation": 4, "ceil_mode": 5, "return_indices": 6}
-AVG_ARGS = {"kernel_size": 1, "stride": 2, "padding": 3, "ceil_mode": 4, "count_include_pad": 5, "divisor_override": 6}
+POOLS = {f"{mode}_pool{n}d": (mode, n) for mode in ("max", "avg") for n in (1, 2, 3)}
+# pooling this family has no kernel for: a graph that is only one of these is refused with a reason
+OTHER_POOLS = ("adaptive_avg_pool", "adaptive_max_pool", "max_pool1d_with_indices", "max_pool2d_with_indices",
+               "max_pool3d_with_indices", "fractional_max_pool", "max_unpool", "lp_pool")
 
 
-@dataclass(frozen=True)
-class PoolGeometry:
-    """One pooling op: ``mode`` "max" or "avg", ``nd`` spatial dims, per-dim tuples (outermost
-    spatial dim first)."""
+class PoolFacts(Facts):
+    """One pooling op: ``mode`` "max" or "avg", ``nd`` spatial dims, per-dim tuples (outermost spatial dim
+    first)."""
 
     mode: str
     nd: int
@@ -50,10 +39,6 @@ class PoolGeometry:
     dilation: tuple[int, ...]
     ceil_mode: bool
     count_include_pad: bool
-
-    def facts(self) -> dict[str, Any]:
-        return dict(mode=self.mode, nd=self.nd, kernel=self.kernel, stride=self.stride, padding=self.padding,
-                    dilation=self.dilation, ceil_mode=self.ceil_mode, count_include_pad=self.count_include_pad)
 
 
 def output_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> int:
@@ -65,7 +50,7 @@ def output_size(size: int, k: int, s: int, p: int, d: int, ceil_mode: bool) -> i
     return out
 
 
-def _tuple(value: Any, n: int, what: str) -> tuple[int, ...]:
+def _tuple(value: object, n: int, what: str) -> tuple[int, ...]:
     if isinstance(value, bool):
         raise NotCovered(f"pooling {what} {value!r} is not an integer")
     if isinstance(value, int):
@@ -78,75 +63,44 @@ def _tuple(value: Any, n: int, what: str) -> tuple[int, ...]:
     raise NotCovered(f"cannot read the pooling {what} {value!r} for {n} spatial dims")
 
 
-def _from_module(mod: Any, mode: str, nd: int) -> PoolGeometry:
-    if getattr(mod, "return_indices", False):
-        raise NotCovered("max pooling with return_indices=True (two outputs) is not covered by the playbook")
-    if getattr(mod, "divisor_override", None) is not None:
-        raise NotCovered("average pooling with divisor_override is not covered by the playbook")
-    kernel = _tuple(mod.kernel_size, nd, "kernel_size")
-    stride = _tuple(mod.stride if mod.stride not in (None, (), []) else mod.kernel_size, nd, "stride")
-    return PoolGeometry(mode, nd, kernel, stride, _tuple(mod.padding, nd, "padding"),
-                        _tuple(getattr(mod, "dilation", 1), nd, "dilation"), bool(mod.ceil_mode),
-                        bool(getattr(mod, "count_include_pad", True)))
-
-
-def _from_call(node: Any, mode: str, nd: int, model: Any) -> PoolGeometry:
-    positions = MAX_ARGS if mode == "max" else AVG_ARGS
-    args = {name: kwarg(node, name, pos, model=model) for name, pos in positions.items()}
-    if any(v is UNKNOWN for v in args.values()) or args["kernel_size"] is None:
-        raise NotCovered(f"cannot read the {mode}_pool{nd}d arguments from the source (not literals)")
-    if args.get("return_indices"):
-        raise NotCovered("max pooling with return_indices=True (two outputs) is not covered by the playbook")
-    if args.get("divisor_override") is not None:
-        raise NotCovered("average pooling with divisor_override is not covered by the playbook")
-    stride = args["stride"] if args["stride"] not in (None, (), []) else args["kernel_size"]
-    cip = args.get("count_include_pad")
-    return PoolGeometry(mode, nd, _tuple(args["kernel_size"], nd, "kernel_size"), _tuple(stride, nd, "stride"),
-                        _tuple(args["padding"] or 0, nd, "padding"), _tuple(args.get("dilation") or 1, nd, "dilation"),
-                        bool(args["ceil_mode"]), True if cip is None else bool(cip))
-
-
-def _check(g: PoolGeometry) -> None:
-    if any(v < 1 for v in g.kernel + g.stride + g.dilation) or any(p < 0 for p in g.padding):
-        raise NotCovered("pooling with a kernel, stride or dilation below 1 or a negative padding")
-    if any(2 * p > k for p, k in zip(g.padding, g.kernel)):
-        raise NotCovered("pooling padding larger than half the kernel (PyTorch refuses it too)")
-
-
-def recognise(r: Read) -> FamilyMatch | None:
-    pools = [(k, c, n) for k, c, n in r.kinds if k in POOL_MODULES or k in POOL_FUNCTIONS]
-    others = [k for k, _, _ in r.kinds if k.startswith(OTHER_POOLS)]
-    if len(r.kinds) != 1 or r.fwd.binops or not (pools or others):
+def _recognise(g: Graph) -> FamilyMatch | None:
+    live = g.live()
+    others = [n.op for n in live if n.op.startswith(OTHER_POOLS)]
+    pools = [n for n in live if n.op in POOLS]
+    if len(live) != 1 or not (pools or others):
         return None  # no pooling, or a pooling among other ops: another family's (a chain, conv+relu+pool)
     if others:
         raise NotCovered(f"{others[0]} is not covered by the playbook (it has max and average pooling with fixed "
                          "windows only)")
-    kind, callee, node = pools[0]
-    mode, nd = POOL_MODULES.get(kind) or POOL_FUNCTIONS[kind]
-    mod = module_of(r.model, callee)
-    if mod is not None:
-        geo = _from_module(mod, mode, nd)
-    elif callee.startswith(FUNCTIONAL_PREFIXES) and kind in POOL_FUNCTIONS:
-        geo = _from_call(node, mode, nd, r.model)
-    else:
-        raise NotCovered(f"cannot read the {kind} geometry (model did not build on the meta device)")
-    _check(geo)
-    if len(r.match.inputs) != 1 or r.match.params:
+    n = pools[0]
+    mode, nd = POOLS[n.op]
+    if n.get("divisor_override") is not None:
+        raise NotCovered("average pooling with divisor_override is not covered by the playbook")
+    kernel = _tuple(n["kernel_size"], nd, "kernel_size")
+    stride = _tuple(n["stride"] if n["stride"] not in (None, (), []) else n["kernel_size"], nd, "stride")
+    geo = PoolFacts(mode=mode, nd=nd, kernel=kernel, stride=stride, padding=_tuple(n["padding"], nd, "padding"),
+                    dilation=_tuple(n.get("dilation", 1), nd, "dilation"), ceil_mode=bool(n["ceil_mode"]),
+                    count_include_pad=bool(n.get("count_include_pad", True)))
+    if any(v < 1 for v in geo.kernel + geo.stride + geo.dilation) or any(p < 0 for p in geo.padding):
+        raise NotCovered("pooling with a kernel, stride or dilation below 1 or a negative padding")
+    if any(2 * p > k for p, k in zip(geo.padding, geo.kernel)):
+        raise NotCovered("pooling padding larger than half the kernel (PyTorch refuses it too)")
+    if len(g.inputs) != 1 or g.params:
         raise NotCovered("the playbook's pooling takes one input tensor and no parameters")
-    x, out = r.match.inputs[0], r.out
+    x, out = g.inputs[0], g.out
+    kind = n.module_type or n.op
     if x.dtype != "float32" or out.dtype != "float32":
         raise NotCovered(f"the playbook's pooling is fp32 only (input {x.dtype}, output {out.dtype})")
     if len(x.shape) not in (nd + 1, nd + 2) or len(out.shape) != len(x.shape):
         raise NotCovered(f"{kind} input of rank {len(x.shape)}: expected {nd + 1} or {nd + 2} dims")
     lead = len(x.shape) - nd
-    want = tuple(output_size(n, *a, geo.ceil_mode) for n, *a in
+    want = tuple(output_size(s, *a, geo.ceil_mode) for s, *a in
                  zip(x.shape[lead:], geo.kernel, geo.stride, geo.padding, geo.dilation))
     if out.shape != x.shape[:lead] + want:
         raise NotCovered(f"{kind} output shape {out.shape} is not PyTorch's {x.shape[:lead] + want}")
     if any(w < 1 for w in want):
         raise NotCovered(f"{kind} has an empty output")
-    r.match.facts = geo.facts()
-    return r.match
+    return FamilyMatch.of(g, geo)
 
 
 IDEAS = (
@@ -172,4 +126,6 @@ IDEAS = (
           after=frozenset({"window"})),
 )
 
-FAMILY: Family | None = Family(name=NAME, recognise=recognise, variants={"window": pool_window}, ideas=IDEAS)
+POOL = Family(name=NAME, leads=frozenset({Lead.pool}), recognise=_recognise,
+              constraints=("one max or average pool", "nothing else", "of the one forward input"),
+              variants={"window": pool_window}, ideas=IDEAS)

@@ -4,9 +4,9 @@ tensor, in the forms KernelBench writes around ``torch.cumsum``/``torch.cumprod`
 masked (the scan of ``x * mask`` with a bool or fp32 mask of x's shape), and a scan of x narrowed by
 one element.
 
-What the forward computes is read twice: its source says which scan it calls (and that nothing but
-shape ops and one product sit around it), and the forward itself, run on small CPU tensors (the
-model has no parameters, so nothing is allocated but the probe), says which form it is: its output
+What the graph computes is read twice: its ops say which scan it calls (and that nothing but shape ops and
+one product sit around it), and the graph itself, run on small CPU tensors (no parameters: nothing is
+allocated but the probe), says which form it is: its output
 must match exactly one candidate form (:data:`FORMS`, each dim) computed here in fp64. A form that
 matches none is refused with the reason; nothing is guessed from names.
 """
@@ -18,18 +18,19 @@ from typing import Any
 
 from kerngen.agent.playbook.build_scan import scan_cols, scan_rows, scan_split
 from kerngen.agent.playbook.entry import PAR, A, Entry, M
-from kerngen.agent.playbook.family import Family
-from kerngen.agent.playbook.match import FamilyMatch, Read
+from kerngen.agent.playbook.family import Facts, Family, FamilyMatch
+from kerngen.agent.playbook.graph import Graph
 from kerngen.agent.playbook.not_covered import NotCovered
+from kerngen.agent.playbook.region import Lead
 
-__all__ = ["FAMILY", "FORMS", "ScanForm", "recognise", "scan_reference"]
+__all__ = ["FORMS", "SCAN", "ScanFacts", "ScanForm", "scan_reference"]
 
 NAME = "scan"
-SCAN_OPS = {"cumsum": "sum", "cumprod": "prod", "cumsum_": "sum", "cumprod_": "prod"}
+SCAN_OPS = {"cumsum": "sum", "cumprod": "prod"}
 OTHER_SCANS = ("cummax", "cummin", "logcumsumexp")
-# calls that may sit around the scan: shape ops and the mask's product (what they do is then probed)
-AROUND = frozenset({"flip", "narrow", "size", "cat", "concat", "zeros_like", "ones_like", "select", "unsqueeze",
-                    "mul", "float", "to", "contiguous", "type_as", "squeeze"})
+# ops that may sit around the scan: shape ops and the mask's product (what they do is then probed)
+AROUND = frozenset({"flip", "narrow", "slice", "cat", "zeros_like", "ones_like", "select", "unsqueeze", "mul", "to",
+                    "_to_copy", "contiguous", "clone", "type_as", "squeeze", "sub", "add"})
 MASK_DTYPES = ("bool", "float32")
 PROBE_SIZES = (5, 7, 6, 9, 4, 3, 8, 10)  # one distinct size per dim: the probe tells which dim is scanned
 PROBE_SEED = 20240607
@@ -77,29 +78,46 @@ def scan_reference(x: Any, mask: Any, dim: int, op: str, form: ScanForm) -> Any:
     return out.flip(dim) if form.reverse else out
 
 
-def _probe(model: Any, x_rank: int, mask_dtype: str | None, mask_first: bool, op: str) -> tuple[int, ScanForm]:
-    """Run the forward on small CPU tensors; the (dim, form) whose fp64 result it matches."""
+class ScanFacts(Facts):
+    op: str  # sum or prod
+    dim: int
+    x: str
+    mask: str | None
+    mask_dtype: str | None
+    reverse: bool
+    exclusive: bool
+    start: int
+    drop: int
+    form: str
+
+
+def _probe(g: Graph, x_name: str, mask_name: str | None, x_shape: tuple[int, ...], dim: int,
+           mask_dtype: str | None, op: str) -> tuple[int, ScanForm]:
+    """Run the graph on CPU tensors in fp64, the scanned dim at its own length and every other dim small (the
+    graph is specialised to its shapes along the scanned dim; the others are independent rows); the form
+    whose result it matches."""
     import torch
 
     gen = torch.Generator().manual_seed(PROBE_SEED)
-    shape = PROBE_SIZES[:x_rank]
+    x_rank = len(x_shape)
+    shape = tuple(x_shape[i] if i == dim else PROBE_SIZES[i] for i in range(x_rank))
     # magnitudes in [0.5, 1.5) with random signs: products neither vanish nor explode over a probe row
-    x = (torch.rand(shape, generator=gen) + 0.5) * (torch.randint(0, 2, shape, generator=gen) * 2 - 1)
+    x = (torch.rand(shape, generator=gen, dtype=torch.float64) + 0.5) * (torch.randint(0, 2, shape, generator=gen) * 2 - 1)
     mask = None
     if mask_dtype == "bool":
         mask = torch.randint(0, 2, shape, generator=gen).bool()
     elif mask_dtype == "float32":
-        mask = torch.rand(shape, generator=gen) + 0.5
-    args = [x] if mask is None else ([mask, x] if mask_first else [x, mask])
+        mask = torch.rand(shape, generator=gen, dtype=torch.float64) + 0.5
+    values = {x_name: x} if mask is None else {x_name: x, mask_name: mask}
     try:
         with torch.no_grad():
-            got = model(*args)
+            got = g.run(values)
     except Exception as exc:  # the forward is the problem's own code: whatever it raises, there is no answer
         raise NotCovered(f"cannot run the scan's forward on a small probe ({type(exc).__name__}); "
                          "not covered by the playbook") from None
-    if not isinstance(got, torch.Tensor) or got.dtype != torch.float32:
-        raise NotCovered("the scan's forward does not return one fp32 tensor")
-    for dim in range(x_rank):
+    if not isinstance(got, torch.Tensor) or not got.is_floating_point():
+        raise NotCovered("the scan's forward does not return one floating tensor")
+    for dim in (dim,):
         for form in FORMS:
             want = scan_reference(x, mask, dim, op, form)
             if tuple(got.shape) == tuple(want.shape) and torch.allclose(got.double(), want, rtol=1e-5, atol=1e-5):
@@ -108,23 +126,23 @@ def _probe(model: Any, x_rank: int, mask_dtype: str | None, mask_first: bool, op
                      f"({', '.join(f.label() for f in FORMS[:4])}, narrowed by one)")
 
 
-def recognise(r: Read) -> FamilyMatch | None:
-    scans = [(k, c) for k, c, _ in r.kinds if k in SCAN_OPS]
-    others = [k for k in r.names if k in OTHER_SCANS]
+def _recognise(g: Graph) -> FamilyMatch | None:
+    live = g.live()
+    scans = [n for n in live if n.op in SCAN_OPS]
+    others = [n.op for n in live if n.op in OTHER_SCANS]
     if not scans and not others:
         return None
     if others:
         raise NotCovered(f"{others[0]} is not covered by the playbook (its scans are cumsum and cumprod)")
     if len(scans) != 1:
         raise NotCovered("more than one cumulative op in the forward is not covered by the playbook")
-    around = sorted({k for k, _, _ in r.kinds if k not in SCAN_OPS and k not in AROUND})
-    if around or set(r.fwd.binops) - {"Mult", "Sub", "Add"}:
-        what = around[0] if around else "arithmetic"
-        raise NotCovered(f"cum{SCAN_OPS[scans[0][0]]} with {what} around it is not covered by the playbook")
-    op = SCAN_OPS[scans[0][0]]
-    inputs, out = r.match.inputs, r.out
-    if r.match.params or r.model is None or len(inputs) not in (1, 2):
-        raise NotCovered("the playbook's scan takes x (and a mask), no parameters, and a model built on meta")
+    op = SCAN_OPS[scans[0].op]
+    around = sorted({n.op for n in live if n.op not in SCAN_OPS and n.op not in AROUND})
+    if around:
+        raise NotCovered(f"cum{op} with {around[0]} around it is not covered by the playbook")
+    inputs, out = list(g.inputs), g.out
+    if g.params or len(inputs) not in (1, 2):
+        raise NotCovered("the playbook's scan takes x (and a mask), no parameters")
     masks = [t for t in inputs if t.dtype == "bool"] or inputs[1:]
     x = next((t for t in inputs if t not in masks), inputs[0])  # two bool inputs: x is bool, refused below
     mask = masks[0] if masks else None
@@ -135,14 +153,14 @@ def recognise(r: Read) -> FamilyMatch | None:
                          "x's shape)")
     if not x.shape:
         raise NotCovered("the scan of a 0-d tensor is not covered by the playbook")
-    dim, form = _probe(r.model, len(x.shape), mask.dtype if mask else None, mask is inputs[0], op)
+    dim = int(scans[0]["dim"]) % len(x.shape)
+    dim, form = _probe(g, x.name, mask.name if mask else None, x.shape, dim, mask.dtype if mask else None, op)
     want = x.shape[:dim] + (x.shape[dim] - form.drop,) + x.shape[dim + 1:]
     if out.shape != want or want[dim] < 1:
         raise NotCovered(f"scan output shape {out.shape} is not the {want} its form implies")
-    r.match.facts = dict(op=op, dim=dim, x=x.name, mask=mask.name if mask else None,
-                         mask_dtype=mask.dtype if mask else None, reverse=form.reverse, exclusive=form.exclusive,
-                         start=form.start, drop=form.drop, form=form.label())
-    return r.match
+    facts = ScanFacts(op=op, dim=dim, x=x.name, mask=mask.name if mask else None, mask_dtype=mask.dtype if mask else None,
+                      reverse=form.reverse, exclusive=form.exclusive, start=form.start, drop=form.drop, form=form.label())
+    return FamilyMatch.of(g, facts)
 
 
 IDEAS = (
@@ -183,5 +201,6 @@ IDEAS = (
           ({"CHUNK_TILES": 16}, {"CHUNK_TILES": 1}), after=frozenset({"split"})),
 )
 
-FAMILY: Family | None = Family(name=NAME, recognise=recognise,
-                               variants={"rows": scan_rows, "cols": scan_cols, "split": scan_split}, ideas=IDEAS)
+SCAN = Family(name=NAME, leads=frozenset({Lead.scan}), recognise=_recognise,
+              constraints=("one cumsum or cumprod", "shape ops and a mask around it", "x (and a mask) only"),
+              variants={"rows": scan_rows, "cols": scan_cols, "split": scan_split}, ideas=IDEAS)

@@ -1,40 +1,40 @@
 """A GEMM followed by a row-local tail, read from the traced forward: the GEMM (:class:`~.gemm_lead.Lead`) and
 what follows it as a :class:`~.row_program.RowProgram`.
 
-The forward is traced with torch.fx (as :mod:`.chain` does) and its shapes propagated on meta tensors; every
-value after the GEMM keeps a :class:`Layout`: which dim of its shape runs along the GEMM's rows and which along
-a row's columns (all other dims are 1). Elementwise ops go through :class:`~.chain.Translator` (the same ops,
+The graph comes from the front end (:mod:`.graph`, every node's shape known); every value after the GEMM keeps
+a :class:`Layout`: which dim of its shape runs along the GEMM's rows and which along
+a row's columns (all other dims are 1). Elementwise ops go through :class:`~.pointwise.Translator` (the same ops,
 constants and NaN rules as every fused chain); parameters and forward inputs they read become extra tensors
 indexed by row and/or column (:class:`~.row_program.TensorRef`) where they broadcast along one row. Row ops:
 sum / mean / amax / amin / max / min (with a dim) / logsumexp over the columns (or over a size-1 dim: the value
-itself), softmax and log_softmax over the columns, nn.GroupNorm / nn.LayerNorm over the columns, an
-InstanceNorm of a row viewed as one channel, an eval-mode nn.BatchNorm1d (per column: elementwise),
-max / avg pool 1-D over the columns, and views that only add or drop size-1 dims. Anything else, or anything
+itself), softmax and log_softmax over the columns, group norm / layer norm over the columns, an instance norm
+of a row viewed as one channel, an eval-mode batch norm of (rows, columns) (per column: elementwise), max / avg
+pool 1-D over the columns, and views that only add or drop size-1 dims. Anything else, or anything
 that mixes rows, raises :class:`~.not_covered.NotCovered` with a one-line reason.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
-from kerngen.agent.playbook.chain import Translator, reachable, trace_graph
-from kerngen.agent.playbook.gemm_lead import Lead, find_gemms, node_name
+from kerngen.agent.playbook.gemm_lead import Lead, find_gemms
+from kerngen.agent.playbook.graph import Graph, Node, Ref
 from kerngen.agent.playbook.not_covered import NotCovered
+from kerngen.agent.playbook.pointwise import Translator
 from kerngen.agent.playbook.row_program import (Length, Pool, PoolKind, Reduction, RowNode, RowOp, RowProgram,
                                                 TensorRef)
 
-__all__ = ["Layout", "RowTail", "ROW_CALLS", "ROW_MODULES", "trace_rows"]
+__all__ = ["Layout", "RowTail", "ROW_CALLS", "trace_rows"]
 
-# what makes a forward more than GEMM + elementwise (the gemm family's own problems otherwise)
+# what makes a graph more than GEMM + elementwise (the gemm family's own problems otherwise)
 ROW_CALLS = frozenset({"sum", "mean", "amax", "amin", "logsumexp", "max", "min", "softmax", "log_softmax", "prod",
-                       "std", "var", "norm", "argmax", "argmin", "cumsum", "cumprod", "group_norm", "layer_norm",
-                       "instance_norm", "max_pool1d", "avg_pool1d"})
-ROW_MODULES = frozenset({"GroupNorm", "LayerNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "Softmax",
-                         "LogSoftmax", "MaxPool1d", "AvgPool1d", "AdaptiveAvgPool1d", "AdaptiveMaxPool1d"})
+                       "std", "var", "norm", "linalg_vector_norm", "argmax", "argmin", "cumsum", "cumprod",
+                       "group_norm", "layer_norm", "instance_norm", "max_pool1d", "avg_pool1d", "adaptive_avg_pool1d",
+                       "adaptive_max_pool1d"})
 _REDUCE = {"sum": Reduction.sum, "mean": Reduction.mean, "amax": Reduction.max, "amin": Reduction.min,
            "max": Reduction.max, "min": Reduction.min, "logsumexp": Reduction.logsumexp}
-_VIEWS = ("unsqueeze", "squeeze", "view", "reshape", "flatten", "contiguous", "clone", "detach")
+_VIEWS = ("unsqueeze", "squeeze", "view", "reshape", "_unsafe_view", "flatten", "contiguous", "clone", "detach")
 
 
 @dataclass(frozen=True)
@@ -95,22 +95,17 @@ def _one(v: Any, what: str) -> int:
     return v
 
 
-def _arg(n: Any, pos: int, key: str, default: Any) -> Any:
-    return n.args[pos] if len(n.args) > pos else n.kwargs.get(key, default)
-
-
 class _RowTracer(Translator):
-    def __init__(self, model: Any, lead: Lead, params: Mapping[str, tuple[int, ...]]) -> None:
-        super().__init__(model)
+    def __init__(self, g: Graph, lead: Lead) -> None:
+        super().__init__(g)
         self.lead = lead
-        self.params = params
         self.rows: list[RowNode] = []
         self.by_var: dict[str, RowNode] = {}
         self.tensors: list[TensorRef] = []
         self.tensor_len: dict[str, Length] = {}
-        self.layout: dict[Any, Layout] = {}
-        self.src: dict[Any, _Src] = {}
-        self.pairs: set[Any] = set()
+        self.layout: dict[str, Layout] = {}
+        self.src: dict[str, _Src] = {}
+        self.pairs: set[str] = set()
 
     # -- IR -----------------------------------------------------------------------------------
     def add(self, op: RowOp, args: tuple, length: Length | None, **kw: Any) -> str:
@@ -138,32 +133,37 @@ class _RowTracer(Translator):
         return op
 
     def param_column(self, name: str, length: Length) -> str:
-        if name not in self.params:
+        if not self.g.is_param(name):
             raise NotCovered(f"{name} is not a tensor of the model: not covered")
         return self.tensor_operand(TensorRef(name, None, "1"), length)
 
     # -- shapes -------------------------------------------------------------------------------
     @staticmethod
-    def shape(n: Any) -> tuple[int, ...]:
-        tm = n.meta.get("tensor_meta")
-        if tm is None or not hasattr(tm, "shape"):
+    def shape(n: Node) -> tuple[int, ...]:
+        if n.shape is None or n.op in ("max", "min") and n.overload == "dim":
             raise NotCovered(f"{n.name} is not one tensor: not covered by the row program")
-        return tuple(int(s) for s in tm.shape)
+        return n.shape
 
-    def value(self, n: Any, what: str) -> tuple[str, Layout]:
-        if n in self.pairs:
+    def value(self, r: Any, what: str) -> tuple[str, Layout]:
+        if r in self.pairs:
             raise NotCovered(f"{what} of max/min's (values, indices) pair: not covered")
-        if n not in self.layout:
+        if r not in self.layout:
             raise NotCovered(f"{what} of a forward input or a parameter (not the GEMM's rows): not covered")
-        return self.env[n], self.layout[n]
+        return self.env[r], self.layout[r]
 
-    def broadcast(self, n: Any) -> Layout:
+    def source(self, r: Ref) -> _Src | None:
+        """The input or parameter ``r`` (or a view of one), None for a value of the rows."""
+        if r not in self.src and self.g.tensor(r) is not None:
+            self.src[r] = _src(str(r), self.g.tensor(r).shape)
+        return self.src.get(r)
+
+    def broadcast(self, n: Node) -> Layout:
         """The layout of an elementwise node's result; classifies the tensors it reads (their operand for this use)."""
         shape = self.shape(n)
         nd = len(shape)
         row = col = None
         length: Length | None = None
-        ins = [a for a in n.all_input_nodes]
+        ins = [r for r in n.refs if r not in self.g.constants]
         for a in ins:
             if a in self.layout:
                 la = self.layout[a]
@@ -177,7 +177,7 @@ class _RowTracer(Translator):
                     if length is not None and length.now != la.length.now:
                         raise NotCovered(f"{n.name} combines rows of {length.now} and {la.length.now} columns")
                     col, length = la.col + pad, length or la.length
-            elif a not in self.src:
+            elif self.source(a) is None:
                 self.value(a, n.name)  # says why
         if row is None:
             raise NotCovered(f"{n.name} is computed from inputs or parameters only: not covered by the row program")
@@ -206,105 +206,65 @@ class _RowTracer(Translator):
         return Layout(shape, row, col, length)
 
     # -- the graph ----------------------------------------------------------------------------
-    def step(self, n: Any) -> None:
-        if n.op == "placeholder":
-            self.src[n] = _src(str(n.target), self.shape(n))
-        elif n.op == "get_attr":
-            if str(n.target) not in self.params:
-                raise NotCovered(f"the forward reads {n.target!r}, which is not a tensor of the model: not covered")
-            self.src[n] = _src(str(n.target), tuple(self.params[str(n.target)]))
-        elif n.op == "call_module":
-            self.call_module(n)
-        else:
-            self.call_node(n)
-
-    def call_module(self, n: Any) -> None:
-        mod = self.model.get_submodule(str(n.target))
-        kind = type(mod).__name__
-        if len(n.args) != 1 or n.kwargs:
-            raise NotCovered(f"module {n.target} ({kind}) with {len(n.args)} arguments is not covered")
-        x = n.args[0]
-        if kind in ("GroupNorm", "LayerNorm") or kind.startswith("InstanceNorm"):
-            self.norm(n, kind, mod, x)
-        elif kind == "BatchNorm1d":
-            self.batch_norm(n, mod, x)
-        elif kind in ("MaxPool1d", "AvgPool1d"):
-            if kind == "MaxPool1d" and (_one(mod.dilation, "dilation") != 1 or mod.return_indices):
-                raise NotCovered("MaxPool1d with dilation or indices is not covered by the row program")
-            if kind == "AvgPool1d" and getattr(mod, "divisor_override", None):
-                raise NotCovered("AvgPool1d with divisor_override is not covered by the row program")
-            self.pool(n, PoolKind.max if kind == "MaxPool1d" else PoolKind.avg, x, mod.kernel_size, mod.stride,
-                      mod.padding, mod.ceil_mode, getattr(mod, "count_include_pad", True))
-        elif kind in ("Softmax", "LogSoftmax"):
-            self.softmax(n, RowOp.softmax if kind == "Softmax" else RowOp.log_softmax, x, mod.dim)
-        elif kind in ROW_MODULES or kind in ("Linear", "Bilinear"):
-            raise NotCovered(f"module {n.target} ({kind}) is not covered by the row program")
-        else:
-            self.elementwise(n)
-
-    def call_node(self, n: Any) -> None:
-        name = self._name(n)[0] if n.op != "call_method" else str(n.target)
-        x = n.args[0] if n.args else None
+    def step(self, n: Node) -> None:
+        name, x = n.op, n.args.get("self", n.args.get("input"))
         if name in _VIEWS:
             self.view(n, x)
         elif name == "getitem" and x in self.pairs:
-            if n.args[1] != 0:
+            if n["index"] != 0:
                 raise NotCovered("the indices of max/min over a dim (an arg-reduction) are not covered")
-            self.env[n], self.layout[n] = self.env[x], self.layout[x]
-        elif name == "getattr" and x in self.pairs:
-            if n.args[1] != "values":
-                raise NotCovered(f"max/min(...).{n.args[1]} is not covered")
-            self.env[n], self.layout[n] = self.env[x], self.layout[x]
-        elif name in ("max", "min") and len(n.args) == 2 and not n.kwargs and not isinstance(n.args[1], int):
+            self.env[n.name], self.layout[n.name] = self.env[x], self.layout[x]
+        elif name in ("max", "min") and n.overload == "other":
             self.elementwise(n)  # torch.max(x, y): elementwise
         elif name in _REDUCE:
-            dim = _arg(n, 1, "dim", None)
+            dim = n.get("dim")
             if name in ("max", "min") and dim is None:
                 raise NotCovered(f"{name} over all elements is not row-local")
-            self.reduce(n, _REDUCE[name], x, dim, bool(_arg(n, 2, "keepdim", False)))
+            self.reduce(n, _REDUCE[name], x, dim, bool(n.get("keepdim", False)))
             if name in ("max", "min"):
-                self.pairs.add(n)
+                self.pairs.add(n.name)
         elif name in ("softmax", "log_softmax"):
-            if n.kwargs.get("dtype") is not None or len(n.args) > 2:
+            if n.get("dtype") is not None:
                 raise NotCovered(f"{name} with a dtype is not covered by the row program")
-            self.softmax(n, RowOp(name), x, _arg(n, 1, "dim", None))
-        elif name in ("max_pool1d", "avg_pool1d"):
-            k = _arg(n, 1, "kernel_size", None)
-            st, pad = _arg(n, 2, "stride", None), _arg(n, 3, "padding", 0)
-            if name == "max_pool1d":
-                if _one(_arg(n, 4, "dilation", 1), "dilation") != 1 or _arg(n, 6, "return_indices", False):
-                    raise NotCovered("max_pool1d with dilation or indices is not covered by the row program")
-                self.pool(n, PoolKind.max, x, k, st, pad, _arg(n, 5, "ceil_mode", False), True)
-            else:
-                self.pool(n, PoolKind.avg, x, k, st, pad, _arg(n, 4, "ceil_mode", False),
-                          _arg(n, 5, "count_include_pad", True))
+            self.softmax(n, RowOp(name), x, n["dim"])
+        elif name == "max_pool1d":
+            if _one(n["dilation"], "dilation") != 1:
+                raise NotCovered("max_pool1d with dilation or indices is not covered by the row program")
+            self.pool(n, PoolKind.max, x, n["kernel_size"], n["stride"], n["padding"], n["ceil_mode"], True)
+        elif name == "avg_pool1d":
+            self.pool(n, PoolKind.avg, x, n["kernel_size"], n["stride"], n["padding"], n["ceil_mode"],
+                      n["count_include_pad"])
+        elif name in ("group_norm", "layer_norm", "instance_norm"):
+            self.norm(n, x)
+        elif name == "batch_norm":
+            self.batch_norm(n, x)
         elif name in ROW_CALLS:
             raise NotCovered(f"{name} after the GEMM is not covered by the row program")
         else:
             self.elementwise(n)
 
-    def elementwise(self, n: Any) -> None:
+    def elementwise(self, n: Node) -> None:
         lay = self.broadcast(n)
         self.visit(n)
-        r = self.env[n]
+        r = self.env[n.name]
         if not isinstance(r, str) or r not in self.by_var:
             raise NotCovered(f"{n.name} is a constant or a parameter, not a value of the GEMM's rows: not covered")
-        self.layout[n] = lay
+        self.layout[n.name] = lay
 
-    def view(self, n: Any, x: Any) -> None:
+    def view(self, n: Node, x: Any) -> None:
         new = self.shape(n)
-        if x in self.src:
+        if self.source(x) is not None:
             s = self.src[x]
             m = _map_dims(s.shape, new, n.name)
             base = [None] * len(new)
             for i, j in m.items():
                 base[j] = s.base[i]
-            self.src[n] = _Src(s.name, new, tuple(base), s.base_shape)
+            self.src[n.name] = _Src(s.name, new, tuple(base), s.base_shape)
             return
         var, lay = self.value(x, n.name)
         m = _map_dims(lay.shape, new, n.name)
-        self.env[n] = var
-        self.layout[n] = Layout(new, m[lay.row], m[lay.col] if lay.col is not None else None, lay.length)
+        self.env[n.name] = var
+        self.layout[n.name] = Layout(new, m[lay.row], m[lay.col] if lay.col is not None else None, lay.length)
 
     @staticmethod
     def _drop(lay: Layout, d: int, keepdim: bool, shape: tuple[int, ...], col: int | None) -> Layout:
@@ -322,11 +282,11 @@ class _RowTracer(Translator):
         if d == lay.row:
             raise NotCovered(f"{red.value} over dim {d}, the GEMM's rows: not row-local")
         if d == lay.col:
-            self.env[n] = self.add(RowOp.reduce, (var,), None, reduction=red)
-            self.layout[n] = self._drop(lay, d, keepdim, shape, None)
+            self.env[n.name] = self.add(RowOp.reduce, (var,), None, reduction=red)
+            self.layout[n.name] = self._drop(lay, d, keepdim, shape, None)
         elif lay.shape[d] == 1:  # one element: the value itself
-            self.env[n] = var
-            self.layout[n] = self._drop(lay, d, keepdim, shape, lay.col)
+            self.env[n.name] = var
+            self.layout[n.name] = self._drop(lay, d, keepdim, shape, lay.col)
         else:
             raise NotCovered(f"{red.value} over dim {d} of a {lay.shape} value is not along one row")
 
@@ -334,61 +294,61 @@ class _RowTracer(Translator):
         var, lay = self.value(x, op.value)
         if not isinstance(dim, int) or isinstance(dim, bool) or dim % len(lay.shape) != lay.col:
             raise NotCovered(f"{op.value} over dim {dim} of a {lay.shape} value is not over the GEMM's columns")
-        self.env[n] = self.add(op, (var,), lay.length)
-        self.layout[n] = lay
+        self.env[n.name] = self.add(op, (var,), lay.length)
+        self.layout[n.name] = lay
 
-    def norm(self, n: Any, kind: str, mod: Any, x: Any) -> None:
+    def norm(self, n: Node, x: Any) -> None:
+        kind = n.op
         var, lay = self.value(x, kind)
         nd, shape = len(lay.shape), lay.shape
         if lay.col is None:
             raise NotCovered(f"{kind} of one value per row is not covered")
-        w = b = None
-        if kind == "GroupNorm":
+        w, b, eps = n["weight"], n["bias"], float(n["eps"])
+        if (w is None) != (b is None) and kind != "layer_norm":
+            raise NotCovered(f"{kind} with a weight or a bias alone is not covered by the row program")
+        if kind == "group_norm":
             if (nd, lay.row, lay.col) != (2, 0, 1):
-                raise NotCovered(f"GroupNorm of a {shape} value: its channels are not the GEMM's columns")
-            groups, eps = int(mod.num_groups), float(mod.eps)
-            if mod.affine:
-                w, b = f"{n.target}.weight", f"{n.target}.bias"
-        elif kind == "LayerNorm":
-            if tuple(mod.normalized_shape) != (lay.length.now,) or lay.col != nd - 1:
-                raise NotCovered(f"LayerNorm{tuple(mod.normalized_shape)} of a {shape} value is not over one row")
-            groups, eps = 1, float(mod.eps)
-            if mod.elementwise_affine:
-                w = f"{n.target}.weight"
-                b = f"{n.target}.bias" if mod.bias is not None else None
-        else:  # InstanceNorm of a row viewed as one channel: (rows, 1, ..., columns, ...)
-            if mod.track_running_stats and not mod.training:
+                raise NotCovered(f"group_norm of a {shape} value: its channels are not the GEMM's columns")
+            groups = int(n["num_groups"])
+        elif kind == "layer_norm":
+            if tuple(n["normalized_shape"]) != (lay.length.now,) or lay.col != nd - 1:
+                raise NotCovered(f"layer_norm{tuple(n['normalized_shape'])} of a {shape} value is not over one row")
+            groups = 1
+        else:  # instance norm of a row viewed as one channel: (rows, 1, ..., columns, ...)
+            if not n["use_input_stats"]:
                 raise NotCovered(f"{kind} with running statistics is not covered by the row program")
             if nd < 3 or lay.row != 0 or shape[1] != 1 or lay.col < 2:
                 raise NotCovered(f"{kind} of a {shape} value: its instances are not the GEMM's rows")
-            groups, eps = 1, float(mod.eps)
-            if mod.affine:
-                ops = tuple(self.tensor_operand(TensorRef(f"{n.target}.{p}", None, None), None)
-                            for p in ("weight", "bias"))
-                self.env[n] = self.add(RowOp.norm, (var, *ops), lay.length, groups=1, params=(eps,))
-                self.layout[n] = lay
+            groups = 1
+            if w is not None:
+                ops = tuple(self.tensor_operand(TensorRef(str(p), None, None), None) for p in (w, b))
+                self.env[n.name] = self.add(RowOp.norm, (var, *ops), lay.length, groups=1, params=(eps,))
+                self.layout[n.name] = lay
                 return
         if lay.length.now % groups:
             raise NotCovered(f"{kind}: {lay.length.now} columns do not split into {groups} groups")
         ops = (self.param_column(w, lay.length) if w else 1.0, self.param_column(b, lay.length) if b else 0.0)
-        self.env[n] = self.add(RowOp.norm, (var, *ops), lay.length, groups=groups, params=(eps,))
-        self.layout[n] = lay
+        self.env[n.name] = self.add(RowOp.norm, (var, *ops), lay.length, groups=groups, params=(eps,))
+        self.layout[n.name] = lay
 
-    def batch_norm(self, n: Any, mod: Any, x: Any) -> None:
-        var, lay = self.value(x, "BatchNorm1d")
-        if mod.training or not mod.track_running_stats or mod.running_mean is None:
-            raise NotCovered(f"{n.target} (BatchNorm1d) normalises with batch statistics: not row-local")
-        if len(lay.shape) != 2 or lay.col != 1 or tuple(mod.running_mean.shape) != (lay.length.now,):
-            raise NotCovered(f"{n.target} (BatchNorm1d) of a {lay.shape} value: its channels are not the columns")
-        col = lambda leaf: self.param_column(f"{n.target}.{leaf}", lay.length)  # noqa: E731
+    def batch_norm(self, n: Node, x: Any) -> None:
+        var, lay = self.value(x, "batch_norm")
+        if n["training"] or n["running_mean"] is None:
+            raise NotCovered(f"{n.label} normalises with batch statistics: not row-local")
+        rm = self.g.tensor(n["running_mean"])
+        if len(lay.shape) != 2 or lay.col != 1 or rm is None or tuple(rm.shape) != (lay.length.now,):
+            raise NotCovered(f"{n.label} of a {lay.shape} value: its channels are not the columns")
+        col = lambda ref: self.param_column(str(ref), lay.length)  # noqa: E731
         # (x - mean) / sqrt(var + eps) * weight + bias, in fp32 as PyTorch's eval-mode kernel
-        t = self.emit("mul", (self.emit("sub", (var, col("running_mean"))),
-                              self.emit("rsqrt", (self.emit("add", (col("running_var"), float(mod.eps))),))))
-        if mod.affine:
-            t = self.emit("add", (self.emit("mul", (t, col("weight"))), col("bias")))
-        self.env[n], self.layout[n] = t, lay
+        t = self.emit("mul", (self.emit("sub", (var, col(n["running_mean"]))),
+                              self.emit("rsqrt", (self.emit("add", (col(n["running_var"]), float(n["eps"]))),))))
+        if n["weight"] is not None and n["bias"] is not None:
+            t = self.emit("add", (self.emit("mul", (t, col(n["weight"]))), col(n["bias"])))
+        elif n["weight"] is not None or n["bias"] is not None:
+            raise NotCovered(f"{n.label} with a weight or a bias alone is not covered by the row program")
+        self.env[n.name], self.layout[n.name] = t, lay
 
-    def pool(self, n: Any, kind: PoolKind, x: Any, k: Any, stride: Any, pad: Any, ceil: Any, include: Any) -> None:
+    def pool(self, n: Node, kind: PoolKind, x: Any, k: Any, stride: Any, pad: Any, ceil: Any, include: Any) -> None:
         var, lay = self.value(x, f"{kind.value}_pool1d")
         if lay.col != len(lay.shape) - 1:
             raise NotCovered(f"a 1-D pool over the last dim of a {lay.shape} value is not over the GEMM's columns")
@@ -400,60 +360,36 @@ class _RowTracer(Translator):
         if p.out_length(lay.length).now < 1 or p.padding * 2 > k:
             raise NotCovered(f"a 1-D pool of {k} over {lay.length.now} columns has no output")
         length = p.out_length(lay.length)
-        self.env[n] = self.add(RowOp.pool, (var,), length, pool=p)
-        self.layout[n] = Layout(self.shape(n), lay.row, lay.col, length)
+        self.env[n.name] = self.add(RowOp.pool, (var,), length, pool=p)
+        self.layout[n.name] = Layout(self.shape(n), lay.row, lay.col, length)
 
 
 # ---------------------------------------------------------------------------------------------
-def trace_rows(model: Any, inputs: Mapping[str, tuple[int, ...]], params: Mapping[str, tuple[int, ...]]
-               ) -> RowTail | None:
-    """The forward as GEMM + row program; None when it is not one GEMM of a forward input and a parameter
-    followed by a row op (the gemm family's problem, or another family's); :class:`NotCovered` when it is but
-    the tail is not covered."""
-    import torch
-    import torch.fx as fx
-    from torch.fx.passes.shape_prop import ShapeProp
-
-    if model is None:
+def trace_rows(g: Graph) -> RowTail | None:
+    """The graph as GEMM + row program; None when it is not one GEMM of a graph input and a parameter followed
+    by a row op (the gemm family's problem, or another family's); :class:`NotCovered` when it is but the tail is
+    not covered."""
+    live = g.live()
+    gemms = find_gemms(g, live)
+    if len(gemms) != 1 or not (isinstance(gemms[0].x, Ref) and g.is_input(gemms[0].x)) or not gemms[0].weight:
         return None
-    try:
-        graph = trace_graph(model)
-    except NotCovered:
+    if not any(n.op in ROW_CALLS and not (n.op in ("max", "min") and n.overload == "other") for n in live):
         return None
-    nodes = list(graph.nodes)
-    out = next(n for n in nodes if n.op == "output").args[0]
-    if not isinstance(out, fx.Node):
-        return None
-    live = reachable(out)
-    gemms = find_gemms([n for n in nodes if n in live], model)
-    if len(gemms) != 1 or getattr(gemms[0].x, "op", None) != "placeholder" or not gemms[0].weight:
-        return None
-    row_ops = [n for n in nodes if n in live and (node_name(n) in ROW_CALLS or (
-        n.op == "call_module" and type(model.get_submodule(str(n.target))).__name__ in ROW_MODULES))]
-    if not row_ops:
-        return None
-    g = gemms[0]
-    gm = fx.GraphModule(model, graph)
-    try:
-        ShapeProp(gm).propagate(*[torch.empty(inputs[str(n.target)], device="meta")
-                                  for n in nodes if n.op == "placeholder"])
-    except (RuntimeError, TypeError, ValueError, NotImplementedError, IndexError, KeyError) as exc:
-        raise NotCovered(f"cannot propagate the forward's shapes ({type(exc).__name__})") from None
-    xs, ws = inputs[str(g.x.target)], params.get(g.weight)
-    if len(xs) != 2 or ws is None or len(ws) != 2 or xs[1] != ws[1 if g.trans_b else 0]:
+    gc = gemms[0]
+    xs, ws = g.tensor(gc.x).shape, g.tensor(gc.weight).shape
+    if len(xs) != 2 or len(ws) != 2 or xs[1] != ws[1 if gc.trans_b else 0]:
         raise NotCovered("the GEMM is not a 2-D input times a weight matrix: not covered by the row program")
-    lead = Lead(str(g.x.target), g.weight, g.trans_b, g.bias, xs[0], ws[0 if g.trans_b else 1], xs[1])
+    lead = Lead(str(gc.x), gc.weight, gc.trans_b, gc.bias, xs[0], ws[0 if gc.trans_b else 1], xs[1])
     if lead.m < 2 or lead.n < 2:
         raise NotCovered("a GEMM of one row or one column is not covered by the row program")
-    t = _RowTracer(model, lead, params)
-    t.check_inplace(nodes)
-    t.env[g.node] = t.add(RowOp.source, (), Length(lead.n_expr, lead.n))
-    t.layout[g.node] = Layout((lead.m, lead.n), 0, 1, Length(lead.n_expr, lead.n))
-    skip = {g.node, *g.operand_nodes}  # the GEMM, and W.T as its operand
-    for n in nodes:
-        if n in live and n not in skip and n.op != "output":
+    t = _RowTracer(g, lead)
+    t.env[gc.node.name] = t.add(RowOp.source, (), Length(lead.n_expr, lead.n))
+    t.layout[gc.node.name] = Layout((lead.m, lead.n), 0, 1, Length(lead.n_expr, lead.n))
+    skip = {gc.node.name, *gc.operand_nodes}  # the GEMM, and W.T as its operand
+    for n in live:
+        if n.name not in skip:
             t.step(n)
-    var, lay = t.value(out, "the forward's result")
+    var, lay = t.value(g.output, "the forward's result")
     if lay.row is None:
         raise NotCovered("the forward's result does not run along the GEMM's rows")
     elementwise = all(r.op in (RowOp.source, RowOp.ew) for r in t.rows)

@@ -230,6 +230,14 @@ class Scratch(_Model):
     size: Expr = Field(description="number of elements")
 
 
+class Origin(_Model):
+    """Who wrote a spec, where it was built by a catalogue (the offline playbook): its family and variant.
+    Provenance only: not part of the candidate (never hashed, compiled or launched)."""
+
+    family: str = Field(max_length=64)
+    variant: str = Field(max_length=64)
+
+
 class KernelSpec(_Model):
     """A candidate kernel: pure CUDA-C plus a launch plan. Loadable from JSON or YAML."""
 
@@ -254,6 +262,8 @@ class KernelSpec(_Model):
     )
     scratch: list[Scratch] = Field(default_factory=list)
     steps: list[Step] = Field(min_length=1, description="ordered launches and memsets of one call")
+    origin: Origin | None = Field(default=None, description="the playbook family and variant that built it "
+                                  "(provenance, not part of the candidate)")
 
     @model_validator(mode="before")
     @classmethod
@@ -402,7 +412,7 @@ class KernelSpec(_Model):
 
     def content_hash(self) -> str:
         """Hash of everything that defines the candidate (not its name or description)."""
-        data = self.model_dump(mode="json", exclude={"name", "description"})
+        data = self.model_dump(mode="json", exclude={"name", "description", "origin"})
         if not self.arch_specific:  # a spec that does not use the field hashes as before it existed
             data.pop("arch_specific", None)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
