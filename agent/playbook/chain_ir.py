@@ -5,6 +5,7 @@ readable formula. :mod:`.chain` builds one from a traced reference forward."""
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 from typing import Any, Union
@@ -77,6 +78,8 @@ class Chain:
 # C text
 def _lit(value: float) -> str:
     """A float literal of the fp32 value PyTorch uses for a Python constant (opmath = float)."""
+    if math.isinf(value):  # no INFINITY without headers: the bits
+        return "__int_as_float(0x7f800000)" if value > 0 else "__int_as_float(0xff800000)"
     f32 = struct.unpack("f", struct.pack("f", value))[0]
     s = "%.9g" % f32
     if not any(ch in s for ch in ".e"):

@@ -28,7 +28,7 @@ from kerngen.harness.spec.spec import KernelSpec
 from kerngen.harness.tune.admissible import Admissible, admissible, limits_for
 from kerngen.text import one_line
 
-from kerngen.agent.playbook.family import FamilyMatch
+from kerngen.agent.playbook.family import Family, FamilyMatch
 from kerngen.agent.playbook.registry import by_name
 
 __all__ = ["DEFAULT_ARCH", "Offer", "VariantOffer", "closest", "default_limits", "offer"]
@@ -155,7 +155,7 @@ def offer(
     device fixes (the cooperative grid's NB, one block per SM): those are built in as defaults and
     only admissible configurations with those values count as usable."""
     gpu = gpu or default_limits()
-    family = by_name(match.family)
+    family: Family = match.facts.family if match.family == "regions" else by_name(match.family)
     out = Offer(match.family, _where(match, tensors), gpu.name)
     for name in family.variants:
         pins = dict((pinned or {}).get(name, {}))

@@ -86,7 +86,10 @@ class Family(BaseModel):
     def build(self, m: FamilyMatch, variant: str, defaults: Mapping[str, int] | None = None) -> KernelSpec:
         """The variant's spec for ``m``; the spec records the family and the variant it came from."""
         spec = self.variants[variant](m, dict(defaults or {}))
-        return spec.model_copy(update={"origin": Origin(family=self.name, variant=variant)})
+        update: dict[str, Any] = {"origin": Origin(family=self.name, variant=variant)}
+        if m.graph is not None and m.graph.scalars:  # the trace took a Python number passed to forward as a constant
+            update["constraints"] = [*spec.constraints, *(f"{k} == {v!r}" for k, v in sorted(m.graph.scalars.items()))]
+        return spec.model_copy(update=update)
 
 
 def param_for(params: list[Tensor], prefix: str, leaf: str) -> Tensor | None:

@@ -1,7 +1,8 @@
 """The playbook's front end: a problem's forward traced once into one op graph that every family reads.
 
-``trace(problem)`` runs ``torch.export`` (non-strict) on the meta-built model and meta inputs: nothing is
-allocated, no weight is initialised, and the forward's Python runs once (the same code the reference runs).
+``trace(problem)`` runs ``torch.export`` (non-strict) on the model built on the meta device and moved to fake CPU
+tensors, with fake inputs: nothing is allocated, no weight is initialised, and the forward's Python runs once
+(the same code the reference runs).
 The result is the ATen graph of the training IR (``aten.conv2d``, ``aten.linear``, ``aten.softmax``,
 ``aten.group_norm`` ... are kept whole; in-place ops are functionalised; Python attributes such as
 ``self.dim`` are constants), rewritten into plain records:
@@ -290,9 +291,16 @@ def _trace(problem: Any) -> Graph:
     if len(outputs) != 1:
         raise NotCovered("the playbook covers single-output problems only")
     start = time.perf_counter()
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
     try:
         model = problem.build_model("meta", 0)
         args = problem.make_inputs("meta", 0)
+        # fake CPU tensors (no memory, no values): a tensor the forward makes from a Python number on its input's
+        # device (torch.tensor(0.0, device=x.device)) is then a real CPU constant whose value the graph keeps
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            model = model.to_empty(device="cpu")
+            args = [torch.empty_like(a, device="cpu") if isinstance(a, torch.Tensor) else a for a in args]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ep = torch.export.export(model, tuple(args), strict=False)

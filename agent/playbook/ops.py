@@ -149,7 +149,10 @@ def _table() -> dict[str, Op]:
 OPS: dict[str, Op] = _table()
 
 
-def kind_of(op: str) -> Kind | None:
+def kind_of(op: str, overload: str = "") -> Kind | None:
+    """The op's kind; ``max``/``min`` of two tensors (overload ``other``) are pointwise."""
+    if op in ("max", "min") and overload == "other":
+        return Kind.pointwise
     o = OPS.get(op)
     return o.kind if o is not None else None
 

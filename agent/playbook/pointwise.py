@@ -34,9 +34,9 @@ def const(value: Any, what: str, where: str = CHAIN) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise NotCovered(f"{what}: argument {value!r} is not covered by {where}")
     v = float(value)
-    if not math.isfinite(v):
-        raise NotCovered(f"{what}: constant {value!r} is not finite; not covered by {where}")
-    if abs(v) > _FP32_MAX:
+    if math.isnan(v):
+        raise NotCovered(f"{what}: constant {value!r} is not a number; not covered by {where}")
+    if math.isfinite(v) and abs(v) > _FP32_MAX:
         raise NotCovered(f"{what}: constant {value!r} is outside the fp32 range")
     return v
 

@@ -17,7 +17,7 @@ from kerngen.agent.playbook.coverage import Offer, default_limits, offer
 from kerngen.agent.playbook.entry import Entry
 from kerngen.agent.playbook.family import Family, FamilyMatch
 from kerngen.agent.playbook.not_covered import NotCovered
-from kerngen.agent.playbook.registry import by_name, explain
+from kerngen.agent.playbook.regions import explain, family_of
 from kerngen.agent.playbook.render import COOP_NB
 
 
@@ -55,7 +55,7 @@ class PlaybookProposer:
     @property
     def family(self) -> Family | None:
         m = self.match or self.recognised
-        return by_name(m.family) if m is not None else None
+        return family_of(m) if m is not None else None
 
     def _entries(self) -> list[Entry]:
         return list(self.family.ideas) if self.match else []

@@ -12,9 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from kerngen.agent.playbook.graph import Graph, Tensor
 from kerngen.agent.playbook.ops import Kind, kind_of
+
+if TYPE_CHECKING:  # the families import the leads from here
+    from kerngen.agent.playbook.family import FamilyMatch
 
 __all__ = ["Lead", "Region", "lead_of"]
 
@@ -39,19 +43,22 @@ _ORDER = ((Kind.attention, Lead.attention), (Kind.conv, Lead.conv), (Kind.contra
 
 
 def lead_of(g: Graph) -> Lead:
-    kinds = {kind_of(n.op) for n in g.live()}
+    kinds = {kind_of(n.op, n.overload) for n in g.live()}
     return next((lead for kind, lead in _ORDER if kind in kinds), Lead.map)
 
 
 @dataclass(frozen=True)
 class Region:
     """One kernel's worth of a problem's graph: ``graph`` (its inputs, parameters, nodes and output), its lead,
-    and the names of the problem graph's nodes it computes (in order)."""
+    the names of the problem graph's nodes it computes (in order), and the family's match that serves it (None:
+    no family does, ``why`` says which op where)."""
 
     index: int
     graph: Graph
     lead: Lead
     nodes: tuple[str, ...]
+    match: "FamilyMatch | None" = None
+    why: str = ""
 
     @property
     def inputs(self) -> tuple[Tensor, ...]:

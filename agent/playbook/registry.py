@@ -3,12 +3,10 @@
 :func:`choose` gives a region's graph to the families that accept its lead (:func:`.region.lead_of`), the most
 specific first (the number of constraints its predicate checks, then its declared priority; never the order
 of :data:`FAMILIES`): the first that claims the graph decides, with its match or with its reason
-(:class:`NotCovered`). :func:`explain` does it for a whole problem as one region.
+(:class:`NotCovered`). :mod:`.regions` does it for a whole problem, cut into regions.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from kerngen.agent.playbook.fam_attention import ATTENTION
 from kerngen.agent.playbook.fam_conv2d import CONV2D, CONV_RELU_MAXPOOL
@@ -26,12 +24,12 @@ from kerngen.agent.playbook.fam_reduce import REDUCE
 from kerngen.agent.playbook.fam_rows import LAYERNORM, RMSNORM, SOFTMAX
 from kerngen.agent.playbook.fam_scan import SCAN
 from kerngen.agent.playbook.family import Family, FamilyMatch
-from kerngen.agent.playbook.graph import Graph, trace
+from kerngen.agent.playbook.graph import Graph
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.ops import why
 from kerngen.agent.playbook.region import lead_of
 
-__all__ = ["FAMILIES", "by_name", "choose", "explain", "recognise_family", "why_not"]
+__all__ = ["FAMILIES", "by_name", "candidates", "choose"]
 
 FAMILIES: tuple[Family, ...] = (ELEMENTWISE, SOFTMAX, LAYERNORM, RMSNORM, CONV2D, CONV_RELU_MAXPOOL, MATMUL,
                                 ATTENTION, GEMM_ROWS, GEMM, CONV_TAIL, CONV_EPI, CONV_ND, REDUCE, NORM, LOSS, POOL,
@@ -65,25 +63,3 @@ def choose(g: Graph) -> FamilyMatch:
     if first is None:
         raise NotCovered("the forward computes nothing the playbook can write a kernel for")
     raise NotCovered(f"{why(first.op, 'the playbook')} (at {first.name}): NotCovered")
-
-
-def explain(problem: Any) -> FamilyMatch:
-    """The match of the problem's whole forward as one region, or :class:`NotCovered` with a one-line reason."""
-    return choose(trace(problem))
-
-
-def recognise_family(problem: Any) -> FamilyMatch | None:
-    """The playbook family of ``problem``, or None (``explain`` says why)."""
-    try:
-        return explain(problem)
-    except NotCovered:
-        return None
-
-
-def why_not(problem: Any) -> str:
-    """One line: the family found, or why the playbook has nothing for the problem."""
-    try:
-        m = explain(problem)
-    except NotCovered as exc:
-        return str(exc)
-    return f"playbook family {m.family}"

@@ -52,8 +52,7 @@ def playbook(
     from kerngen.problems.load import load_problem
     from kerngen.problems.ref import parse_problem_ref
 
-    from kerngen.agent.playbook import builders
-    from kerngen.agent.playbook.catalog import CATALOG
+    from kerngen.agent.playbook import by_name
     from kerngen.agent.playbook.coverage import DEFAULT_ARCH
     from kerngen.agent.playbook.proposer import PlaybookProposer
     from kerngen.cli.check import ARCH_RE
@@ -72,7 +71,8 @@ def playbook(
     if prop.recognised is None:
         raise KerngenError(f"the playbook has nothing for {ref.label()}: {prop.reason}")
     family = prop.recognised.family
-    variants = builders.VARIANTS[family]
+    fam = by_name(family)
+    variants = fam.variants
     if variant is not None and variant not in variants:
         raise KerngenError(f"unknown --variant {variant!r} for family {family} (choose from {', '.join(variants)})")
     off = prop.offer
@@ -82,7 +82,7 @@ def playbook(
     console = Console(highlight=False, soft_wrap=True)
     if out is None and as_json:
         ideas = [{"id": e.id, "category": e.category.value, "variant": e.variant, "text": e.text,
-                  "offered": e.variant in offered} for e in CATALOG[family]]
+                  "offered": e.variant in offered} for e in fam.ideas]
         typer.echo(json.dumps({"problem": ref.label(), "family": family, "limits": off.limits, "shape": off.where,
                                "variants": offered, "not_offered": {v.variant: v.why for v in off.dropped},
                                "configurations": {v.variant: v.summary() for v in off.variants},
@@ -97,7 +97,7 @@ def playbook(
                           f"({off.limits}){_moved_text(v)}", markup=False)
         for v in off.dropped:
             console.print(f"  {v.variant} not offered: {v.why}", markup=False)
-        for entry in CATALOG[family]:
+        for entry in fam.ideas:
             if entry.variant in offered:
                 console.print(f"  {entry.id} [{entry.category.value}] ({entry.variant}): {entry.text}", markup=False)
         return
