@@ -370,8 +370,6 @@ def _recognise(g: Graph) -> FamilyMatch | None:
         return None
     if g.out.dtype != "float32":
         raise NotCovered(f"a {g.out.dtype} loss: the loss family computes fp32 losses only")
-    if g.params:
-        raise NotCovered("a loss with parameters is not covered by the loss family")
     return FamilyMatch.of(g, LossTranslator(g).facts())
 
 

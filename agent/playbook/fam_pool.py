@@ -67,11 +67,13 @@ def _recognise(g: Graph) -> FamilyMatch | None:
     live = g.live()
     others = [n.op for n in live if n.op.startswith(OTHER_POOLS)]
     pools = [n for n in live if n.op in POOLS]
-    if len(live) != 1 or not (pools or others):
-        return None  # no pooling, or a pooling among other ops: another family's (a chain, conv+relu+pool)
-    if others:
+    if others and len(live) <= 2:  # the pool, or its (values, indices) pair and one of them
+        if "with_indices" in others[0]:
+            raise NotCovered("max pooling with return_indices=True (two outputs) is not covered by the playbook")
         raise NotCovered(f"{others[0]} is not covered by the playbook (it has max and average pooling with fixed "
                          "windows only)")
+    if len(live) != 1 or not pools:
+        return None  # no pooling, or a pooling among other ops: another family's (a chain, conv+relu+pool)
     n = pools[0]
     mode, nd = POOLS[n.op]
     if n.get("divisor_override") is not None:

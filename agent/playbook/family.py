@@ -10,6 +10,7 @@ from typing import Any, Callable, Mapping
 
 from pydantic import BaseModel, ConfigDict
 
+from kerngen.expr import TensorFacts
 from kerngen.harness.spec.spec import KernelSpec, Origin
 
 from kerngen.agent.playbook.entry import Entry
@@ -52,6 +53,10 @@ class FamilyMatch:
         for i, t in enumerate(self.outputs):
             d["out" if len(self.outputs) == 1 else f"out{i}"] = t.shape
         return d
+
+    def tensor_facts(self) -> dict[str, TensorFacts]:
+        """The same, as what a spec's expressions read (for resolving its plan at these shapes)."""
+        return {k: TensorFacts(tuple(v)) for k, v in self.tensors().items()}
 
 
 Builder = Callable[[FamilyMatch, dict[str, int]], KernelSpec]

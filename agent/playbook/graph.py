@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterable
 
 from kerngen.agent.playbook.not_covered import NotCovered
 
-__all__ = ["Graph", "Node", "Ref", "Tensor", "trace"]
+__all__ = ["Graph", "Node", "Ref", "Tensor", "trace", "trace_module"]
 
 FLOAT_DTYPES = ("float32", "bfloat16", "float16")  # what the playbook's kernels compute in
 
@@ -276,10 +276,6 @@ def _keep(problem: Any, value: Any) -> None:
 
 
 def _trace(problem: Any) -> Graph:
-    import warnings
-
-    import torch
-
     info = getattr(problem, "info", None)
     if info is None or not hasattr(problem, "build_model") or not hasattr(problem, "make_inputs"):
         raise NotCovered("the problem cannot be traced: it has no model to build on the meta device")
@@ -291,11 +287,43 @@ def _trace(problem: Any) -> Graph:
     if len(outputs) != 1:
         raise NotCovered("the playbook covers single-output problems only")
     start = time.perf_counter()
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
     try:
         model = problem.build_model("meta", 0)
         args = problem.make_inputs("meta", 0)
+    except Exception as exc:  # the file's own code on the meta device
+        first = " ".join(str(exc).split())[:160]
+        raise NotCovered(f"cannot build the model on the meta device ({type(exc).__name__}: {first})") from None
+    names = list(getattr(problem, "_names_for", lambda n: [f"in{i}" for i in range(n)])(len(args)))
+    return _export(model, args, names, inputs, params, start)
+
+
+def trace_module(model: Any, args: list, names: list[str] | None = None) -> Graph:
+    """The graph of ``model(*args)`` for a module and example inputs (any device; meta tensors allocate
+    nothing): inputs named ``names`` (default: the forward's parameter names), parameters and buffers by their
+    names in the module's state."""
+    import inspect
+
+    import torch
+
+    if names is None:
+        sig = [p for p in inspect.signature(model.forward).parameters.values()
+               if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        names = [p.name for p in sig][: len(args)] + [f"in{i}" for i in range(len(sig), len(args))]
+    inputs = [Tensor(n, tuple(a.shape), _dtype(a.dtype)) for n, a in zip(names, args) if isinstance(a, torch.Tensor)]
+    taken = {t.name for t in inputs}
+    params = [Tensor(f"model.{n}" if n in taken else n, tuple(t.shape), _dtype(t.dtype))
+              for n, t in [*model.named_parameters(), *model.named_buffers()]]
+    return _export(model, list(args), names, inputs, params, time.perf_counter())
+
+
+def _export(model: Any, args: list, names: list[str], inputs: list[Tensor], params: list[Tensor],
+            start: float) -> Graph:
+    import warnings
+
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    try:
         # fake CPU tensors (no memory, no values): a tensor the forward makes from a Python number on its input's
         # device (torch.tensor(0.0, device=x.device)) is then a real CPU constant whose value the graph keeps
         with FakeTensorMode(allow_non_fake_inputs=True):
@@ -304,14 +332,16 @@ def _trace(problem: Any) -> Graph:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ep = torch.export.export(model, tuple(args), strict=False)
+            if any(getattr(getattr(n.target, "_schema", None), "is_mutable", False) for n in ep.graph.nodes):
+                ep = ep.run_decompositions({})  # in-place ops as pure ones (an input they change is then named)
     except Exception as exc:  # the file's own code, or a limit of the trace: no graph, with the reason
         first = " ".join(str(exc).split())[:160]
         raise NotCovered(f"cannot trace the forward with torch.export ({type(exc).__name__}: {first})") from None
-    elapsed = time.perf_counter() - start
-    return _from_export(ep, args, inputs, params, problem, elapsed)
+    scalars = {n: a for n, a in zip(names, args) if isinstance(a, (int, float)) and not isinstance(a, bool)}
+    return _from_export(ep, inputs, params, scalars, time.perf_counter() - start)
 
 
-def _from_export(ep: Any, args: list, inputs: list[Tensor], params: list[Tensor], problem: Any,
+def _from_export(ep: Any, inputs: list[Tensor], params: list[Tensor], scalars: dict[str, int | float],
                  elapsed: float) -> Graph:
     import torch
     from torch.export.graph_signature import InputKind
@@ -323,11 +353,6 @@ def _from_export(ep: Any, args: list, inputs: list[Tensor], params: list[Tensor]
     names: dict[str, str] = {}
     constants: dict[str, float] = {}
     user = iter([t.name for t in inputs])
-    scalars: dict[str, int | float] = {}
-    arg_names = list(getattr(problem, "_names_for", lambda n: [f"in{i}" for i in range(n)])(len(args)))
-    for name, x in zip(arg_names, args):
-        if isinstance(x, (int, float)) and not isinstance(x, bool):
-            scalars[name] = x
     for spec in sig.input_specs:
         ph = spec.arg.name if hasattr(spec.arg, "name") else None
         if ph is None:
@@ -363,16 +388,17 @@ def _from_export(ep: Any, args: list, inputs: list[Tensor], params: list[Tensor]
     return Graph(tuple(inputs), tuple(params), tuple(nodes), rename.get(output, output), constants, scalars, elapsed)
 
 
-_ALIASES = ("lift_fresh_copy", "detach_", "detach", "alias")
+_ALIASES = ("lift_fresh_copy", "detach_", "detach", "alias", "clone")
 
 
 def _alias_free(nodes: Iterable[Node]) -> tuple[list[Node], dict[str, Ref]]:
     """Nodes that only name another tensor (``lift_fresh_copy`` and ``detach_`` of a constant, ``detach``,
-    ``alias``) folded into their users: a later reader sees the tensor itself."""
+    ``alias``, ``clone``) folded into their users: a later reader sees the tensor itself."""
     rename: dict[str, Ref] = {}
     out = []
     for n in nodes:
-        if n.op in _ALIASES and isinstance(n.args.get("self"), Ref):
+        if n.op in _ALIASES and isinstance(n.args.get("self"), Ref) and "channels_last" not in str(n.args.get(
+                "memory_format")):
             rename[n.name] = rename.get(n.args["self"], n.args["self"])
             continue
         if rename:

@@ -55,7 +55,6 @@ UNARY_C: dict[str, str] = {
     "hardswish": "{a} * kg_fmin(kg_fmax({a} + 3.f, 0.f), 6.f) * (1.f / 6.f)",
     "selu": "1.05070098735548049f * ({a} > 0.f ? {a} : 1.67326324235437728f * expm1f({a}))",
     "logsigmoid": "fminf({a}, 0.f) - log1pf(expf(-fabsf({a})))",
-    "softsign": "{a} / (1.f + fabsf({a}))",
     "neg": "-{a}",
     "abs": "fabsf({a})",
     "exp": "expf({a})",

@@ -42,6 +42,7 @@ class Partition:
     graph: Graph
     regions: tuple[Region, ...]
     storage: dict[str, str]
+    whole: str = ""  # why the graph is not one region (the reason of the family that claimed it whole)
 
     @property
     def covered(self) -> bool:
@@ -49,8 +50,10 @@ class Partition:
 
     @property
     def why(self) -> str:
-        """Why not every region is covered ("" when it is): the first piece no family takes."""
-        return next((r.why for r in self.regions if r.match is None), "")
+        """Why not every region is covered ("" when it is): the whole graph's reason and the first piece no family
+        takes."""
+        piece = next((r.why for r in self.regions if r.match is None), "")
+        return f"{self.whole}; as regions: {piece}" if self.whole and piece else piece
 
 
 def _is_alias(n: Node) -> bool:
@@ -104,10 +107,10 @@ def partition(g: Graph) -> Partition:
     try:  # the whole graph, as the problem names its tensors
         whole = Region(0, g, lead_of(g), tuple(n.name for n in g.live()), choose(g), "")
         return Partition(g, (whole,), {**_problem_storage(g), str(g.output): "out"})
-    except NotCovered:
-        pass
+    except NotCovered as exc:
+        reason = str(exc) if "NotCovered:" not in str(exc) else ""
     for _ in range(8):  # each round takes one composite op apart
-        found = _cut(g)
+        found = replace(_cut(g), whole=reason)
         if found.covered:
             return found
         node = next((g.node(n) for r in found.regions if r.match is None for n in r.nodes), None)

@@ -11,10 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from kerngen.agent.playbook import builders, explain
+from kerngen.agent.playbook import explain, family_of
 from tests.agent.family_checks import resized_copy
 from tests.emu import cases
 from tests.emu.runner import available, emulate
+
+
+def _build(m, variant, defaults=None):
+    return family_of(m).build(m, variant, defaults)
+
+
 
 KB = Path("/work/shared/kernelbench")
 pytestmark = [pytest.mark.skipif(not available(), reason="no C++ compiler (g++) for the CPU emulator"),
@@ -49,7 +55,7 @@ SPLIT_K_INNER = 112
 def _split_k_mismatches(source, split: int, shape=None) -> dict[str, str]:
     """Emulate the 3xTF32 GEMM built with ``SPLIT_K`` = ``split`` (its two-launch plan) on seeded inputs."""
     problem = cases.load(source, shape)
-    spec = builders.build(explain(problem), "tf32x3", {**TF32_GEMM, "SPLIT_K": split})
+    spec = _build(explain(problem), "tf32x3", {**TF32_GEMM, "SPLIT_K": split})
     assert [s.kernel for s in spec.steps] == ["sgemm_tf32x3", "sgemm_tf32x3_sum"]
     case = cases.make_case(problem)
     emulate(spec, case.tensors, sizes=case.sizes)
@@ -80,7 +86,7 @@ def test_split_k_batched_matmul(tmp_path, split):
 @pytest.mark.parametrize("shape", [(70, 37, 45), (3, 5, 2)])
 def test_padded_matmul_where_no_tile_divides(shape):
     problem = cases.load("matmul", shape)
-    spec = builders.build(explain(problem), "tf32x3_padded", TF32_GEMM)
+    spec = _build(explain(problem), "tf32x3_padded", TF32_GEMM)
     assert [s.kernel for s in spec.steps] == ["sgemm_tf32x3_pad"] * 2 + ["sgemm_tf32x3", "sgemm_tf32x3_pad"]
     case = cases.make_case(problem)
     emulate(spec, case.tensors, sizes=case.sizes)

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from kerngen.agent.playbook import builders, explain
+from kerngen.agent.playbook import explain, family_of
 from kerngen.agent.playbook.coverage import offer
-from kerngen.agent.playbook.fam_conv_nd import FAMILY, out_size
+from kerngen.agent.playbook.fam_conv_nd import CONV_ND as FAMILY, out_size
+from kerngen.agent.playbook.graph import trace
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.spec import plan
@@ -86,8 +87,8 @@ def test_claims_3d_and_transposed_convs_with_epilogues(problems, name):
     m = explain(problems[name])
     assert m.family == FAMILY.name, m.reason
     f = m.facts
-    assert len(f["K"]) == len(f["S"]) == len(f["P"]) == len(f["D"]) == len(f["OP"]) == 3
-    assert f["transposed"] == ("convT" in name)
+    assert len(f.K) == len(f.S) == len(f.P) == len(f.D) == len(f.OP) == 3
+    assert f.transposed == ("convT" in name)
 
 
 @pytest.mark.skipif(not available(), reason="the CPU emulator (tests/emu) is not there or finds no C++ compiler")
@@ -114,7 +115,7 @@ def test_tf32x3_is_offered_wherever_a_group_has_two_input_channels(problems):
 
 def _matches_pytorch(p, variant: str, config: dict) -> None:
     m = explain(p)
-    spec = builders.build(m, variant, config)
+    spec = family_of(m).build(m, variant, config)
     model = p.build_model("cpu", 0)
     inputs = p.make_inputs("cpu", 0)
     ref = p.run_reference(model, inputs)[0]
@@ -143,6 +144,9 @@ def test_kernelbench_files_compile_at_their_own_size(name):
 
 
 @needs_kb
-def test_a_transposed_conv_followed_by_a_norm_is_refused_with_the_reason():
+def test_a_transposed_conv_followed_by_a_norm_is_refused_with_the_reason_and_served_as_regions():
+    p = load_problem(str(KB / "level2" / "3_ConvTranspose3d_Sum_LayerNorm_AvgPool_GELU.py"))
     with pytest.raises(NotCovered, match="conv_nd cannot fuse as an elementwise epilogue"):
-        explain(load_problem(str(KB / "level2" / "3_ConvTranspose3d_Sum_LayerNorm_AvgPool_GELU.py")))
+        FAMILY.recognise(trace(p))
+    m = explain(p)
+    assert [r.match.family for r in m.facts.partition.regions] == ["conv_nd", "layernorm", "pool", "elementwise"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kerngen.agent.playbook import builders, explain
+from kerngen.agent.playbook import explain, family_of
 from kerngen.agent.playbook.build_conv_tf32 import VARIANT
 from kerngen.agent.playbook.build_tf32 import TERMS_PLAIN
 from kerngen.agent.playbook.coverage import offer
@@ -59,7 +59,7 @@ def _spec(ref: ProblemRef, defaults: dict | None = None):
     m = explain(load_problem(ref))
     offered = offer(m, sizes={}, tensors=m.tensor_facts()).get(VARIANT)
     assert offered is not None, f"{VARIANT} not offered for {ref.label()}"
-    return builders.build(m, VARIANT, {**offered.defaults, **(defaults or {})})
+    return family_of(m).build(m, VARIANT, {**offered.defaults, **(defaults or {})})
 
 
 def _passes(pool, ref: ProblemRef) -> None:

@@ -11,9 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 import kerngen.cli.app
-from kerngen.agent.playbook import PlaybookProposer, seed_specs
-from kerngen.agent.playbook import builders
-from kerngen.agent.playbook.catalog import CATALOG
+from kerngen.agent.playbook import by_name, family_of, PlaybookProposer, seed_specs
 from kerngen.agent.playbook.coverage import closest, offer
 from kerngen.agent.proposer import Failure, Idea, SearchContext
 from kerngen.errors import KerngenError
@@ -125,12 +123,12 @@ def test_offered_variants_admit_configurations(name, tmp_path):
         assert count_configs(v.spec, problem.info, SM90, "sm_90", False)["admissible"] == v.count
         _resolves(v.spec, problem)
     # seeds and ideas only from offered variants
-    assert {s.name for s in seed_specs(problem)} <= {builders.build(prop.match, v).name for v in offered}
+    assert {s.name for s in seed_specs(problem)} <= {family_of(prop.match).build(prop.match, v).name for v in offered}
     ctx = SearchContext(problem_name="p", problem_source="", problem_summary="", gpu=GpuFacts(name="H100"),
                         tensors={k: list(s) for k, s in prop.match.tensors().items()})
     ideas = prop.ideas(ctx, None, 10)
     assert ideas and all(prop._by_text[i.text].variant in offered for i in ideas)
-    for e in CATALOG[family]:
+    for e in list(by_name(family).ideas):
         if e.variant in dropped:
             (b,) = prop.implement(ctx, None, Idea(text=e.text, category=e.category), 2)
             assert b.spec is None and "not offered" in b.error and dropped[e.variant] in b.error
@@ -145,7 +143,7 @@ def test_offered_variants_admit_configurations(name, tmp_path):
     assert res.exit_code == 0, res.output
     spec = KernelSpec.load(out)
     first = next(iter(offered))
-    assert spec.name == builders.build(prop.match, first).name and f"{offered[first][0]} admissible" in res.output
+    assert spec.name == family_of(prop.match).build(prop.match, first).name and f"{offered[first][0]} admissible" in res.output
     _resolves(spec, problem)
     for var in dropped:  # a variant that admits nothing is never written
         bad = tmp_path / f"{var}.json"
@@ -183,7 +181,7 @@ def test_one_variant_admits_nothing_the_other_is_offered(tmp_path):
     ctx = SearchContext(problem_name="p", problem_source="", problem_summary="", gpu=GpuFacts(name="H100"),
                         tensors={k: list(s) for k, s in prop.match.tensors().items()})
     assert {prop._by_text[i.text].variant for i in prop.ideas(ctx, None, 10)} == set(offered)
-    rep = prop.repair(ctx, Failure(spec=builders.build(prop.match, "tiled")), 1)
+    rep = prop.repair(ctx, Failure(spec=family_of(prop.match).build(prop.match, "tiled")), 1)
     assert rep.spec is not None and rep.spec.name == "playbook-matmul-simple"
 
 
@@ -199,7 +197,7 @@ def test_a_pruned_default_is_replaced_by_the_closest_admissible_configuration(tm
     prop = PlaybookProposer(p)
     tiled = prop.offer.get("tiled")
     assert tiled is not None and tiled.moved_from is not None and tiled.moved_from["BN"] == 128
-    own = builders.build(prop.match, "tiled")
+    own = family_of(prop.match).build(prop.match, "tiled")
     assert tiled.spec.default_config() == {**own.default_config(), "BN": 64}  # one tunable changed
     # nothing but the defaults differs: every configuration compiles to the same kernel as before
     assert tiled.spec.model_dump(exclude={"defaults"}) == own.model_dump(exclude={"defaults"})
