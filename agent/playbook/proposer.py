@@ -17,7 +17,7 @@ from kerngen.agent.playbook.coverage import Offer, default_limits, offer
 from kerngen.agent.playbook.entry import Entry
 from kerngen.agent.playbook.family import Family, FamilyMatch
 from kerngen.agent.playbook.not_covered import NotCovered
-from kerngen.agent.playbook.regions import explain, family_of
+from kerngen.agent.playbook.regions import REGIONS, explain, family_of, offer_regions
 from kerngen.agent.playbook.render import COOP_NB
 
 
@@ -85,7 +85,10 @@ class PlaybookProposer:
                tuple(sorted((k, f.shape) for k, f in tensors.items())), tuple(sorted(sizes.items())),
                tuple(sorted((v, tuple(sorted(d.items()))) for v, d in pinned.items())))
         if key not in self._offers:
-            self._offers[key] = offer(self.recognised, sizes=sizes, tensors=tensors, gpu=gpu, pinned=pinned)
+            if self.recognised.family == REGIONS:
+                self._offers[key] = offer_regions(self.recognised, sizes, gpu)
+            else:
+                self._offers[key] = offer(self.recognised, sizes=sizes, tensors=tensors, gpu=gpu, pinned=pinned)
         off = self._offers[key]
         if ctx is not None and not off.offered and off.reason:
             self.reason = off.reason  # why this search gets nothing on its GPU

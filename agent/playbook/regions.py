@@ -19,7 +19,13 @@ from typing import Any
 from kerngen.expr import TensorFacts
 from kerngen.harness.spec.spec import KernelSpec
 
-from kerngen.agent.playbook.coverage import Offer, offer
+import random
+
+from kerngen.harness.results import GpuFacts
+from kerngen.harness.tune.admissible import Admissible
+from kerngen.harness.tune.prune import static_reason
+
+from kerngen.agent.playbook.coverage import Offer, VariantOffer, default_limits, offer
 from kerngen.agent.playbook.entry import C, Entry
 from kerngen.agent.playbook.family import Facts, Family, FamilyMatch
 from kerngen.agent.playbook.graph import Graph, trace
@@ -69,9 +75,49 @@ def _tensors(g: Graph) -> dict[str, TensorFacts]:
     return d
 
 
-def region_offer(region: Region, sizes: dict[str, Any]) -> Offer:
+def region_offer(region: Region, sizes: dict[str, Any], gpu: GpuFacts | None = None) -> Offer:
     m = family_for(region)
-    return offer(m, sizes=sizes, tensors=_tensors(region.graph))
+    return offer(m, sizes=sizes, tensors=_tensors(region.graph), gpu=gpu)
+
+
+SAMPLE = 200  # joined configurations listed as admissible (each region's own are counted in its offer)
+
+
+def offer_regions(m: FamilyMatch, sizes: dict[str, Any], gpu: GpuFacts | None = None) -> Offer:
+    """What a regions problem offers for ``gpu``'s limits: a choice (variant) is offered when every region's
+    variant is offered at the region's shapes; its admissible configurations are the regions' admissible ones
+    side by side (the regions' tunables and constraints are their own), a seeded sample of them listed."""
+    f: RegionsFacts = m.facts
+    gpu = gpu or default_limits()
+    same = gpu == default_limits()  # the regions' offers made with the match are for sm_90's limits
+    offers = list(f.offers) if same else [region_offer(r, sizes, gpu) for r in f.partition.regions]
+    fam = f.family
+    out = Offer(REGIONS, ", ".join(f"{t.name} {'x'.join(map(str, t.shape))}" for t in m.inputs), gpu.name)
+    for k, choice in enumerate(f.choices):
+        name = f"v{k}"
+        vos = [o.get(v) for o, v in zip(offers, choice)]
+        missing = next((i for i, vo in enumerate(vos) if vo is None), None)
+        if missing is not None:
+            why = f"region {missing} ({choice[missing]}): {offers[missing].why_not(choice[missing])}"
+            out.variants.append(VariantOffer(name, None, None, why=why, brief=why[:160]))
+            continue
+        defaults = {f"r{i}_{key}": v for i, vo in enumerate(vos) for key, v in vo.defaults.items()}
+        spec = fam.build(m, name, defaults)
+        tensors = {t.name: TensorFacts(t.shape) for t in (*m.inputs, *m.params, *m.outputs)}
+        plan, _, reason = static_reason(spec, spec.default_config(), sizes=sizes, tensors=tensors, gpu=gpu)
+        if plan is None:
+            out.variants.append(VariantOffer(name, spec, None, why=reason, brief=reason[:160]))
+            continue
+        rng = random.Random(k)
+        configs = [spec.default_config()]
+        for _ in range(SAMPLE - 1):
+            cfg = {f"r{i}_{key}": v for i, vo in enumerate(vos) for key, v in rng.choice(vo.counted.configs).items()}
+            cfg = {key: v for key, v in cfg.items() if key in spec.tunables}
+            if cfg not in configs:
+                configs.append(cfg)
+        counted = Admissible(total=spec.space_size(), enumerated=len(configs), configs=configs)
+        out.variants.append(VariantOffer(name, spec, counted, defaults=spec.default_config()))
+    return out
 
 
 def region_spec(region: Region, variant: str | None = None, defaults: dict[str, int] | None = None,

@@ -52,7 +52,7 @@ def playbook(
     from kerngen.problems.load import load_problem
     from kerngen.problems.ref import parse_problem_ref
 
-    from kerngen.agent.playbook import by_name
+    from kerngen.agent.playbook import family_of
     from kerngen.agent.playbook.coverage import DEFAULT_ARCH
     from kerngen.agent.playbook.proposer import PlaybookProposer
     from kerngen.cli.check import ARCH_RE
@@ -71,7 +71,7 @@ def playbook(
     if prop.recognised is None:
         raise KerngenError(f"the playbook has nothing for {ref.label()}: {prop.reason}")
     family = prop.recognised.family
-    fam = by_name(family)
+    fam = family_of(prop.recognised)
     variants = fam.variants
     if variant is not None and variant not in variants:
         raise KerngenError(f"unknown --variant {variant!r} for family {family} (choose from {', '.join(variants)})")
@@ -91,6 +91,8 @@ def playbook(
     if out is None:
         dropped = f"; not offered: {', '.join(v.variant for v in off.dropped)}" if off.dropped else ""
         console.print(f"[bold]{ref.label()}[/]: family {family}; variants: {', '.join(offered)}{dropped}")
+        if family == "regions":  # what each region is and which family serves it
+            console.print(f"  {prop.recognised.message}", markup=False)
         for v in off.offered:
             sample = f" (a sample of {v.counted.enumerated})" if v.counted.sampled else ""
             console.print(f"  {v.variant}: {v.count} of {v.total} configurations{sample} admissible at {off.where} "
