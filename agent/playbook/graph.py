@@ -332,8 +332,6 @@ def _export(model: Any, args: list, names: list[str], inputs: list[Tensor], para
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             ep = torch.export.export(model, tuple(args), strict=False)
-            if any(getattr(getattr(n.target, "_schema", None), "is_mutable", False) for n in ep.graph.nodes):
-                ep = ep.run_decompositions({})  # in-place ops as pure ones (an input they change is then named)
     except Exception as exc:  # the file's own code, or a limit of the trace: no graph, with the reason
         first = " ".join(str(exc).split())[:160]
         raise NotCovered(f"cannot trace the forward with torch.export ({type(exc).__name__}: {first})") from None
@@ -385,10 +383,41 @@ def _from_export(ep: Any, inputs: list[Tensor], params: list[Tensor], scalars: d
     if output is None:
         raise NotCovered("the traced forward has no output")
     nodes, rename = _alias_free(nodes)
-    return Graph(tuple(inputs), tuple(params), tuple(nodes), rename.get(output, output), constants, scalars, elapsed)
+    nodes, output = _pure(nodes, rename.get(output, output), {t.name for t in (*inputs, *params)})
+    return Graph(tuple(inputs), tuple(params), tuple(nodes), output, constants, scalars, elapsed)
 
 
 _ALIASES = ("lift_fresh_copy", "detach_", "detach", "alias", "clone")
+_VIEWS = ("view", "reshape", "_unsafe_view", "unsqueeze", "squeeze", "flatten", "expand", "permute", "transpose", "t",
+          "numpy_T", "select", "slice", "narrow", "as_strided")
+
+
+def _pure(nodes: list[Node], output: Ref, tensors: set[str]) -> tuple[list[Node], Ref]:
+    """In-place ops (``relu_``, ``add_``, ...) as their pure twins: the op's result is a new value that every later
+    reader of the tensor it changed reads instead. A forward that changes an input, a parameter or a view's base
+    is refused (its meaning is not one pure graph)."""
+    if not any(n.fn is not None and getattr(getattr(n.fn, "_schema", None), "is_mutable", False) for n in nodes):
+        return nodes, output
+    import torch
+
+    made = {n.name: n for n in nodes}
+    now: dict[str, Ref] = {}  # a changed tensor -> the node holding its value now
+    out = []
+    for n in nodes:
+        n = replace(n, args={k: _renamed(v, now) for k, v in n.args.items()})
+        schema = getattr(n.fn, "_schema", None)
+        if schema is not None and schema.is_mutable and n.op.endswith("_"):
+            target = n.args.get("self")
+            src = made.get(target) if isinstance(target, Ref) else None
+            if not isinstance(target, Ref) or target in tensors or (src is not None and src.op in _VIEWS):
+                raise NotCovered(f"the forward changes {target!r} in place ({n.op}): not covered by the playbook")
+            pure = getattr(getattr(torch.ops.aten, n.op[:-1], None), n.overload, None)
+            if pure is None:
+                raise NotCovered(f"in-place {n.op} has no pure twin the playbook knows")
+            n = replace(n, op=n.op[:-1], fn=pure)
+            now[str(target)] = Ref(n.name)
+        out.append(n)
+    return out, now.get(str(output), output)
 
 
 def _alias_free(nodes: Iterable[Node]) -> tuple[list[Node], dict[str, Ref]]:

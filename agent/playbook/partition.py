@@ -22,7 +22,7 @@ from typing import Any
 
 from kerngen.agent.playbook.graph import Graph, Node, Ref, Tensor
 from kerngen.agent.playbook.not_covered import NotCovered
-from kerngen.agent.playbook.ops import Kind, kind_of
+from kerngen.agent.playbook.ops import why
 from kerngen.agent.playbook.region import Region, lead_of
 from kerngen.agent.playbook.registry import choose
 
@@ -50,10 +50,10 @@ class Partition:
 
     @property
     def why(self) -> str:
-        """Why not every region is covered ("" when it is): the whole graph's reason and the first piece no family
-        takes."""
+        """Why not every region is covered ("" when it is): the first piece no family takes, and the reason of the
+        family that claimed the whole graph."""
         piece = next((r.why for r in self.regions if r.match is None), "")
-        return f"{self.whole}; as regions: {piece}" if self.whole and piece else piece
+        return f"{piece}; the whole graph: {self.whole}" if self.whole and piece else piece
 
 
 def _is_alias(n: Node) -> bool:
@@ -64,9 +64,10 @@ def _is_alias(n: Node) -> bool:
     return n.op not in ("clone", "contiguous") or "channels_last" not in str(n.get("memory_format"))
 
 
-def _subgraph(g: Graph, nodes: list[Node], later: set[str], roots: dict[str, str]) -> Graph | None:
+def _subgraph(g: Graph, nodes: list[Node], later: set[str], roots: dict[str, str], strict: bool = True) -> Graph | None:
     """The graph of ``nodes``: its inputs are what they read from outside (a leading alias is read as a view
-    of its root's storage), None unless exactly one of its values is read later."""
+    of its root's storage), None unless exactly one of its values is read later (``strict``; else its output is
+    the last value read later)."""
     names = {n.name for n in nodes}
     inputs: dict[str, Tensor] = {}
     params: dict[str, Tensor] = {}
@@ -81,13 +82,15 @@ def _subgraph(g: Graph, nodes: list[Node], later: set[str], roots: dict[str, str
                 params[r] = g.tensor(r)
             else:
                 shape, dtype = g.shape(r), g.dtype(r)
-                if shape is None or dtype is None or (r not in roots and not g.is_input(r) and g.node(r) is None):
+                if strict and (shape is None or dtype is None or (r not in roots and not g.is_input(r)
+                                                                  and g.node(r) is None)):
                     return None  # a (values, indices) pair, or something the region cannot bind
-                inputs[r] = Tensor(str(r), shape, dtype)
+                inputs[r] = Tensor(str(r), shape or (), dtype or "float32")
     outs = [n for n in nodes if n.name in later]
-    if len(outs) != 1 or outs[0].shape is None:
+    if strict and (len(outs) != 1 or outs[0].shape is None):
         return None
-    return Graph(tuple(inputs.values()), tuple(params.values()), tuple(nodes), Ref(outs[0].name), consts, g.scalars)
+    out = outs[-1] if outs else nodes[-1]
+    return Graph(tuple(inputs.values()), tuple(params.values()), tuple(nodes), Ref(out.name), consts, g.scalars)
 
 
 def _try(g: Graph, nodes: list[Node], later: set[str], roots: dict[str, str], index: int) -> Region | None:
@@ -148,12 +151,13 @@ def _cut(g: Graph) -> Partition:
             if best is not None:
                 i = j
                 break
-        if best is None:
-            n = live[i]
-            sub = _subgraph(g, [n], after[i + 1] | {n.name}, roots)
-            why = _why_not(sub if sub is not None else g, n)
-            best = Region(len(regions), sub or g, lead_of(sub) if sub else lead_of(g), (n.name,), None, why)
-            i += 1
+        if best is None:  # nothing takes it: one region of the op (and the items of a tuple it returns)
+            n, j = live[i], i + 1
+            while j < len(live) and live[j].op == "getitem" and live[j].args["input"] == n.name:
+                j += 1
+            sub = _subgraph(g, live[i:j], after[j] | {m.name for m in live[i:j]}, roots, strict=False)
+            best = Region(len(regions), sub, lead_of(sub), tuple(m.name for m in live[i:j]), None, _why_not(sub, n))
+            i = j
         regions.append(best)
     return Partition(g, tuple(regions), _storage(g, regions, roots))
 
@@ -171,10 +175,10 @@ def _storage(g: Graph, regions: list[Region], roots: dict[str, str]) -> dict[str
 
 def _why_not(g: Graph, n: Node) -> str:
     try:
-        choose(g)
+        choose(g) if g.out.shape or n.shape is not None else None
     except NotCovered as exc:
         return f"NotCovered: {n.op} at {n.name} ({exc})"
-    return f"NotCovered: {n.op} at {n.name}"
+    return f"NotCovered: {n.op} at {n.name} ({why(n.op, 'the playbook')})"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,8 +264,3 @@ def _renamed(v: Any, old: str, new: str) -> Any:
     if isinstance(v, tuple):
         return tuple(_renamed(x, old, new) for x in v)
     return v
-
-
-def decomposable(n: Node) -> bool:
-    return kind_of(n.op) in (Kind.softmax, Kind.pool, Kind.reduction) and n.op in (
-        "softmax", "log_softmax", "logsumexp") or n.op.startswith(("adaptive_avg_pool", "adaptive_max_pool"))

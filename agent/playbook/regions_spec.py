@@ -15,11 +15,12 @@ regions' tunables are fixed at their defaults (defines).
 from __future__ import annotations
 
 import ast
+import copy
 import math
 import re
 from typing import Any, Mapping
 
-from kerngen.c_types import sizeof_replaced
+from kerngen import expr
 from kerngen.harness.spec.spec import MAX_TUNABLES, KernelSpec, Launch, Memset, ScalarArg, Scratch, TensorMapArg
 
 from kerngen.agent.playbook.region import Lead, Region
@@ -34,9 +35,10 @@ class _Names:
     """How one region's names read in the joined spec."""
 
     def __init__(self, i: int, spec: KernelSpec, region: Region, storage: Mapping[str, str],
-                 problem: Mapping[str, tuple[int, ...]], out_name: str) -> None:
+                 problem: Mapping[str, tuple[int, ...]], out_name: str, frozen: bool) -> None:
         self.prefix = f"r{i}_"
         self.macros = set(spec.tunables) | set(spec.defines)
+        self.fixed = spec.default_config() if frozen else {}  # tunables fixed at their defaults: numbers here
         self.scratch = {s.name for s in spec.scratch}
         g = region.graph
         local = {t.name: t.shape for t in (*g.inputs, *g.params)}
@@ -55,23 +57,12 @@ class _Names:
         """``text`` (an expression or an integer) over the joined spec's names."""
         if not isinstance(text, str):
             return text
-        tree = ast.parse(sizeof_replaced(text, text).strip(), mode="eval")
-        return ast.unparse(_Rewrite(self).visit(tree))
-
-
-def _dotted(node: ast.AST) -> str | None:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return None
+        tree = copy.deepcopy(expr.parse(text))
+        return re.sub(r"\._kg(\d+)_", r".\1", ast.unparse(_Rewrite(self).visit(tree)))
 
 
 def _dotted_node(name: str) -> ast.AST:
-    head, *rest = name.split(".")
+    head, *rest = re.sub(r"\.(\d+)(?=\.|$)", r"._kg\1_", name).split(".")
     node: ast.AST = ast.Name(head, ast.Load())
     for part in rest:
         node = ast.Attribute(node, part, ast.Load())
@@ -84,7 +75,7 @@ class _Rewrite(ast.NodeTransformer):
 
     def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
         if isinstance(node.value, ast.Attribute) and node.value.attr == "shape":
-            name = _dotted(node.value.value)
+            name = expr.dotted_name(node.value.value)
             if name is not None and name in self.n.literal:
                 return ast.Constant(self.n.literal[name][ast.literal_eval(node.slice)])
             if name is not None:
@@ -93,7 +84,7 @@ class _Rewrite(ast.NodeTransformer):
         return self.generic_visit(node)
 
     def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
-        name = _dotted(node.value)
+        name = expr.dotted_name(node.value)
         if node.attr in ("numel", "ndim") and name is not None:
             if name in self.n.literal:
                 shape = self.n.literal[name]
@@ -102,6 +93,8 @@ class _Rewrite(ast.NodeTransformer):
         return self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name) -> ast.AST:
+        if node.id in self.n.fixed:
+            return ast.Constant(self.n.fixed[node.id])
         if node.id in self.n.macros:
             return ast.Name(self.n.prefix + node.id, ast.Load())
         return node
@@ -158,7 +151,7 @@ def join(regions: list[Region], specs: list[KernelSpec], storage: Mapping[str, s
     out_dtype = {"r{}_out".format(r.index): r.output.dtype for r in regions}
     for i, (region, spec) in enumerate(zip(regions, specs)):
         out_name = storage.get(str(region.graph.output), "out")
-        names = _Names(i, spec, region, storage, problem, out_name)
+        names = _Names(i, spec, region, storage, problem, out_name, i in frozen)
         kernels = {s.kernel for s in spec.steps if isinstance(s, Launch)}
         source.append(_source(i, spec, kernels, labels[i]))
         for k, values in spec.tunables.items():

@@ -164,5 +164,5 @@ def test_a_training_mode_batch_norm_is_not_an_epilogue():
         def forward(self, x):
             return self.bn(self.gemm(x))
 
-    with pytest.raises(NotCovered, match="changes an input or a buffer in place"):  # it updates its statistics
+    with pytest.raises(NotCovered, match="num_batches_tracked.* in place"):  # it updates its statistics
         _trace(M().train().to("meta"))

@@ -253,8 +253,8 @@ REFUSED: dict[str, tuple[str, dict[str, str], str]] = {
 }
 # what no kernel covers at all: the problem is refused with the reason
 NOTHING: dict[str, tuple[str, dict[str, str], str]] = {
-    "inplace_on_the_input": ("y = x.relu_()\nreturn y + x", {}, "changes an input or a buffer in place"),
-    "inplace_through_a_view": ("y = x.detach()\ny.mul_(2)\nreturn x + 1", {}, "changes an input"),
+    "inplace_on_the_input": ("y = x.relu_()\nreturn y + x", {}, "changes 'x' in place"),
+    "inplace_through_a_view": ("y = x.detach()\ny.mul_(2)\nreturn x + 1", {}, "changes 'x' in place"),
     "control_flow": ("if x.sum() > 0:\n    return x * 2\nreturn x", {}, "cannot trace"),
     "unknown_op": ("return torch.atan(x) * 2", {}, "NotCovered: atan at atan"),
     "shape_op": ("return x.transpose(0, 1) * 2", {}, "NotCovered: transpose at transpose"),
