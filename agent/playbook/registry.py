@@ -8,21 +8,21 @@ of :data:`FAMILIES`): the first that claims the graph decides, with its match or
 
 from __future__ import annotations
 
-from kerngen.agent.playbook.fam_attention import ATTENTION
-from kerngen.agent.playbook.fam_conv2d import CONV2D, CONV_RELU_MAXPOOL
-from kerngen.agent.playbook.fam_conv_epi import CONV_EPI
-from kerngen.agent.playbook.fam_conv_nd import CONV_ND
-from kerngen.agent.playbook.fam_conv_tail import CONV_TAIL
-from kerngen.agent.playbook.fam_elementwise import ELEMENTWISE
-from kerngen.agent.playbook.fam_gemm import GEMM
-from kerngen.agent.playbook.fam_gemm_rows import GEMM_ROWS
-from kerngen.agent.playbook.fam_loss import LOSS
-from kerngen.agent.playbook.fam_matmul import MATMUL
-from kerngen.agent.playbook.fam_norm import NORM
-from kerngen.agent.playbook.fam_pool import POOL
-from kerngen.agent.playbook.fam_reduce import REDUCE
-from kerngen.agent.playbook.fam_rows import LAYERNORM, RMSNORM, SOFTMAX
-from kerngen.agent.playbook.fam_scan import SCAN
+from kerngen.agent.playbook.attention.family import ATTENTION
+from kerngen.agent.playbook.conv.conv2d import CONV2D, CONV_RELU_MAXPOOL
+from kerngen.agent.playbook.conv.epi import CONV_EPI
+from kerngen.agent.playbook.conv.nd import CONV_ND
+from kerngen.agent.playbook.conv.tail import CONV_TAIL
+from kerngen.agent.playbook.elementwise.family import ELEMENTWISE
+from kerngen.agent.playbook.gemm.gemm import GEMM
+from kerngen.agent.playbook.gemm.rows import GEMM_ROWS
+from kerngen.agent.playbook.loss.family import LOSS
+from kerngen.agent.playbook.gemm.matmul import MATMUL
+from kerngen.agent.playbook.norm.family import NORM
+from kerngen.agent.playbook.pool.family import POOL
+from kerngen.agent.playbook.reduce.family import REDUCE
+from kerngen.agent.playbook.rows.family import LAYERNORM, RMSNORM, SOFTMAX
+from kerngen.agent.playbook.scan.family import SCAN
 from kerngen.agent.playbook.family import Family, FamilyMatch
 from kerngen.agent.playbook.graph import Graph
 from kerngen.agent.playbook.not_covered import NotCovered

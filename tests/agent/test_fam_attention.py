@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from kerngen.agent.playbook import family_of, PlaybookProposer, explain, seed_specs
-from kerngen.agent.playbook.build_attention import FA2_DEFAULTS, MAX_SMEM_SM80, fa2_smem_bytes
+from kerngen.agent.playbook.attention.build import FA2_DEFAULTS, MAX_SMEM_SM80, fa2_smem_bytes
 from kerngen.agent.playbook.coverage import offer
-from kerngen.agent.playbook.fam_attention import ATTENTION as FAMILY
+from kerngen.agent.playbook.attention.family import ATTENTION as FAMILY
 from kerngen.agent.playbook.graph import trace
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.proposer import variant_of_spec

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kerngen.agent.playbook import explain, family_of
-from kerngen.agent.playbook.build_attention import (MAX_SMEM_SM90, WGMMA_BLOCK_NS, WGMMA_DEFAULTS,
+from kerngen.agent.playbook.attention.build import (MAX_SMEM_SM90, WGMMA_BLOCK_NS, WGMMA_DEFAULTS,
                                                    WGMMA_TUNABLES)
 from kerngen.agent.playbook.coverage import offer
 from kerngen.errors import CompileError, SpecError

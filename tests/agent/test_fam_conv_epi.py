@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from kerngen.agent.playbook import family_of, PlaybookProposer, explain
-from kerngen.agent.playbook.build_conv_epi import SPEC_PREFIX, VARIANT_NAMES
+from kerngen.agent.playbook.conv.build_epi import SPEC_PREFIX, VARIANT_NAMES
 from kerngen.agent.playbook.coverage import offer
 from kerngen.agent.playbook.epilogue import EpIndex, EpParam
-from kerngen.agent.playbook.fam_conv_epi import CONV_EPI as FAMILY
+from kerngen.agent.playbook.conv.epi import CONV_EPI as FAMILY
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.proposer import variant_of_spec
 from kerngen.agent.proposer import NodeSummary, SearchContext

@@ -16,7 +16,7 @@ import torch
 
 from kerngen.agent.playbook import explain, family_of
 from kerngen.agent.playbook.coverage import offer
-from kerngen.agent.playbook.fam_conv_nd import CONV_ND as FAMILY, out_size
+from kerngen.agent.playbook.conv.nd import CONV_ND as FAMILY, out_size
 from kerngen.agent.playbook.graph import trace
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.harness.compile.compiler import compile_job, job_for

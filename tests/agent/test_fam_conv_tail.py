@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 from kerngen.agent.playbook import family_of, PlaybookProposer, explain
-from kerngen.agent.playbook.build_conv_tail import SPEC_PREFIX, TAIL_TUNABLES, VARIANT_NAMES
-from kerngen.agent.playbook.conv_tail_ir import Reduce
+from kerngen.agent.playbook.conv.build_tail import SPEC_PREFIX, TAIL_TUNABLES, VARIANT_NAMES
+from kerngen.agent.playbook.conv.tail_ir import Reduce
 from kerngen.agent.playbook.coverage import offer
-from kerngen.agent.playbook.fam_conv_tail import CONV_TAIL as FAMILY
+from kerngen.agent.playbook.conv.tail import CONV_TAIL as FAMILY
 from kerngen.agent.playbook.graph import trace
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.proposer import variant_of_spec

@@ -13,7 +13,7 @@ import torch
 from kerngen.agent.playbook import family_of, PlaybookProposer, explain
 from kerngen.agent.playbook.coverage import offer
 from kerngen.agent.playbook.epilogue import EpIndex
-from kerngen.agent.playbook.fam_gemm import GEMM as FAMILY
+from kerngen.agent.playbook.gemm.gemm import GEMM as FAMILY
 from kerngen.agent.playbook.graph import trace
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.proposer import variant_of_spec

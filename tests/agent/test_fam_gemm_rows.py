@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from kerngen.agent.playbook import family_of, PlaybookProposer, explain
-from kerngen.agent.playbook.build_gemm_rows import split_epilogue
+from kerngen.agent.playbook.gemm.build_rows import split_epilogue
 from kerngen.agent.playbook.coverage import offer
-from kerngen.agent.playbook.fam_gemm import GEMM
-from kerngen.agent.playbook.fam_gemm_rows import GEMM_ROWS as FAMILY
+from kerngen.agent.playbook.gemm.gemm import GEMM
+from kerngen.agent.playbook.gemm.rows import GEMM_ROWS as FAMILY
 from kerngen.agent.playbook.graph import trace
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.proposer import variant_of_spec

@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from kerngen.agent.playbook import family_of, PlaybookProposer, explain, seed_specs
-from kerngen.agent.playbook import fam_loss
-from kerngen.agent.playbook.build_loss import f32_literal, term_layout
+from kerngen.agent.playbook.loss import family as fam_loss
+from kerngen.agent.playbook.loss.build import f32_literal, term_layout
 from kerngen.agent.playbook.graph import Tensor
 from kerngen.agent.playbook.graph import trace
 from kerngen.agent.playbook.not_covered import NotCovered

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from kerngen.agent.playbook import PlaybookProposer, explain, seed_specs
-from kerngen.agent.playbook import fam_norm, family_of
+from kerngen.agent.playbook import family_of
+from kerngen.agent.playbook.norm import family as fam_norm
 from kerngen.agent.playbook.graph import trace
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.proposer import variant_of_spec

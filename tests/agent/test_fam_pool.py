@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from cuda.bindings import nvrtc
 
 from kerngen.agent.playbook import family_of, PlaybookProposer, explain
-from kerngen.agent.playbook.build_pool import window_defaults
-from kerngen.agent.playbook.fam_pool import POOL as FAMILY, PoolFacts, output_size
+from kerngen.agent.playbook.pool.build import window_defaults
+from kerngen.agent.playbook.pool.family import POOL as FAMILY, PoolFacts, output_size
 from kerngen.agent.playbook.family import FamilyMatch
 from kerngen.agent.playbook.graph import Tensor
 from kerngen.agent.playbook.graph import trace

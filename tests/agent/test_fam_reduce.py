@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from kerngen.agent.playbook import explain, by_name, family_of
-from kerngen.agent.playbook import fam_reduce
+from kerngen.agent.playbook.reduce import family as fam_reduce
 from kerngen.agent.playbook.graph import trace
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.proposer import PlaybookProposer, seed_specs, variant_of_spec

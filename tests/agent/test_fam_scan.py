@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from kerngen.agent.playbook import family_of, PlaybookProposer, explain
-from kerngen.agent.playbook.build_scan import rows_defaults
-from kerngen.agent.playbook.fam_scan import SCAN as FAMILY, FORMS, ScanFacts, ScanForm, scan_reference
+from kerngen.agent.playbook.scan.build import rows_defaults
+from kerngen.agent.playbook.scan.family import SCAN as FAMILY, FORMS, ScanFacts, ScanForm, scan_reference
 from kerngen.agent.playbook.family import FamilyMatch
 from kerngen.agent.playbook.graph import Tensor
 from kerngen.agent.playbook.graph import trace

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from kerngen.agent.playbook import explain, family_of
-from kerngen.agent.playbook.build_gemm_tf32 import VARIANT
+from kerngen.agent.playbook.gemm.build_tf32 import VARIANT
 from kerngen.agent.playbook.coverage import offer
-from kerngen.agent.playbook.fam_gemm import GEMM as FAMILY
+from kerngen.agent.playbook.gemm.gemm import GEMM as FAMILY
 from kerngen.agent.playbook.proposer import variant_of_spec
 from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.spec import plan

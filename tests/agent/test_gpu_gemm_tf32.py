@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kerngen.agent.playbook import PlaybookProposer
-from kerngen.agent.playbook.build_gemm_tf32 import VARIANT
+from kerngen.agent.playbook.gemm.build_tf32 import VARIANT
 from kerngen.agent.playbook.proposer import variant_of_spec
 from kerngen.harness.evaluator import Candidate, EvalOptions
 from kerngen.problems.load import load_problem

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kerngen.agent.playbook import FAMILIES, by_name, family_of, PlaybookProposer, explain, recognise_family, seed_specs, why_not
-from kerngen.agent.playbook.fam_elementwise import ElementwiseFacts
+from kerngen.agent.playbook.elementwise.family import ElementwiseFacts
 from kerngen.agent.playbook.render import MAX_SMEM, render
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.proposer import variant_of_spec

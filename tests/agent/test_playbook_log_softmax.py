@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from kerngen.agent.playbook.fam_rows import SOFTMAX
+from kerngen.agent.playbook.rows.family import SOFTMAX
 from kerngen.agent.playbook.graph import trace
 from kerngen.agent.playbook import explain, family_of
 from kerngen.agent.playbook.not_covered import NotCovered
