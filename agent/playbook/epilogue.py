@@ -164,14 +164,7 @@ class _EpilogueTranslator(Translator):
         if stats is None or tuple(stats.shape) != (c,) or not (self.channel_dim % len(self.lead_shape) == 1
                                                                or len(self.lead_shape) == 2):
             raise NotCovered(f"{what}'s statistics do not run along the output's channels: not covered")
-        mean = self.channel(n["running_mean"])
-        var = self.channel(n["running_var"])
-        # (x - mean) / sqrt(var + eps) * weight + bias, in fp32 as PyTorch's eval-mode kernel
-        t = self.emit("mul", (self.emit("sub", (x, mean)), self.emit("rsqrt", (self.emit("add", (var, float(n["eps"]))),))))
-        if n["weight"] is not None and n["bias"] is not None:
-            t = self.emit("add", (self.emit("mul", (t, self.channel(n["weight"]))), self.channel(n["bias"])))
-        elif n["weight"] is not None or n["bias"] is not None:
-            raise NotCovered(f"{what} with a weight or a bias alone is not covered by the epilogue")
+        t = self.batch_norm_eval(n, x, self.channel, "the epilogue")
         self.env[n.name] = t
 
 

@@ -104,6 +104,21 @@ class Translator:
         if self.dtype(a) == "bool" and self.dtype(c) == "bool":
             raise NotCovered(f"{name} of two boolean values is not covered by {self.where}")
 
+    def affine(self, n: GNode, t: Operand, param: Any, where: str) -> Operand:
+        """``t * weight + bias`` of a norm node (both or neither); ``param(name)``: a parameter's operand."""
+        w, b = n["weight"], n["bias"]
+        if w is not None and b is not None:
+            return self.emit("add", (self.emit("mul", (t, param(w))), param(b)))
+        if w is not None or b is not None:
+            raise NotCovered(f"{n.label} with a weight or a bias alone is not covered by {where}")
+        return t
+
+    def batch_norm_eval(self, n: GNode, x: Operand, param: Any, where: str) -> Operand:
+        """An eval-mode batch norm, in fp32 as PyTorch's kernel: (x - mean) / sqrt(var + eps) * weight + bias."""
+        t = self.emit("mul", (self.emit("sub", (x, param(n["running_mean"]))),
+                              self.emit("rsqrt", (self.emit("add", (param(n["running_var"]), float(n["eps"]))),))))
+        return self.affine(n, t, param, where)
+
     # -- one node -------------------------------------------------------------------------------
     def visit(self, n: GNode) -> None:
         """``env[n.name]``: the node's operand, or :class:`NotCovered`."""

@@ -280,12 +280,7 @@ class _TailTranslator(Translator):
         self.cur = self.dom[x]
         t = self.emit("mul", (self.emit("sub", (pro, self.q(Leaf(LeafKind.mean, index)))),
                               self.q(Leaf(LeafKind.rstd, index))))
-        w, b = n["weight"], n["bias"]
-        if w is not None and b is not None:
-            t = self.emit("add", (self.emit("mul", (t, self.q(Leaf(LeafKind.channel, str(w))))),
-                                  self.q(Leaf(LeafKind.channel, str(b)))))
-        elif w is not None or b is not None:
-            raise NotCovered(f"{what} with a weight or a bias alone is not covered by conv_tail")
+        t = self.affine(n, t, lambda p: self.q(Leaf(LeafKind.channel, str(p))), "conv_tail")
         self.env[n.name] = t
         self.dom[n.name] = self.dom[x]
 

@@ -339,13 +339,7 @@ class _RowTracer(Translator):
         if len(lay.shape) != 2 or lay.col != 1 or rm is None or tuple(rm.shape) != (lay.length.now,):
             raise NotCovered(f"{n.label} of a {lay.shape} value: its channels are not the columns")
         col = lambda ref: self.param_column(str(ref), lay.length)  # noqa: E731
-        # (x - mean) / sqrt(var + eps) * weight + bias, in fp32 as PyTorch's eval-mode kernel
-        t = self.emit("mul", (self.emit("sub", (var, col(n["running_mean"]))),
-                              self.emit("rsqrt", (self.emit("add", (col(n["running_var"]), float(n["eps"]))),))))
-        if n["weight"] is not None and n["bias"] is not None:
-            t = self.emit("add", (self.emit("mul", (t, col(n["weight"]))), col(n["bias"])))
-        elif n["weight"] is not None or n["bias"] is not None:
-            raise NotCovered(f"{n.label} with a weight or a bias alone is not covered by the row program")
+        t = self.batch_norm_eval(n, var, col, "the row program")
         self.env[n.name], self.layout[n.name] = t, lay
 
     def pool(self, n: Node, kind: PoolKind, x: Any, k: Any, stride: Any, pad: Any, ceil: Any, include: Any) -> None:
