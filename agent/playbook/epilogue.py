@@ -2,10 +2,10 @@
 an elementwise chain``, translated to fp32 C statements that a GEMM or convolution template applies to
 each output element in registers before its store.
 
-``trace_epilogue(model, lead=("Linear",), shapes=..., lead_shape=..., out_shape=...)`` traces the
-meta-built model with torch.fx (as :mod:`.chain` does for plain chains) and returns an
-:class:`Epilogue`: C statements over ``float v`` (the leading module's output element, its own bias
-included) and over extra tensors the chain reads, as ``ep0``, ``ep1``, ... in order of first use:
+``trace_epilogue(graph, lead, channel_dim=...)`` reads the traced graph (:mod:`.graph`) after the lead node
+through the one pointwise translator (:mod:`.pointwise`) and returns an :class:`Epilogue`: C statements over
+``float v`` (the leading module's output element, its own bias included) and over extra tensors the chain
+reads, as ``ep0``, ``ep1``, ... in order of first use:
 
 - a model parameter or buffer broadcast along the output's channel dim (a conv's ``bias`` of shape
   (C, 1, 1), a per-column scale of shape (N,)): ``ep<i>[ch]``; the template defines ``const int ch``;

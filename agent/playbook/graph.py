@@ -18,7 +18,7 @@ The result is the ATen graph of the training IR (``aten.conv2d``, ``aten.linear`
 
 A graph runs on real tensors too (:meth:`Graph.run`: every node is its ATen op): the probes of the attention
 and scan families and the tests use that. A region of the partitioner (:mod:`.region`) is a graph as well.
-This module and :mod:`.region` are the only ones that touch ``torch.export`` / ``torch.fx``.
+This is the one module that touches ``torch.export`` / ``torch.fx``.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from the input on the fly (4-byte zero-filling cp.async: padding, the last rows 
 are zeros); B is the weight [OC][K], packed once per call into a zero-padded [G][OCGP][KP] scratch so
 that every copy of it is an aligned 16-byte cp.async. The inner loop (hi/lo split, three mma.sync
 m16n8k8 products per fp32 product, per-k-tile fp32 flush, cp.async ring) is the GEMM's
-(``templates/_tf32x3_mma.cuh.j2``); the template is ``templates/conv_tf32x3_igemm.cu.j2``.
+(the shared ``agent/playbook/templates/_tf32x3_mma.cuh.j2``); the template is ``templates/conv_tf32x3_igemm.cu.j2``.
 
 Tunables: BM x BN block tile, BK k tile (16 or 32: the padded rows keep the fragment loads and the
 gather's copies conflict-free), WM x WN warp tile (WM % 16, WN % 8), STAGES, FLUSH (as the GEMM's)

@@ -3,8 +3,8 @@
 The builder ``sgemm_tf32x3(match, defaults) -> KernelSpec`` follows :func:`.gemm.build_matmul.sgemm_tiled`
 (inputs A (M, K) and B (K, N), row-major fp32, output ``out``); the template is
 ``templates/tf32x3_sgemm.cu.j2``, whose header explains the split, the accumulation and the
-shared-memory layout. ``TF32_IDEAS`` are the catalogue entries proposed for the ``matmul`` family
-(variant name :data:`VARIANT`); the lead wires both into ``builders.VARIANTS`` and ``catalog``.
+shared-memory layout. ``TF32_IDEAS`` are the ideas of the ``matmul`` family's variant :data:`VARIANT`
+(:mod:`.gemm.matmul` lists both).
 
 Tunables: BM x BN block tile, BK k tile, WM x WN warp tile (WM % 16, WN % 32), STAGES cp.async
 ring depth, GROUP_M block grouping, FLUSH (1: a fresh mma accumulator per k tile, summed in fp32
@@ -217,7 +217,7 @@ SPLIT_TEXT = ("Split K across CTAs when the output has too few tiles to fill the
               "first: the same result every run, no atomics) by a second small kernel that applies the epilogue.")
 
 
-# catalogue ideas for the built-in "matmul" family (the lead adds them to catalog.CATALOG["matmul"])
+# ideas of the built-in "matmul" family's tf32x3 variants
 NO_FLUSH = {"FLUSH": 0, "WN": 64, "BK": 16, "STAGES": 4}  # 64x64 warp tiles fit only with FLUSH 0 and BK 16
 TF32_IDEAS: tuple[Entry, ...] = (
     Entry("mm-tf32x3", "Run the fp32 GEMM on the tensor cores with split-precision TF32 (3xTF32): split each "
