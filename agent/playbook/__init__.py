@@ -3,10 +3,12 @@
 ``PlaybookProposer(problem)`` answers the :class:`kerngen.agent.proposer.Proposer` Protocol with no LLM;
 ``explain(problem)`` says which family a problem's graph belongs to (``why_not`` says why none);
 ``seed_specs(problem)`` gives the round-0 kernels (seeds for an LLM's first round).
+For whole models (issue 34): ``trace``/``trace_module`` -> ``Graph``, ``partition(graph)`` -> regions,
+``family_for(region)``, ``region_spec(region)`` (docs/playbook.md lists them).
 """
 
 from kerngen.agent.playbook.family import Family, FamilyMatch
-from kerngen.agent.playbook.graph import Graph, Node, Tensor, trace
+from kerngen.agent.playbook.graph import Graph, Node, Tensor, trace, trace_module
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.partition import Partition, partition
 from kerngen.agent.playbook.proposer import PlaybookProposer, seed_specs
@@ -16,7 +18,7 @@ from kerngen.agent.playbook.registry import FAMILIES, by_name
 
 __all__ = ["FAMILIES", "Family", "FamilyMatch", "Graph", "Lead", "Node", "NotCovered", "Partition",
            "PlaybookProposer", "Region", "Tensor", "by_name", "explain", "family_for", "family_of", "partition",
-           "recognise_family", "region_spec", "seed_specs", "trace", "why_not"]
+           "recognise_family", "region_spec", "seed_specs", "trace", "trace_module", "why_not"]
 
 
 def recognise_family(problem: object) -> FamilyMatch | None:
