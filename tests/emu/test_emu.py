@@ -12,7 +12,7 @@ from kerngen.harness.spec.spec import KernelSpec
 
 from tests.emu import cases
 from tests.emu.runner import EmuError, available, emulate
-from tests.emu.source_rewrite import rewrite_source
+from kerngen.harness.emu.source_rewrite import rewrite_source
 
 pytestmark = pytest.mark.skipif(not available(), reason="no C++ compiler (g++) for the CPU emulator")
 

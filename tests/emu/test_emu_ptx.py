@@ -17,9 +17,9 @@ from kerngen.harness.spec.spec import KernelSpec
 
 from tests.agent.family_checks import resized_copy
 from tests.emu import cases
-from tests.emu.ptx_asm import NotEmulated, not_emulated, not_emulated_call, translate
+from kerngen.harness.emu.ptx_asm import NotEmulated, not_emulated, not_emulated_call, translate
 from tests.emu.runner import EmuError, available, emulate
-from tests.emu.source_rewrite import rewrite_source
+from kerngen.harness.emu.source_rewrite import rewrite_source
 
 needs_gxx = pytest.mark.skipif(not available(), reason="no C++ compiler (g++) for the CPU emulator")
 KB = Path("/work/shared/kernelbench")
