@@ -28,16 +28,24 @@ ROOT = Path(__file__).resolve().parent.parent
 PYTEST = f"{sys.executable} -m pytest -x -q -p no:cacheprovider -p no:randomly"
 EMU = "tests/harness/test_emu_check.py"
 COSMIC_RAY = [sys.executable, "-m", "cosmic_ray.cli"]
+# test_harness_cpu.py without its worker-pool tests (seconds each, and no code of these modules)
+CPU = "tests/harness/test_harness_cpu.py -k 'not pool and not worker and not interrupted and not problem_setup'"
 # module -> the CPU tests that must kill its mutants
 TESTS = {
-    "check": f"{EMU} tests/harness/test_integrity.py",
+    "check": f"tests/harness/test_check_mutants.py tests/harness/test_integrity.py {EMU}",
     "evaluate": EMU,
     "integrity": f"tests/harness/test_integrity.py {EMU}",
-    "compare": f"tests/harness/test_harness_cpu.py tests/harness/test_error_pattern.py {EMU}",
-    "buffers": f"tests/harness/test_buffers_scalar.py tests/harness/test_harness_cpu.py {EMU}",
+    "compare": f"tests/harness/test_check_mutants.py tests/harness/test_error_pattern.py {CPU} {EMU}",
+    "buffers": f"tests/harness/test_check_mutants.py tests/harness/test_buffers_scalar.py {CPU} {EMU}",
 }
-# (module, operator, line) of mutants that cannot change a verdict, and why (docs/harness-tests.md)
-EQUIVALENT: dict[tuple[str, str, int], str] = {}
+# (module, operator, line) of mutants that cannot change a verdict, and why (docs/harness-tests.md);
+# mutants inside annotations are found by _annotations()
+EQUIVALENT: dict[tuple[str, str, int], str] = {
+    ("buffers", "core/ReplaceBinaryOperator_Sub_Pow", 158): "ceil(n / B) -> n // B + 1: one more loop turn, "
+    "over an empty slice with an empty block",
+}
+# code that runs on a GPU only (CUDA memory queries): its mutants are the GPU tier's (test_memory_plan.py -m gpu)
+GPU_ONLY = {"check": ("footprint",), "evaluate": ("CudaDevice",)}
 
 
 def _config(module: str, timeout_s: float) -> str:
@@ -45,11 +53,38 @@ def _config(module: str, timeout_s: float) -> str:
             f'test-command = "{PYTEST} {TESTS[module]}"\n[cosmic-ray.distributor]\nname = "local"\n')
 
 
-def _skip(db, job_ids: list[str]) -> None:
+def _annotations(module: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """(start, end) of every annotation in the module: with ``from __future__ import annotations``
+    (all five modules) they are strings never evaluated, so a mutant inside one is equivalent."""
+    import ast
+
+    source = (ROOT / "harness" / "gpu" / f"{module}.py").read_text()
+    assert "from __future__ import annotations" in source, module
+    spans = []
+    for node in ast.walk(ast.parse(source)):
+        notes = []
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            notes = [x.annotation for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if x] + [node.returns]
+        elif isinstance(node, ast.AnnAssign):
+            notes = [node.annotation]
+        spans += [((n.lineno, n.col_offset), (n.end_lineno, n.end_col_offset)) for n in notes if n is not None]
+    return spans
+
+
+def _gpu_only(module: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    import ast
+
+    tree = ast.parse((ROOT / "harness" / "gpu" / f"{module}.py").read_text())
+    return [((n.lineno, 0), (n.end_lineno + 1, 0)) for n in ast.walk(tree)
+            if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name in GPU_ONLY.get(module, ())]
+
+
+def _skip(db, job_ids: list[str], why: str = "not sampled") -> None:
     from cosmic_ray.work_item import WorkerOutcome, WorkResult
 
     if job_ids:
-        db.set_multiple_results(job_ids, WorkResult(worker_outcome=WorkerOutcome.SKIPPED, output="not sampled"))
+        db.set_multiple_results(job_ids, WorkResult(worker_outcome=WorkerOutcome.SKIPPED, output=why))
 
 
 def main() -> int:
@@ -80,12 +115,21 @@ def main() -> int:
         subprocess.run([*COSMIC_RAY, "init", str(cfg), str(db)], cwd=ROOT, check=True)
         sessions.append((m, cfg, db))
     pending: list[tuple[Path, str]] = []
+    skipped = 0
     for m, _, db in sessions:
         with use_db(str(db), WorkDB.Mode.open) as work:
+            notes, gpu = _annotations(m), _gpu_only(m)
             equivalent = [w.job_id for w in work.pending_work_items for s in w.mutations
-                          if (m, s.operator_name, s.start_pos[0]) in EQUIVALENT]
-            _skip(work, equivalent)
+                          if (m, s.operator_name, s.start_pos[0]) in EQUIVALENT
+                          or any(a <= tuple(s.start_pos) < b for a, b in notes)]
+            _skip(work, equivalent, "equivalent")
+            on_gpu = [w.job_id for w in work.pending_work_items for s in w.mutations
+                      if any(a <= tuple(s.start_pos) < b for a, b in gpu)]
+            _skip(work, on_gpu, "gpu-only")
+            skipped += len(set(equivalent)) + len(set(on_gpu))
             pending += [(db, w.job_id) for w in work.pending_work_items]
+    print(f"{len(pending) + skipped} mutants; {skipped} skipped: inside annotations, in EQUIVALENT, or in GPU-only "
+          "code", flush=True)
     if args.sample and args.sample < len(pending):
         seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
         print(f"sample: {args.sample} of {len(pending)} mutants, seed {seed}", flush=True)
@@ -99,7 +143,7 @@ def main() -> int:
     for m, _, db in sessions:
         with use_db(str(db), WorkDB.Mode.open) as work:
             for item, result in work.completed_work_items:
-                if result.output == "not sampled" or result.test_outcome is None:
+                if result.output in ("not sampled", "equivalent", "gpu-only") or result.test_outcome is None:
                     continue
                 if result.test_outcome is TestOutcome.KILLED:
                     killed += 1

@@ -303,3 +303,43 @@ def test_the_timed_runs_rotate_over_the_checked_sets():
     assert _far_write("gelu_ok", GELU, tamper).verdict is Verdict.ok
     # the untimed first call, the warm-up, then 3 timed calls: sets 0, 1, 2, 0, 1
     assert len(outs) == 5 and len(set(outs)) == 3 and outs[3:] == outs[:2], outs
+
+
+# ----- what the evaluation reports beside the verdict ---------------------------------------------
+def test_phases_are_timed_to_the_microsecond():
+    r = evaluate("gelu_ok", GELU)
+    assert set(r.phases_s) == {"load", "check", "bench", "verify_timed"}, r.phases_s
+    assert all(v >= 0 for v in r.phases_s.values())
+    # rounded to 6 digits, not 5 (each of 4 real durations ends in a 0 at the 6th digit with odds 1/10)
+    assert any(round(v, 5) != v for v in r.phases_s.values()), r.phases_s
+
+
+def test_a_memory_plan_that_gives_up_rotation_says_so():
+    """Free memory for one timed set only: the timed runs use that one, and the message says what the
+    plan gave up (the same plan as on a GPU: harness/gpu/memory_plan.py)."""
+    from kerngen.harness.gpu.memory_plan import HarnessMemoryError, plan_memory
+
+    info = state_of(GELU).info
+
+    def plan(free: int):
+        return plan_memory(free_bytes=free, input_bytes=sum(t.nbytes for t in info.inputs),
+                           output_bytes=sum(t.nbytes for t in info.outputs), scratch_bytes=0, reference_bytes=None,
+                           make_bytes=None, flush_bytes=0, rotate_max=3, label=info.name)
+
+    lo, hi = 0, 1 << 34  # the least free memory that fits: a bisection over the pure plan
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        try:
+            plan(mid)
+            hi = mid
+        except HarnessMemoryError:
+            lo = mid
+    assert plan(hi).timed_sets == 1
+    device = EmuDevice(CASES["gelu_ok"].spec)
+    device.free_bytes = lambda: hi
+    r = evaluate("gelu_ok", GELU, device=device)
+    assert r.verdict is Verdict.ok and r.memory is not None and r.memory.timed_sets == 1, describe(r)
+    assert r.message.endswith(r.memory.summary()) and "memory: 1 timed input set(s)" in r.message
+    device.free_bytes = lambda: hi - 1
+    r = evaluate("gelu_ok", GELU, device=device)
+    assert r.verdict is Verdict.harness_error and "does not fit" in r.message, describe(r)
