@@ -38,6 +38,7 @@ from pydantic import (
     Tag,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -59,6 +60,7 @@ MAX_ARGS = 256  # arguments of one launch
 MAX_DEFINES = 256
 MAX_CONSTRAINTS = 256
 MAX_SCRATCH = 64
+MAX_VIEW_DIMS = 8  # dims of a tensormap argument's view
 INT_MIN, INT_MAX = -(2**63), 2**64 - 1  # a literal integer (it may end up as a 64-bit -D value)
 
 
@@ -143,7 +145,15 @@ class TensorMapArg(_Model):
     ``rows`` come in as zeros, never another outer index's data. The box is box_rows * cols * element size bytes (the mbarrier's expect_tx).
     Refused: cols not a multiple of box_cols, cols / box_cols > 256, box_cols * element size not
     a multiple of 16 or (with a swizzle) above the swizzle, cols * element size not a multiple of
-    16, a dim of 2**32 or more."""
+    16, a dim of 2**32 or more.
+
+    ``full_width: false`` maps one box of box_cols columns instead of the full width (a GEMM's k
+    tile): a rank-3 map of dims (cols, rows, outer), box (box_cols, box_rows, 1), so one
+    ``cp.async.bulk.tensor.3d`` load at {col0, row0, outer_index} brings [box_rows][box_cols]
+    (box_rows * box_cols * element size bytes); cols need not be a multiple of box_cols, and
+    columns past cols come in as zeros. ``view`` (expressions) views the tensor as that shape
+    first (its element count must be the tensor's): a scratch buffer (flat) as [planes, rows, cols],
+    or an n-D input as the matrix [rows, cols] its leading dims flatten into."""
 
     kind: Literal["tensormap"]
     name: str = Field(pattern=_TENSOR_NAME.pattern, description="the tensor mapped (as for a tensor argument)")
@@ -153,12 +163,33 @@ class TensorMapArg(_Model):
         default=128, description="shared memory swizzle in bytes (0: none); box_cols * element size <= swizzle"
     )
 
+    full_width: bool = Field(
+        default=True, description="false: a box of box_cols columns at a column coordinate (rank-3 map; columns "
+        "past the tensor's read as zeros) instead of the full width"
+    )
+    view: list[Expr] | None = Field(
+        default=None, min_length=2, max_length=MAX_VIEW_DIMS,
+        description="the tensor viewed as this shape (expressions; the same element count) before it is mapped",
+    )
+
     @field_validator("swizzle", mode="before")
     @classmethod
     def _swizzle(cls, value: Any) -> Any:
         if isinstance(value, bool):  # JSON false is no number of bytes, though Python counts it 0
             raise ValueError(f"swizzle must be 0, 32, 64 or 128 (bytes), got {value}")
         return value
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: Any) -> Any:
+        """The fields added later are left out at their defaults: a spec that does not use them dumps (and
+        hashes) as before they existed."""
+        data = handler(self)
+        if isinstance(data, dict):
+            if self.full_width:
+                data.pop("full_width", None)
+            if self.view is None:
+                data.pop("view", None)
+        return data
 
 
 _ARG_TAGS = {"tensor": "tensor", "tensormap": "tensormap"}
@@ -364,6 +395,7 @@ class KernelSpec(_Model):
                 for i, a in enumerate(step.args):
                     if isinstance(a, TensorMapArg):
                         out += [(f"{at}.args.{i}.box_rows", a.box_rows), (f"{at}.args.{i}.box_cols", a.box_cols)]
+                        out += [(f"{at}.args.{i}.view.{j}", v) for j, v in enumerate(a.view or ())]
         return out
 
     # ----- configurations -------------------------------------------------------------------
