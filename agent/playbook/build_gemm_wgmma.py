@@ -114,7 +114,7 @@ SMEM = "(1024 + STAGES * {stage} + 16 * STAGES)"
 # launch bounds' 255). Not calibrated beyond the sampled compiles of tests/agent/test_gemm_wgmma.py.
 REGS = "(WGM * BN // 2 * (1 + FLUSH) + 40)"
 REG_BUDGET = "(232 if CWG == 2 else 255)"
-SPLIT_VALUES = (2, 4, 8, 16)
+SPLIT_VALUES = (2, 4, 8, 16, 32)
 MAX_SPLIT_OUTPUTS = 2 * 132 * 128 * 128  # split-K only below two waves of 128 x 128 output tiles
 MAX_SPLIT_FLOATS = 2**26
 MAX_PREP_ELEMENTS = 2**31  # the pre-pass's scratch, both operands together (8 GiB of fp32)

@@ -145,15 +145,8 @@ class TensorMapArg(_Model):
     ``rows`` come in as zeros, never another outer index's data. The box is box_rows * cols * element size bytes (the mbarrier's expect_tx).
     Refused: cols not a multiple of box_cols, cols / box_cols > 256, box_cols * element size not
     a multiple of 16 or (with a swizzle) above the swizzle, cols * element size not a multiple of
-    16, a dim of 2**32 or more.
-
-    ``full_width: false`` maps one box of box_cols columns instead of the full width (a GEMM's k
-    tile): a rank-3 map of dims (cols, rows, outer), box (box_cols, box_rows, 1), so one
-    ``cp.async.bulk.tensor.3d`` load at {col0, row0, outer_index} brings [box_rows][box_cols]
-    (box_rows * box_cols * element size bytes); cols need not be a multiple of box_cols, and
-    columns past cols come in as zeros. ``view`` (expressions) views the tensor as that shape
-    first (its element count must be the tensor's): a scratch buffer (flat) as [planes, rows, cols],
-    or an n-D input as the matrix [rows, cols] its leading dims flatten into."""
+    16, a dim of 2**32 or more. ``full_width: false`` and ``view`` (a GEMM's k tiles of a reshaped
+    tensor): harness/gpu/tensormap.py."""
 
     kind: Literal["tensormap"]
     name: str = Field(pattern=_TENSOR_NAME.pattern, description="the tensor mapped (as for a tensor argument)")
@@ -163,14 +156,9 @@ class TensorMapArg(_Model):
         default=128, description="shared memory swizzle in bytes (0: none); box_cols * element size <= swizzle"
     )
 
-    full_width: bool = Field(
-        default=True, description="false: a box of box_cols columns at a column coordinate (rank-3 map; columns "
-        "past the tensor's read as zeros) instead of the full width"
-    )
-    view: list[Expr] | None = Field(
-        default=None, min_length=2, max_length=MAX_VIEW_DIMS,
-        description="the tensor viewed as this shape (expressions; the same element count) before it is mapped",
-    )
+    full_width: bool = Field(default=True, description="false: a box of box_cols columns at a column coordinate")
+    view: list[Expr] | None = Field(default=None, min_length=2, max_length=MAX_VIEW_DIMS,
+                                    description="the tensor seen as this shape (same element count) first")
 
     @field_validator("swizzle", mode="before")
     @classmethod
@@ -181,14 +169,11 @@ class TensorMapArg(_Model):
 
     @model_serializer(mode="wrap")
     def _compact(self, handler: Any) -> Any:
-        """The fields added later are left out at their defaults: a spec that does not use them dumps (and
-        hashes) as before they existed."""
+        """Fields added later are left out at their defaults: older specs dump and hash as before."""
         data = handler(self)
-        if isinstance(data, dict):
-            if self.full_width:
-                data.pop("full_width", None)
-            if self.view is None:
-                data.pop("view", None)
+        for key, unused in (("full_width", self.full_width), ("view", self.view is None)):
+            if unused and isinstance(data, dict):
+                data.pop(key, None)
         return data
 
 
