@@ -27,6 +27,7 @@ from kerngen.harness.spec.spec import KernelSpec
 from kerngen.harness.tune.admissible import admissible, limits_for
 from kerngen.problems.load import load_problem
 from kerngen.problems.ref import ProblemRef
+from tests.agent.family_checks import forward_problem
 
 try:
     from tests.emu.runner import available as emulator_available
@@ -34,37 +35,11 @@ try:
 except ImportError:  # pragma: no cover - a tree without the emulator
     emulator_available, emulate = (lambda: False), None
 
-PROBLEM = '''
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        {init}
-        self.to(torch.{dtype})
-
-    def forward(self, {args}):
-        return {forward}
-
-
-def get_inputs():
-    return [{inputs}]
-
-
-def get_init_inputs():
-    return []
-'''
-
 
 def gemm_problem(folder: Path, forward: str, inputs: dict[str, tuple[int, ...]], dtype: str = "float32",
                  init: str = "pass"):
     """A KernelBench-format problem of ``forward`` over inputs of those shapes, every tensor in ``dtype``."""
-    path = folder / f"g{len(list(folder.iterdir()))}.py"
-    made = ", ".join(f"torch.randn({s}, dtype=torch.{dtype})" for s in inputs.values())
-    path.write_text(PROBLEM.format(init=init, dtype=dtype, args=", ".join(inputs), forward=forward, inputs=made))
-    return load_problem(str(path))
+    return forward_problem(folder, forward, inputs, init=init, dtype=dtype, make="randn")
 
 
 def _resolve(spec: KernelSpec, m, cfg: dict | None = None) -> plan.ResolvedPlan:
