@@ -54,30 +54,43 @@ def _spec(ref: ProblemRef):
 
 
 def measure(pool: WorkerPool, case: tuple) -> dict:
-    label, ref, against, target, minutes, fixed = case
+    """Baseline (eager, torch.compile) and the default and fixed configurations, side by side."""
+    label, ref, against, target, _, fixed = case
     m, spec = _spec(ref)
     t0 = time.monotonic()
     base = pool.baseline(ref, budget_ms=100.0, with_compile=True)
     row = {"label": label, "eager_ms": base.eager.median_ms,
            "compile_ms": base.compiled.median_ms if base.compiled else None, "against": against, "target": target}
-    options = EvalOptions(**CHECK)
-    results = pool.evaluate(ref, [Candidate(spec=spec, config=c) for c in [{}, *fixed]], options)
-    tried = [(r.config, r.ms, r.verdict.value, r.message if not r.ok else "") for r in results]
-    if minutes > 0:
-        info = load_problem(ref).info
-        tuned = tune(pool, ref, spec, sizes=info.sizes, tensors=info.tensor_facts(), gpu=pool.gpu_facts(),
-                     strategy="model", max_evals=64, minutes=minutes, options=options)
-        tried += [(t.config, t.ms, t.result.verdict.value if t.result else "-", "") for t in tuned.evaluated]
-    ok = [t for t in tried if t[1] != float("inf")]
+    results = pool.evaluate(ref, [Candidate(spec=spec, config=c) for c in [{}, *fixed]], EvalOptions(**CHECK))
+    row["tried"] = [{"config": r.config, "ms": r.ms, "verdict": r.verdict.value, "why": "" if r.ok else r.message[:200]}
+                    for r in results]
     row["default_ms"] = results[0].ms
     row["default_verdict"] = f"{results[0].verdict.value} {results[0].message}"[:300]
-    row["best_config"], row["best_ms"] = min(((c, ms) for c, ms, _, _ in ok), key=lambda x: x[1]) if ok else (None, None)
-    row["tried"] = [{"config": c, "ms": ms, "verdict": v, "why": w[:200]} for c, ms, v, w in tried]
-    row["seconds"] = round(time.monotonic() - t0, 1)
+    _best(row)
     print(f"{label}: eager {row['eager_ms']:.4f} ms, compile {row['compile_ms']}, default {row['default_ms']:.4f} "
-          f"({row['default_verdict'][:120]}), best {row['best_ms']} at {row['best_config']} "
-          f"[{len(tried)} configurations, {row['seconds']} s]", flush=True)
+          f"({row['default_verdict'][:160]}), best {row['best_ms']} at {row['best_config']} "
+          f"[{time.monotonic() - t0:.0f} s]", flush=True)
     return row
+
+
+def _best(row: dict) -> None:
+    ok = [t for t in row["tried"] if t["ms"] != float("inf")]
+    best = min(ok, key=lambda t: t["ms"]) if ok else None
+    row["best_config"], row["best_ms"] = (best["config"], best["ms"]) if best else (None, None)
+
+
+def tune_more(pool: WorkerPool, case: tuple, row: dict, minutes: float) -> None:
+    """The harness's tuner (model strategy) for ``minutes`` more; its configurations join the row's."""
+    label, ref = case[0], case[1]
+    _, spec = _spec(ref)
+    info = load_problem(ref).info
+    tuned = tune(pool, ref, spec, sizes=info.sizes, tensors=info.tensor_facts(), gpu=pool.gpu_facts(),
+                 strategy="model", max_evals=64, minutes=minutes, options=EvalOptions(**CHECK))
+    row["tried"] += [{"config": t.config, "ms": t.ms, "verdict": t.result.verdict.value if t.result else "-",
+                      "why": ""} for t in tuned.evaluated]
+    _best(row)
+    print(f"{label}: tuned {len(tuned.evaluated)} configurations in {tuned.seconds:.0f} s, best {row['best_ms']} at "
+          f"{row['best_config']}", flush=True)
 
 
 def prep_split(ref: ProblemRef, config: dict | None) -> dict:
@@ -157,20 +170,31 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--cases", default="0,1,2,3", help="which CASES, by index")
+    ap.add_argument("--budget-s", type=float, default=240.0, help="skip the short tunes past this")
     args = ap.parse_args()
+    deadline = time.monotonic() + args.budget_s
     if torch.cuda.get_device_capability() != (9, 0):
         print(f"needs an sm_90 GPU; this is {torch.cuda.get_device_name()}", file=sys.stderr)
         return 1
-    rows = []
+    rows, cases = [], [CASES[int(x)] for x in args.cases.split(",")]
+    split, profiles = None, {}
     with WorkerPool(timeout_s=600) as pool:
         print(f"GPU: {pool.gpu_facts().name}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", flush=True)
-        for i in (int(x) for x in args.cases.split(",")):
+        for case in cases:
             try:
-                rows.append(measure(pool, CASES[i]))
+                rows.append(measure(pool, case))
             except Exception as exc:  # noqa: BLE001 - one case failing leaves the others measured
-                print(f"{CASES[i][0]}: failed: {type(exc).__name__}: {exc}", flush=True)
+                print(f"{case[0]}: failed: {type(exc).__name__}: {exc}", flush=True)
+        by_label = {r["label"]: r for r in rows}
+        for case in cases:
+            row = by_label.get(case[0])
+            left = (deadline - time.monotonic()) / 60 - 1.5  # keep ~90 s for the split and ncu
+            if row is not None and case[4] > 0 and left > 0.2:
+                try:
+                    tune_more(pool, case, row, min(case[4], left))
+                except Exception as exc:  # noqa: BLE001
+                    print(f"{case[0]}: tune failed: {type(exc).__name__}: {exc}", flush=True)
     best = {r["label"]: r["best_config"] for r in rows}
-    split, profiles = None, {}
     try:
         split = prep_split(CASES[0][1], best.get(CASES[0][0]))
     except Exception as exc:  # noqa: BLE001
