@@ -13,8 +13,8 @@ OUT=${OUT:-/tmp/i35_out}
 mkdir -p "$OUT"
 start=$(date +%s)
 echo "== GPU tests"
-timeout 190 python3 -m pytest -q -m gpu -s -p no:cacheprovider tests/agent/test_gpu_gemm_wgmma.py \
-  tests/harness/test_gpu_tensormap.py > "$OUT/i35_tests.txt" 2>&1
+timeout 190 python3 -m pytest -q -m gpu -s -p no:cacheprovider tests/harness/test_gpu_tensormap.py \
+  tests/agent/test_gpu_gemm_wgmma.py > "$OUT/i35_tests.txt" 2>&1
 echo "pytest exit $? after $(( $(date +%s) - start )) s"
 grep -E "vs fp64|TERMS 1|configurations pass|^(FAILED|ERROR)|passed|failed" "$OUT/i35_tests.txt" | cut -c1-400 | tail -45
 echo "== benchmarks"
