@@ -349,6 +349,11 @@ class KernelSpec(_Model):
             raise ValueError("two scratch buffers share a name")
         return self
 
+    def expressions(self) -> list[tuple[str, Expr]]:
+        """Every expression of the spec with where it is (constraints, defines, scratch sizes, grids,
+        blocks, shared memory, scalar arguments, tensormap boxes)."""
+        return self._expressions()
+
     def _expressions(self) -> list[tuple[str, Expr]]:
         """Every expression with where it is (``steps.0.grid.1``): a message names the field."""
         out: list[tuple[str, Expr]] = [(f"constraints.{i}", c) for i, c in enumerate(self.constraints)]
