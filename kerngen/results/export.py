@@ -118,6 +118,7 @@ def render_module(m: ExportManifest) -> str:
                    for a, t in zip(m.arg_names, m.arguments)],
         outputs=[{"name": _doc_safe(o.name), "dtype": _doc_safe(o.dtype), "shape": shape(o)} for o in m.outputs],
         scalars=_doc_safe(", ".join(f"{k}={v}" for k, v in m.scalars.items())), arg_list=", ".join(m.arg_names),
+        precision="true fp32" if m.precision == "fp32" else "TF32 (--precision tf32)", buckets=len(m.buckets),
     )
     compile(text, f"{m.name}.py", "exec")  # a template bug must fail here, not at the user's import
     return text

@@ -280,18 +280,19 @@ class _FirstCallChecked:
         if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
             return out  # nothing can be compared inside a capture: the next eager call checks
         op = self.op
-        agree, why = op_agrees(op, out, args, op.variants[self.index])
-        runtime = op.runtime
-        if agree:
-            runtime.replace(args, self.entry)
+        want, why = op_agrees(op, out, args, op.variants[self.index])
+        if not why:
+            op.runtime.replace(args, self.entry)
             return out
-        runtime.replace(args, op._fallback_entry(self.label, f"the kernel disagreed with the fallback here ({why})"))
-        return op.fallback.call(args) if op.fallback is not None else out
+        op.runtime.replace(args, op._fallback_entry(self.label, f"the kernel disagreed with the fallback here ({why})"))
+        op.stats.fallback_calls += 1
+        return want
 
 
-def op_agrees(op: ExportedKernel, out: Any, args: tuple, v: KernelVariant) -> tuple[bool, str]:
+def op_agrees(op: ExportedKernel, out: Any, args: tuple, v: KernelVariant) -> tuple[Any, str]:
     """The kernel's outputs against the fallback's on the same arguments, at the tolerance the kernel
-    was checked at (with PyTorch at the precision it was checked at)."""
+    was checked at (with PyTorch at the precision it was checked at): the fallback's outputs, and ""
+    or how far the kernel's are off."""
     import torch
 
     from kerngen.problems.info import default_tolerance
@@ -299,16 +300,16 @@ def op_agrees(op: ExportedKernel, out: Any, args: tuple, v: KernelVariant) -> tu
 
     assert op.fallback is not None
     with precision_mode(op.manifest.precision), torch.no_grad():
-        want = op.fallback.call(args)
+        result = op.fallback.call(args)
     got = [out] if isinstance(out, torch.Tensor) else list(out)
-    want = [want] if isinstance(want, torch.Tensor) else list(want)
+    want = [result] if isinstance(result, torch.Tensor) else list(result)
     for g, w in zip(got, want):
         atol, rtol = (v.atol, v.rtol) if v.atol is not None and v.rtol is not None else default_tolerance(
             str(g.dtype).removeprefix("torch."))
         if g.shape != w.shape or not torch.allclose(g, w.to(g.dtype), atol=atol, rtol=rtol, equal_nan=True):
             err = float((g.double() - w.double()).abs().max()) if g.shape == w.shape else math.inf
-            return False, f"max abs error {err:.3g} > atol {atol:g}"
-    return True, ""
+            return result, f"max abs error {err:.3g} > atol {atol:g}"
+    return result, ""
 
 
 def shape_bound_sizes(v: KernelVariant) -> list[str]:

@@ -270,9 +270,9 @@ def render_runs(rows: list[dict[str, Any]], runs_dir: str | Path = "runs") -> Gr
     table = Table(title=f"runs under {_say(runs_dir)}, oldest first (the last is 'latest')", title_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False, padding=0,  # the box puts a space between columns
                   caption=SHORT_NOTE.format(label=DEFAULTS_LABEL), caption_justify="left")
-    table.add_column("run\nproblem", min_width=24)
+    table.add_column("run\nproblem", min_width=30)
     table.add_column("GPU", min_width=8, max_width=12)
-    for col in ("best\nms", "fp32\neager", "fp32\ncompile", "dflt\ncompile"):
+    for col in ("best\nms", "fp32\neager", "fp32\ncomp.", "dflt\ncomp."):
         table.add_column(col, justify="right", no_wrap=True)
     table.add_column("status", no_wrap=True)
     colors = {"finished": "green", "corrupt": "red"}

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 from kerngen.problems.torch_modes import DEFAULTS_LABEL
 
 TRUE_FP32 = "vs PyTorch (true fp32)"
-SHORT_NOTE = "fp32: vs PyTorch (true fp32); dflt: vs {label}"
+SHORT_NOTE = "fp32: vs PyTorch (true fp32); dflt: vs {label}; comp.: torch.compile"
 
 
 def vs_defaults(label: str | None) -> str:
