@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 
 from kerngen.cli import cluster
+from kerngen.errors import KerngenError
 from kerngen.cli.compose import make_evaluator
 from kerngen.problems.torch_modes import DEFAULTS_LABEL
 
@@ -41,6 +42,7 @@ def suite(
     budget_ms: float = typer.Option(300.0, "--budget-ms", min=1.0, help="time budget of each timed series"),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
     op: bool = typer.Option(True, "--op/--no-op", help="time the exported op's path beside each kernel"),
+    no_compile: bool = typer.Option(False, "--no-compile", help="skip torch.compile (eager baselines only)"),
     save: Optional[Path] = typer.Option(None, "--save", help="keep each measurement in this file as it is "
                                         "done; the same command again measures only what it lacks (same GPU model)"),
     ray: Optional[str] = cluster.RAY,
@@ -58,6 +60,8 @@ def suite(
     from kerngen.harness.evaluator import EvalOptions
     from kerngen.harness.spec.spec import KernelSpec
 
+    if save is not None and no_compile:
+        raise KerngenError("--save keeps the full measurement: leave --no-compile out (or --save out)")
     names = expand_problems(problems or [])  # ProblemError before any GPU work
     spec = KernelSpec.load(kernel) if kernel else None
     evaluator = _suite_evaluator(evaluator_kind, ray, ray_gpu_model)
@@ -65,7 +69,8 @@ def suite(
         memo = SaveFile(save, evaluator.gpu_facts().name) if save is not None else None
         with _progress(len(names), enabled=not as_json) as on_progress:
             rep = run_suite(names, evaluator, runs_dir, kernel=spec, config=parse_config(config),
-                            options=EvalOptions(budget_ms=budget_ms), on_progress=on_progress, memo=memo, op=op)
+                            options=EvalOptions(budget_ms=budget_ms), on_progress=on_progress, memo=memo, op=op,
+                            with_compile=not no_compile)
     except KeyboardInterrupt:
         if save is None:
             raise

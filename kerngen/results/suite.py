@@ -260,16 +260,17 @@ def _entry(problem: str, found: FoundKernel, base: Baseline, result: EvalResult)
 
 
 def measure_one(problem: str, found: FoundKernel, evaluator: Evaluator, options: EvalOptions | None,
-                op: bool = True) -> SuiteEntry:
+                op: bool = True, with_compile: bool = True) -> SuiteEntry:
     """Baseline and then kernel of one problem on ``evaluator``, back to back (the baseline with
     the kernel's time budget), then, for a correct kernel and an evaluator that can (``time_op``),
     the exported op's path beside the kernel. A problem PyTorch itself cannot run becomes an
     ``error`` entry (the rest of the suite still runs)."""
     try:
+        skip = {} if with_compile else {"with_compile": False}  # --no-compile: eager only
         if options is not None:
-            base = evaluator.baseline(found.ref, budget_ms=options.budget_ms)
+            base = evaluator.baseline(found.ref, budget_ms=options.budget_ms, **skip)
         else:
-            base = evaluator.baseline(found.ref)
+            base = evaluator.baseline(found.ref, **skip)
     except KerngenError as exc:
         message = one_line(str(exc))
         return SuiteEntry(problem=problem, ref=found.ref, kernel_from=found.origin, verdict=ERROR,
@@ -297,6 +298,7 @@ def run_suite(
     on_progress: OnProgress | None = None,
     memo: Memo | None = None,
     op: bool = True,
+    with_compile: bool = True,
 ) -> SuiteReport:
     """Measure every problem, one after the other (see the module docstring), and compute the
     suite's metrics. The runs under ``runs_dir`` are read once, before any measurement (not at
@@ -324,7 +326,7 @@ def run_suite(
         if kept is not None:
             entries.append(kept)
             continue
-        entry = measure_one(problem, found, evaluator, options, op=op)
+        entry = measure_one(problem, found, evaluator, options, op=op, with_compile=with_compile)
         if memo is not None and entry.verdict != ERROR:  # PyTorch failing here may not fail next time
             memo.record(problem, found, budget_ms, entry)
         entries.append(entry)

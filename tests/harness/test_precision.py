@@ -5,7 +5,6 @@ fp32) the same 1xTF32 kernel is rejected; the settings, the plumbing and the lab
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
