@@ -4,8 +4,8 @@
 # Every stage has its own time limit; the whole script stays under 8 minutes on one H100:
 #   1. the GPU tests of the op path (op vs kernel for attention, softmax, layernorm; descriptor cache
 #      and no sync per call; CUDA graph capture and replay; torch.compile fullgraph)       <= 150 s
-#   2. short runs of every built-in problem and 10 KernelBench files (scripts/device/i33_kb/,
-#      KernelBench's own files at their own sizes; attention included)                     <= 210 s
+#   2. short runs of every built-in problem and 10 KernelBench files (scripts/device/i33_kb/ and two of
+#      tests/data/kernelbench/: KernelBench's own files at their own sizes; attention included) <= 210 s
 #   3. kerngen suite over those runs: each kernel and its exported op's path side by side in one
 #      worker (eager baselines only: --no-compile)                                          <= 150 s
 #   4. each run exported (kerngen export) and loaded (kerngen.load) in one process, timed with
@@ -18,6 +18,7 @@ W=$(mktemp -d)
 log() { echo "[i33 $(date -u +%T)] $*"; }
 PROBLEMS="softmax layernorm rmsnorm gelu conv2d conv2d_wide conv_relu_maxpool matmul matmul_wide attention"
 PROBLEMS="$PROBLEMS $(ls scripts/device/i33_kb/*.py | tr '\n' ' ')"
+PROBLEMS="$PROBLEMS tests/data/kernelbench/level1/40_LayerNorm.py tests/data/kernelbench/level2/12_Gemm_Multiply_LeakyReLU.py"
 
 log "1/4 GPU tests"
 timeout 150 python3 -m pytest -q -s -m gpu -p no:cacheprovider tests/results/test_exported_op_gpu.py \
