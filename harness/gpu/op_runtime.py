@@ -16,9 +16,10 @@ depends on:
 
 A call then reads ``data_ptr()`` of its tensors and launches on torch's current stream: no host to
 device copy, no synchronisation, nothing allocated but the outputs and scratch (the caller takes
-them from torch's caching allocator). Under CUDA graph capture a descriptor missing from the cache is
-written by a copy captured into the graph (from pinned memory kept alive with it) and kept apart
-from the eager ones: its bytes exist only once the graph replays.
+them from torch's caching allocator). A descriptor missing from the cache is written by a tiny kernel
+whose parameters are its 128 bytes (:data:`STORE_SOURCE`); under CUDA graph capture that launch is
+captured into the graph and the descriptor kept apart from the eager ones: its bytes exist only once
+the graph replays.
 
 Everything that touches the GPU is injected (``build``/``bind`` callables), so the caching is tested
 without one (tests/harness/test_op_runtime.py).
@@ -105,22 +106,62 @@ class DescriptorCache:
         return self._eager.get(key, tensor)[0].data_ptr()
 
 
+# A tiny kernel writes a descriptor's 128 bytes from its own parameters: on a stream it is an
+# ordinary launch (no host memory whose lifetime a graph would have to outlive, no pageable copy),
+# and captured into a CUDA graph it is one kernel node whose parameters hold the bytes.
+STORE_KERNEL = "kg_store_tensormap"
+STORE_SOURCE = (f'extern "C" __global__ void {STORE_KERNEL}(unsigned long long* dst, '
+                + ", ".join(f"unsigned long long w{i}" for i in range(16)) + ") {\n"
+                + "".join(f"  dst[{i}] = w{i};\n" for i in range(16)) + "}\n")
+_STORE: dict[int, Any] = {}  # device index -> the loaded store function
+_STORE_CUBIN: dict[str, bytes] = {}  # arch -> cubin
+
+
+def store_function(device: int) -> Any:
+    """The descriptor-writing kernel on ``device`` (compiled with the harness's NVRTC job once per
+    arch, loaded once per device: before any capture, when a plan with tensormaps is bound)."""
+    fn = _STORE.get(device)
+    if fn is None:
+        import cupy
+        import torch
+
+        from kerngen.harness.compile.compiler import compile_job, job_for
+        from kerngen.harness.compile.nvrtc_info import arch_for_capability
+        from kerngen.harness.gpu.launcher import LoadedModule
+
+        arch = arch_for_capability(*torch.cuda.get_device_capability(device))
+        if arch not in _STORE_CUBIN:
+            spec = KernelSpec.model_validate({"name": STORE_KERNEL, "source": STORE_SOURCE, "steps": [
+                {"kernel": STORE_KERNEL, "grid": [1], "block": [1], "args": [{"name": "dst"}]}]})
+            plan = resolve(spec, sizes={}, tensors={"dst": TensorFacts((16,))})
+            _STORE_CUBIN[arch] = compile_job(job_for(spec, plan, arch)).cubin
+        with cupy.cuda.Device(device):
+            fn = _STORE[device] = LoadedModule(_STORE_CUBIN[arch], [STORE_KERNEL]).functions[STORE_KERNEL]
+    return fn
+
+
 def write_descriptor(tensor: Any, rows: int, cols: int, swizzle: int, capturing: bool) -> tuple[Any, Any]:
-    """The descriptor of ``tensor`` written to device memory on the current stream: from pinned
-    host memory, then (outside a capture) the stream is synchronised once, so that the bytes are
-    there for any stream from now on. A miss costs this; a hit costs nothing."""
+    """The descriptor of ``tensor`` written to device memory by :data:`STORE_KERNEL` on the current
+    stream; outside a capture the stream is then synchronised once, so that the bytes are there for
+    any stream from now on. A miss costs this; a hit costs nothing."""
+    import struct
+
+    import cupy
     import torch
 
     from kerngen.harness.gpu import tensormap
 
     what = f"tensormap of a {tuple(tensor.shape)} tensor"
     data = tensormap.encode(tensormap.layout_for(tensor, rows, cols, swizzle, what), int(tensor.data_ptr()), what)
+    device = tensor.device.index if tensor.device.index is not None else torch.cuda.current_device()
     view = tensormap.aligned_buffer(tensor.device)
-    host = torch.frombuffer(bytearray(data), dtype=torch.uint8).pin_memory()
-    view.copy_(host, non_blocking=True)
+    stream = torch.cuda.current_stream(tensor.device)
+    words = [np.uint64(w) for w in struct.unpack("<16Q", data)]
+    store_function(device)((1, 1, 1), (1, 1, 1), (np.uint64(view.data_ptr()), *words),
+                           stream=cupy.cuda.ExternalStream(stream.cuda_stream, device))
     if not capturing:
-        torch.cuda.current_stream(tensor.device).synchronize()
-    return view, host
+        stream.synchronize()
+    return view, None
 
 
 # ----- plans ----------------------------------------------------------------------------------------
@@ -227,6 +268,8 @@ class CudaBinder:
 
         with torch.cuda.device(device), cupy.cuda.Device(device):
             module, key = self.module(plan, device)
+            if any(a.kind == "tensormap" for step in plan.launches for a in step.args):
+                store_function(device)  # loaded now, not first inside a CUDA graph capture
             index = slots.index()
             steps: list[tuple] = []
             for number, step in enumerate(plan.steps):
@@ -308,4 +351,5 @@ class _CudaRunner:
             fn(grid, block, tuple(args), shared_mem=smem, stream=cs, enable_cooperative_groups=coop)
 
 
-__all__ = ["CudaBinder", "DescriptorCache", "KernelRuntime", "KeyedCache", "PlanCache", "Slots", "write_descriptor"]
+__all__ = ["CudaBinder", "DescriptorCache", "KernelRuntime", "KeyedCache", "PlanCache", "STORE_SOURCE", "Slots",
+           "store_function", "write_descriptor"]

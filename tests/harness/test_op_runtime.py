@@ -12,6 +12,7 @@ from kerngen.harness.gpu.op_runtime import (
     DescriptorCache, KernelRuntime, KeyedCache, PlanCache, Slots, _bind_launch,
 )
 from kerngen.harness.spec.spec import KernelSpec
+from tests.emu.runner import available as emu_available
 
 SPEC = KernelSpec.model_validate({
     "source": 'extern "C" __global__ void k(const float* x, float* out, int n) {}',
@@ -194,3 +195,24 @@ def test_kernel_entry_allocates_outputs_and_scratch_per_call():
     assert a.shape == (8, 4) and b.dtype == torch.int64 and seen[0] == ([(8, 4), (8, 4), (8,), (16,)], None)
     a2, _ = entry((x,))
     assert a2.data_ptr() != a.data_ptr()  # a fresh output per call (the first one is still held)
+
+
+@pytest.mark.skipif(not emu_available(), reason="no C++ compiler (g++) for the CPU emulator")
+def test_the_descriptor_store_kernel_writes_its_16_words_in_order():
+    """The kernel that writes a descriptor's 128 bytes from its parameters (an ordinary launch on a
+    stream, one kernel node in a CUDA graph), run in the CPU emulator."""
+    from kerngen.harness.compile.compiler import compile_job, job_for
+    from kerngen.harness.gpu.op_runtime import STORE_KERNEL, STORE_SOURCE
+    from kerngen.harness.spec.plan import resolve
+    from kerngen.expr import TensorFacts
+    from tests.emu.runner import emulate
+
+    words = [(0x0123456789ABCDEF * (i + 1)) % 2**63 for i in range(16)]
+    spec = KernelSpec.model_validate({"name": STORE_KERNEL, "source": STORE_SOURCE, "steps": [
+        {"kernel": STORE_KERNEL, "grid": [1], "block": [1],
+         "args": [{"name": "dst"}, *({"kind": "int64", "value": w} for w in words)]}]})
+    dst = torch.zeros(16, dtype=torch.int64)
+    emulate(spec, {"dst": dst})
+    assert dst.tolist() == words
+    plan = resolve(spec, sizes={}, tensors={"dst": TensorFacts((16,))})
+    assert compile_job(job_for(spec, plan, "sm_90")).info.kernels[STORE_KERNEL].spill_stores == 0  # NVRTC takes it
