@@ -22,10 +22,6 @@ class Precision(str, Enum):
     fp32 = "fp32"  # true fp32: references with TF32 off everywhere, atol = rtol = 1e-4 (the default)
     tf32 = "tf32"  # PyTorch's TF32 settings (matmul and conv), tolerance measured (kerngen.harness.gpu.precision)
 
-    @property
-    def label(self) -> str:
-        return "true fp32" if self is Precision.fp32 else "TF32 (as PyTorch's TF32 settings)"
-
 
 def precision_of(value: "Precision | str | None") -> Precision:
     """``None`` (a record from before the field) is true fp32."""

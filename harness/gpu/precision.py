@@ -122,7 +122,7 @@ _MEASURED: "weakref.WeakKeyDictionary[Any, Tolerance]" = weakref.WeakKeyDictiona
 def tolerance_for(state: Any, measure: Callable[[Any, Any, Any], Tolerance] = measure_tf32) -> Tolerance:
     """The tolerance of a worker's problem state (:class:`~.check.ProblemState`): the problem's own,
     or at ``tf32`` the measured one (measured once per state: the worker's prepare step asks first)."""
-    if precision_of(getattr(state.problem.ref, "precision", None)) is Precision.fp32:
+    if precision_of(state.problem.ref.precision) is Precision.fp32:
         return default_tolerance(state.info)
     tol = _MEASURED.get(state)
     if tol is None:

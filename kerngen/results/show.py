@@ -19,14 +19,13 @@ from rich.tree import Tree as RichTree
 
 from kerngen.text import strict_json
 from kerngen.agent.journal import DEMO_LABEL, NodeProfiled, is_appending
+from kerngen.agent.run_files import TIMED
 from kerngen.agent.tree import Node, Run, Tree, load_run, run_folders
 from kerngen.problems.torch_modes import DEFAULTS_LABEL, precision_of
 from kerngen.redact import printable
 from kerngen.results.speedups import SHORT_NOTE, speedup_line
 
-# what a run's times are: the harness's own launches of the plan (on guarded buffers), not the op a user loads
-TIMED_KERNEL = ("the kernel (the harness launching its plan); the exported op's path: "
-                "kerngen bench PROBLEM --kernel SPEC --op times both side by side")
+TIMED_KERNEL = f"{TIMED}; kerngen bench PROBLEM --kernel SPEC times both side by side"
 
 
 def precision_line(precision: str | None) -> str:

@@ -58,7 +58,7 @@ def test_show_says_which_precision_and_which_pytorch(tmp_path):
     text = show.stdout
     assert "softmax 8x128 [tf32]" in text and "checked at  TF32 (PyTorch's TF32 reference" in text
     assert "true fp32: eager 1.0000 ms" in text and "PyTorch defaults (TF32 conv): eager 0.9000 ms" in text
-    assert "vs PyTorch (true fp32); " in text and "the exported op's path: kerngen bench" in text
+    assert "vs PyTorch (true fp32); " in text and "(not the exported op's path); kerngen bench" in text
     data = json.loads(invoke("show", "latest", "--runs-dir", runs, "--json").stdout)
     assert data["best_figures"]["defaults_label"] == "PyTorch defaults (TF32 conv)"
     rows = json.loads(invoke("runs", "--runs-dir", runs, "--json").stdout)
