@@ -208,12 +208,20 @@ def device_map(tensor: Any, box_rows: int, box_cols: int, swizzle: int, what: st
 
     lay = layout_for(tensor, box_rows, box_cols, swizzle, what, full_width=full_width, view=view)
     data = encode(lay, int(tensor.data_ptr()), what)
-    buf = torch.empty(TENSORMAP_BYTES + TENSORMAP_ALIGN, dtype=torch.uint8, device=tensor.device)
-    offset = -buf.data_ptr() % TENSORMAP_ALIGN  # 0 with torch's allocator (512-byte blocks)
-    view = buf[offset : offset + TENSORMAP_BYTES]
+    view = aligned_buffer(tensor.device)
     view.copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
     return view
 
 
-__all__ = ["ELEMENT_BYTES", "TENSORMAP_ALIGN", "TENSORMAP_BYTES", "TensorMapLayout", "check_plan", "device_map",
-           "dtype_name", "encode", "layout", "layout_for"]
+def aligned_buffer(device: Any) -> Any:
+    """Room for one map on ``device``: a 128-byte uint8 view, 64-byte aligned, of a slightly
+    larger allocation from torch's caching allocator."""
+    import torch
+
+    buf = torch.empty(TENSORMAP_BYTES + TENSORMAP_ALIGN, dtype=torch.uint8, device=device)
+    offset = -buf.data_ptr() % TENSORMAP_ALIGN  # 0 with torch's allocator (512-byte blocks)
+    return buf[offset : offset + TENSORMAP_BYTES]
+
+
+__all__ = ["ELEMENT_BYTES", "TENSORMAP_ALIGN", "TENSORMAP_BYTES", "TensorMapLayout", "aligned_buffer", "check_plan",
+           "device_map", "dtype_name", "encode", "layout", "layout_for"]

@@ -352,7 +352,7 @@ class KernelSpec(_Model):
         for index, step in enumerate(self.steps):
             if isinstance(step, Launch) and len(step.args) > MAX_ARGS:
                 raise ValueError(f"step {index}: {len(step.args)} arguments; at most {MAX_ARGS}")
-        for where, text in self._expressions():
+        for where, text in self.expressions():
             if isinstance(text, str):
                 try:
                     expr.parse(text)
@@ -365,7 +365,7 @@ class KernelSpec(_Model):
             raise ValueError("two scratch buffers share a name")
         return self
 
-    def _expressions(self) -> list[tuple[str, Expr]]:
+    def expressions(self) -> list[tuple[str, Expr]]:
         """Every expression with where it is (``steps.0.grid.1``): a message names the field."""
         out: list[tuple[str, Expr]] = [(f"constraints.{i}", c) for i, c in enumerate(self.constraints)]
         out += [(f"defines.{name}", v) for name, v in self.defines.items()]
