@@ -13,8 +13,11 @@ expands nothing; :func:`clang_tokenize` then re-lexes the bytes of that literal 
 Where clang and NVRTC (an EDG front end) could read the same bytes differently, the source is
 refused before any lexing (:func:`text_problem`): a NUL, a control character other than tab and
 newline, a carriage return not followed by a newline, a trigraph, a backslash followed by spaces
-and a newline (clang splices it, a stricter preprocessor does not), and, outside comments and
-literals, any character beyond printable ASCII (``$``, ``@``, a UCN or a UTF-8 identifier).
+and a newline (clang splices it, NVRTC does not), a line splice inside a raw string (C++ reverts
+it, NVRTC does not: the string ends elsewhere), and, outside comments and literals, any character
+beyond printable ASCII (``$``, ``@``, a UCN or a UTF-8 identifier). The fuzzer of
+``tests/harness/test_policy_fuzz.py`` found the last-but-one; NVRTC also starts a directive at a
+``#`` that follows a comment's newline (:attr:`Tok.nbol`).
 """
 
 from __future__ import annotations
@@ -54,7 +57,9 @@ class Tok:
     its spelling with line splices removed and a digraph as its ordinary spelling; ``start`` /
     ``end``: byte offsets in the source; ``line``: the physical line it starts on (1-based);
     ``logical``: the index of its logical line; ``bol``: the first non-comment token of its
-    logical line; ``pbol``: the first non-comment token of its physical line."""
+    logical line; ``nbol``: the first non-comment token after a newline that is not a splice,
+    a newline inside a comment counting: NVRTC's front end starts a directive at a ``#`` there
+    (``x = 1 /*<newline>*/ #include "f"`` includes ``f``), where the standard sees none."""
 
     kind: str
     text: str
@@ -63,7 +68,7 @@ class Tok:
     line: int
     logical: int
     bol: bool
-    pbol: bool
+    nbol: bool
 
 
 class Lexed:
@@ -99,6 +104,10 @@ def text_problem(data: bytes) -> str | None:
         return (f"line {_line(data, m.start())}: a backslash followed by spaces before the end of the "
                 "line is not allowed (is it a line continuation or not?)")
     return None
+
+
+def _unsplice(text: str) -> str:
+    return re.sub(r"\\\r?\n", "", text)
 
 
 def _line(data: bytes, pos: int) -> int:
@@ -177,8 +186,16 @@ def lex(source: str) -> Lexed:
         if b"\n" in re.sub(rb"\\\r?\n", b"", gap):
             logical += 1
             first = True
-        text = spelling
+        # phase 2 done again: clang removes splices from some spellings (identifiers), not from
+        # others (punctuators); a raw string keeps those of its body
+        text = _unsplice(spelling)
         kind = _kind(ckind, text)
+        if kind == "string" and re.match(r'^(u8|u|U|L)?R"', text):
+            q = spelling.index('"')
+            text = _unsplice(spelling[:q]) + spelling[q:]
+            if _unsplice(text) != text:  # C++ reverts a splice in a raw string; NVRTC splices it
+                raise ValueError(f"line {_line(data, start)}: a line continuation inside a raw string is not "
+                                 "allowed (compilers disagree on where that string ends)")
         raw = data[start:end]
         if kind not in ("comment", "string", "char"):
             if not _CODE_CHARS.match(raw.replace(b"\\\r\n", b"").replace(b"\\\n", b"")):
@@ -192,8 +209,8 @@ def lex(source: str) -> Lexed:
             text = _DIGRAPHS.get(text, text)
         elif kind in ("string", "char") and not _closed(text):
             raise ValueError(f"line {_line(data, start)}: a literal is not closed ({text[:20]!r})")
-        pbol = kind != "comment" and (prev_code_end < 0 or b"\n" in data[prev_code_end:start])
-        toks.append(Tok(kind, text, start, end, _line(data, start), logical, first and kind != "comment", pbol))
+        nbol = kind != "comment" and (prev_code_end < 0 or b"\n" in re.sub(rb"\\\r?\n", b"", data[prev_code_end:start]))
+        toks.append(Tok(kind, text, start, end, _line(data, start), logical, first and kind != "comment", nbol))
         if kind != "comment":
             first = False
             prev_code_end = end

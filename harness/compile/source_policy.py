@@ -63,9 +63,6 @@ _FORBIDDEN_IDENTS = {
     "__has_embed": "__has_embed is not allowed (it probes host paths)",
     "__pragma": "__pragma is not allowed",
 }
-# directives that reach a file or the compiler's state: checked even where a '#' only starts a
-# physical line (a line spliced onto a #define), in case another preprocessor reads it as a directive
-_ALWAYS_CHECKED = frozenset({"include", "include_next", "import", "embed", "line", "pragma", "ident", "sccs"})
 _RESERVED = re.compile(r"^(__|_[A-Z])")
 
 
@@ -111,9 +108,10 @@ def logical_lines(source: str) -> list[tuple[int, str, list[_Old]]]:
 
 
 def _by_line(code: list[pp_lexer.Tok]) -> list[list[pp_lexer.Tok]]:
+    """Logical lines; a '#' after a newline inside a comment starts one too (NVRTC's view)."""
     lines: list[list[pp_lexer.Tok]] = []
     for t in code:
-        if not lines or t.logical != lines[-1][0].logical:
+        if not lines or t.logical != lines[-1][0].logical or (t.nbol and t.text == "#"):
             lines.append([])
         lines[-1].append(t)
     return lines
@@ -134,10 +132,8 @@ def _problems(source: str) -> tuple[str, ...]:
     out: list[str] = []
     for i, t in enumerate(code):
         where = f"line {t.line}"
-        if t.text == "#" and t.kind == "punct" and (t.bol or t.pbol):
-            name = code[i + 1] if i + 1 < len(code) and code[i + 1].logical == t.logical else None
-            if t.bol or (name is not None and name.text in _ALWAYS_CHECKED):
-                out.extend(f"{where}: {p}" for p in _directive(lexed, code, i + 1, t.logical))
+        if t.text == "#" and t.kind == "punct" and (t.bol or t.nbol):  # a directive in either view
+            out.extend(f"{where}: {p}" for p in _directive(lexed, code, i + 1, t.logical))
         elif t.kind == "ident" and t.text in _FORBIDDEN_IDENTS:
             out.append(f"{where}: {_FORBIDDEN_IDENTS[t.text]}")
         elif t.kind == "ident" and t.text == "_Pragma":
@@ -211,10 +207,10 @@ def _paste(code: list[pp_lexer.Tok], k: int) -> list[str]:
 
 def _params(code: list[pp_lexer.Tok], k: int) -> set[str]:
     """The parameters of the function-like macro whose #define holds token ``k``."""
-    i = k
-    while i > 0 and code[i - 1].logical == code[k].logical:
+    i = k - 1  # the nearest '#' that starts a directive in either view, on this logical line
+    while i >= 0 and code[i].logical == code[k].logical and not (code[i].text == "#" and (code[i].bol or code[i].nbol)):
         i -= 1
-    if len(code) > i + 3 and code[i].text == "#" and code[i + 1].text == "define" and code[i + 3].text == "(" \
+    if i >= 0 and code[i].logical == code[k].logical and len(code) > i + 3 and code[i].text == "#" and code[i + 1].text == "define" and code[i + 3].text == "(" \
             and code[i + 3].start == code[i + 2].end:
         out, j = set(), i + 4
         while j < len(code) and code[j].logical == code[k].logical and code[j].text != ")":

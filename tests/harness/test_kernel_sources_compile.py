@@ -38,7 +38,7 @@ def _nvrtc_compile(source: str, options: list[str]) -> tuple[bool, str]:
         opts = [o.encode() for o in [f"--gpu-architecture={ARCH}", "--std=c++17", *options]]
         (res,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         _, size = nvrtc.nvrtcGetProgramLogSize(prog)
-        log = b" " * size
+        log = b" " * max(size, 2)  # never CPython's shared one-byte b" ", which NVRTC would overwrite
         nvrtc.nvrtcGetProgramLog(prog, log)
         if res == ok:
             _, size = nvrtc.nvrtcGetCUBINSize(prog)
