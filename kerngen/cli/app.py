@@ -17,6 +17,7 @@ from rich.console import Console
 from kerngen.errors import KerngenError
 from kerngen.cli import bench, check, playbook, problems, results, search, tune
 from kerngen.cli.guard import error_line, guard
+from kerngen.harness.compile.sandbox import ALLOW_UNCONFINED_ENV
 from kerngen.text import one_line
 
 app = typer.Typer(
@@ -44,8 +45,14 @@ def _version(value: bool) -> None:
 def _root(
     version: Optional[bool] = typer.Option(None, "--version", "-V", callback=_version, is_eager=True,
                                            help="print kerngen's version and exit"),
+    allow_unconfined_compile: bool = typer.Option(
+        False, "--allow-unconfined-compile",
+        help="compile even where the kernel can confine no compile process (no Landlock, no seccomp): "
+             "model-written source could then make NVRTC read host files past the source policy"),
 ) -> None:
     """kerngen's options (the app's help text is the one shown)."""
+    if allow_unconfined_compile:  # read where the compile workers start (harness/compile/sandbox.py)
+        os.environ[ALLOW_UNCONFINED_ENV] = "1"
 
 
 # command -> its "Examples:" (shown at the end of `kerngen COMMAND --help`)
