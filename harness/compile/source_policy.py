@@ -103,7 +103,8 @@ def logical_lines(source: str) -> list[tuple[int, str, list[_Old]]]:
                 toks.extend(("punct", c) for c in t.text)
             else:
                 toks.append((t.kind if t.kind != "number" else "other", t.text))
-        out.append((line[0].line, " ".join(t.text for t in line), toks))
+        code = "".join(("" if k == 0 or line[k - 1].end == t.start else " ") + t.text for k, t in enumerate(line))
+        out.append((line[0].line, code, toks))
     return out
 
 
