@@ -36,6 +36,8 @@ import logging
 import re
 from pathlib import Path
 
+from kerngen.harness.compile.source_policy import ALLOWED_HEADERS
+
 log = logging.getLogger("kerngen.headers")
 
 PRELUDE_NAME = "kerngen_prelude.h"
@@ -234,9 +236,6 @@ _INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
 
 
 def _roots() -> list[str]:
-    # imported here: source_policy imports nothing of this module, but it is the harness's list
-    from kerngen.harness.compile.source_policy import ALLOWED_HEADERS
-
     names = [n for n in ALLOWED_HEADERS if n not in BUILTIN_HEADERS]
     for d in include_dirs():
         std = Path(d) / "cuda" / "std"

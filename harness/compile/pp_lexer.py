@@ -163,7 +163,7 @@ def _clang_tokens(data: bytes) -> list[tuple[str, str, int, int]]:
     return out
 
 
-@functools.lru_cache(maxsize=256)  # a tuning batch compiles one source under many configurations
+@functools.lru_cache(maxsize=16)  # a tuning batch compiles one source under many configurations
 def lex(source: str) -> Lexed:
     """The tokens of ``source``. Raises :class:`ValueError` (its message says where) for a source
     that is not lexed the same way everywhere, :class:`LexerUnavailable` without libclang."""

@@ -86,7 +86,6 @@ def _lexed(source: str) -> pp_lexer.Lexed:
 _Old = tuple[str, str]
 
 
-@functools.lru_cache(maxsize=256)
 def logical_lines(source: str) -> list[tuple[int, str, list[_Old]]]:
     """The source as the preprocessor sees it, one logical line at a time: (first physical line,
     code with comments removed, tokens as (kind, text), punctuators one character each, numbers as

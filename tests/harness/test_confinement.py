@@ -145,3 +145,23 @@ def test_the_seccomp_filter_is_well_formed():
                 assert i + 1 + max(jt, jf) < len(prog)
     with pytest.raises(seccomp.SeccompUnavailable):
         seccomp.program("sparc")
+
+
+@pytest.mark.gpu
+def test_a_kernel_through_the_confined_compile_path_runs_on_the_gpu(tmp_path, monkeypatch):
+    """On a GPU host (where Landlock may be missing: gVisor, Firecracker): the playbook's softmax is
+    compiled by a confined worker from in-memory headers, checked against PyTorch and timed."""
+    from typer.testing import CliRunner
+
+    from kerngen.cli.app import app
+
+    monkeypatch.setenv("KERNGEN_CACHE_DIR", str(tmp_path / "cache"))  # compiled now, not served from a cache
+    monkeypatch.delenv(sandbox.ALLOW_UNCONFINED_ENV, raising=False)
+    spec = tmp_path / "softmax.json"
+    runner = CliRunner()
+    assert runner.invoke(app, ["playbook", "softmax", "--shape", "4096x4096", "-o", str(spec)]).exit_code == 0
+    res = runner.invoke(app, ["bench", "softmax", "--shape", "4096x4096", "--kernel", str(spec)])
+    assert res.exit_code == 0, res.output
+    confined, how = sandbox.confinement()
+    print(f"confinement on this host: {how}")
+    assert confined

@@ -32,9 +32,9 @@ def _private_caches(tmp_path, monkeypatch):
     monkeypatch.setenv("KERNGEN_EXPORT_DIR", str(tmp_path / "exports"))
 
 
-def _copy(base: Path, runs: Path, name: str) -> Path:
+def _copy(origin: Path, runs: Path, name: str) -> Path:
     run = runs / name
-    shutil.copytree(base, run)
+    shutil.copytree(origin, run)
     events = read_lines(run)
     events[0]["run_id"] = name
     write_lines(run, events)
