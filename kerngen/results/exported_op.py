@@ -239,7 +239,7 @@ def export_key(run: Any, best: Any) -> str:
              run.started.problem_info.model_dump_json() if run.started.problem_info is not None else "",
              gpu.arch if gpu is not None else "", str(run.started.demo))
     digest = hashlib.sha256("\0".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
-    return f"kernel-{digest[:32]}"
+    return f"kernel-{digest[:32]}-node{int(best.id)}"  # the node for people; the digest decides
 
 
 def load_op(path: str | Path, runs_dir: str | Path = "runs") -> Callable[..., Any]:
