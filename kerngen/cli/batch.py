@@ -34,6 +34,7 @@ from rich.text import Text
 from kerngen.problems.torch_modes import DEFAULTS_LABEL
 from kerngen.results.speedups import SHORT_NOTE
 from kerngen.agent.journal import has_journal, write_atomic
+from kerngen.agent.safe_paths import UnsafePathError, inside, refuse_symlinks, regular_file, shown
 from kerngen.agent.tree import Run, load_run
 from kerngen.errors import JournalError, KerngenError
 from kerngen.results.show import no_kernel_why
@@ -41,6 +42,7 @@ from kerngen.results.suite import reference_metrics
 from kerngen.text import one_line, strict_json
 
 BATCHES = "batches"
+MAX_BATCH_BYTES = 16 << 20  # a state file of thousands of problems is well under 1 MB
 
 
 class Status(str, Enum):
@@ -75,17 +77,40 @@ def batch_path(problems: Sequence[str], runs_dir: Path) -> Path:
 
 
 def open_batch(problems: Sequence[str], runs_dir: Path, minutes: float | None, fresh: bool) -> tuple[Batch, Path]:
-    """The batch of these problems (continued unless ``fresh``); a corrupt state file is refused."""
+    """The batch of these problems (continued unless ``fresh``); a corrupt or unsafe state file is
+    refused (:func:`check_entries`)."""
     path = batch_path(problems, runs_dir)
     if path.is_file() and not fresh:
         try:
-            batch = Batch.model_validate_json(path.read_bytes())
+            batch = Batch.model_validate_json(regular_file(path, "batch state", MAX_BATCH_BYTES).read_bytes())
+        except UnsafePathError as exc:
+            raise JournalError(f"{exc}; use --fresh") from None
         except (ValidationError, OSError, ValueError) as exc:
             raise JournalError(f"batch state {path} is unreadable ({type(exc).__name__}); use --fresh") from None
         if sorted(batch.problems) == sorted(problems):
+            check_entries(batch, path, runs_dir)
             return batch, path
     batch = Batch(problems=list(problems), minutes=minutes, entries=[Entry(problem=p) for p in problems])
     return batch, path
+
+
+def check_entries(batch: Batch, path: Path, runs_dir: Path) -> None:
+    """A state file in a runs folder someone handed over names the run folders the batch resumes
+    and appends to: each must be a plain name inside ``runs_dir``, neither it nor what a search
+    writes in it a symbolic link (as a single resume checks), and each entry one of the batch's
+    problems. :class:`JournalError` (one line) otherwise."""
+    problems = set(batch.problems)
+    for e in batch.entries:
+        try:
+            if e.problem not in problems:
+                raise UnsafePathError(f"entry {shown(e.problem)} is not one of the batch's problems")
+            if e.run is not None:
+                folder = inside(runs_dir, e.run, "run folder")
+                if folder.is_symlink():
+                    raise UnsafePathError(f"run folder {shown(e.run)} is a symbolic link")
+                refuse_symlinks(folder)
+        except UnsafePathError as exc:
+            raise JournalError(f"batch state {path}: {exc}; refused (use --fresh)") from None
 
 
 def save(batch: Batch, path: Path) -> None:
