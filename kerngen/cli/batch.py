@@ -143,8 +143,9 @@ def run_batch(batch: Batch, path: Path, runs_dir: Path, search_one: SearchOne, *
                             left.appendleft(entry)
                         turn.notify_all()
                 if gone:
+                    then = "resumed in its run folder" if entry.run else "searched there"
                     err.print(one_line(f"{Path(entry.problem).stem}: its GPU was lost ({gone}): handed to "
-                                       "another GPU, resumed in its run folder", 300), markup=False)
+                                       f"another GPU, {then}", 300), markup=False)
                     return  # this slot takes no more problems
                 bar.advance(task)
 

@@ -36,7 +36,7 @@ L=$OUT/logs
 mkdir -p "$W" "$L"
 export RAY_AUTH_MODE=disabled  # a closed host of ours: Ray's token auth off for the nodes and drivers
 export COLUMNS=200 PYTHONUNBUFFERED=1
-FILES="19_ReLU 21_Sigmoid 25_Swish 23_Softmax 24_LogSoftmax 40_LayerNorm 88_MinGPTNewGelu
+FILES="19_ReLU 21_Sigmoid 25_Swish 23_Softmax 24_LogSoftmax 40_LayerNorm 41_Max_Pooling_1D
        12_Matmul_with_diagonal_matrices_ 100_HingeLoss 94_MSELoss 47_Sum_reduction_over_a_dimension 89_cumsum"
 NFILES=$(echo $FILES | wc -w)
 HEAD=127.0.0.1:6390
