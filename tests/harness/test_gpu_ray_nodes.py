@@ -103,7 +103,7 @@ def test_a_folder_on_two_nodes_loses_one_and_finishes_on_the_other(nodes, tmp_pa
     d.mkdir()
     for name in FOLDER:
         shutil.copy(DATA / name, d / name)
-    args = ("generate", str(d), "--minutes", "0.3", "--runs-dir", str(runs), "--json", "--ray", nodes.address)
+    args = ("generate", str(d), "--minutes", "0.4", "--runs-dir", str(runs), "--json", "--ray", nodes.address)
     t0 = time.monotonic()
     proc = kerngen(*args)
 
