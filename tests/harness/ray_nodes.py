@@ -34,7 +34,10 @@ class TwoNodes:
         """``ray start`` of one node, this host's GPU ``gpu`` its only one; seconds it took."""
         lo, hi = WORKER_PORTS[which]
         env = dict(os.environ, CUDA_VISIBLE_DEVICES=gpu, RAY_AUTH_MODE="disabled")  # a closed host of ours
+        # kerngen moves a request and a cubin (kilobytes) per candidate: a small object store will do
+        # (Ray's default takes 30% of the RAM of each node, in /dev/shm)
         cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", *args, "--num-gpus", "1",
+               "--object-store-memory", str(1 << 30),
                "--temp-dir", str(self.root / which), "--min-worker-port", str(lo), "--max-worker-port", str(hi),
                "--disable-usage-stats"]
         t0 = time.monotonic()
