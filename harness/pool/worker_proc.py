@@ -15,6 +15,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from kerngen.errors import KerngenError
 from kerngen.harness import lifeline
 from kerngen.harness.pool.protocol import Envelope, Reply
 
@@ -34,6 +35,12 @@ class WorkerDied(Exception):
     def __init__(self, message: str, log_tail: str) -> None:
         super().__init__(message)
         self.log_tail = log_tail
+
+
+class WorkerLost(KerngenError):
+    """The worker itself is gone (a Ray actor, or the node it ran on), not by the candidate's doing:
+    no verdict on the candidate it had; the pool hands that to another worker (once) or leaves it
+    for a resume. A local worker process is never lost: it dies (WorkerDied) and is restarted."""
 
 
 class WorkerProcess:

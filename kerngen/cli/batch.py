@@ -31,6 +31,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from kerngen.agent.budget import StopKind
 from kerngen.problems.torch_modes import DEFAULTS_LABEL
 from kerngen.results.speedups import SHORT_NOTE
 from kerngen.agent.journal import has_journal, write_atomic
@@ -133,37 +134,65 @@ def run_batch(batch: Batch, path: Path, runs_dir: Path, search_one: SearchOne, *
               quiet: bool = False) -> Batch:
     """Search the batch's pending and interrupted problems, one per slot at a time (a slot is an
     evaluator: one GPU worker of the pool or one actor of a Ray cluster; one slot: in turn, in this
-    thread). The state file has one writer: entries change and are saved under one lock."""
+    thread). The state file has one writer: entries change and are saved under one lock. A slot
+    whose GPU is lost (its Ray node gone) takes no more problems, and the one it had goes back to
+    the others, which resume it in its run folder (nothing evaluated is evaluated again)."""
     left = deque(todo(batch))
     err = Console(stderr=True, highlight=False)
     lock = threading.Lock()
+    turn = threading.Condition(lock)  # a slot waits for the problems that others may hand back
+    busy = [0]  # slots searching now
+    stopped = threading.Event()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, disable=quiet) as bar:
         task = bar.add_task("problems", total=len(batch.entries), completed=len(batch.entries) - len(left))
 
         def next_entry() -> Entry | None:
-            with lock:
-                if not left:
+            with turn:
+                while not left and busy[0] and not stopped.is_set():
+                    turn.wait()
+                if not left or stopped.is_set():
                     return None
                 entry = left.popleft()
+                busy[0] += 1
                 bar.update(task, description=one_line(Path(entry.problem).stem, 40))
                 return entry
 
         def work(slot: Any) -> None:
             while (entry := next_entry()) is not None:
-                _search_entry(batch, path, runs_dir, entry, search_one, slot, lock)
+                gone = ""
+                try:
+                    gone = _search_entry(batch, path, runs_dir, entry, search_one, slot, lock)
+                finally:
+                    with turn:
+                        busy[0] -= 1
+                        if gone:
+                            left.appendleft(entry)
+                        turn.notify_all()
+                if gone:
+                    then = "resumed in its run folder" if entry.run else "searched there"
+                    err.print(one_line(f"{Path(entry.problem).stem}: its GPU was lost ({gone}): handed to "
+                                       f"another GPU, {then}", 300), markup=False)
+                    return  # this slot takes no more problems
                 bar.advance(task)
+
+        def stop() -> None:  # under the lock
+            stopped.set()
+            left.clear()
+            turn.notify_all()
 
         if len(slots) == 1:
             work(slots[0])
         else:
-            _in_threads(work, slots, stop=left.clear, lock=lock)
+            _in_threads(work, slots, stop=stop, lock=lock)
     return batch
 
 
 def _search_entry(batch: Batch, path: Path, runs_dir: Path, entry: Entry, search_one: SearchOne, slot: Any,
-                  lock: threading.Lock) -> None:
-    """One problem's search, its entry updated and the state saved as it goes."""
+                  lock: threading.Lock) -> str:
+    """One problem's search, its entry updated and the state saved as it goes. Returns why the
+    slot lost its GPU ("" while it has one): the entry is then left to resume, whatever the
+    search ended with (its candidates in flight came back as the harness's, not the kernels')."""
     t0 = time.monotonic()
     resume = runs_dir / entry.run if entry.run and has_journal(runs_dir / entry.run) else None
 
@@ -176,19 +205,35 @@ def _search_entry(batch: Batch, path: Path, runs_dir: Path, entry: Entry, search
     def started(run_dir: Path) -> None:  # interrupted from here on: resumed
         update(run=run_dir.name, status=Status.running)
 
+    def lost() -> str:
+        check = getattr(slot, "workers_lost", None)
+        gone = check() if callable(check) else ""
+        if gone:
+            update(status=Status.running if entry.run else Status.pending, reason=one_line(f"GPU lost: {gone}", 300),
+                   wall_s=entry.wall_s + time.monotonic() - t0)
+        return gone
+
     try:
         run_dir = search_one(entry.problem, resume, started, slot)
         run = load_run(run_dir)
+        # stopped because the harness could not evaluate: its GPU may be gone (then resumed elsewhere)
+        if run.finished is not None and run.finished.stop is StopKind.harness and (gone := lost()):
+            return gone
         update(run=run_dir.name, status=Status.finished, reason=run.finished.reason if run.finished else "",
                wall_s=entry.wall_s + time.monotonic() - t0)
     except KeyboardInterrupt:
         update(wall_s=entry.wall_s + time.monotonic() - t0)
         raise
     except KerngenError as exc:
+        if gone := lost():
+            return gone
         update(status=Status.failed, reason=one_line(str(exc), 300), wall_s=entry.wall_s + time.monotonic() - t0)
     except Exception as exc:  # noqa: BLE001 - one problem's crash is its row, not the batch's end
+        if gone := lost():
+            return gone
         update(status=Status.failed, reason=one_line(f"{type(exc).__name__}: {exc}", 300),
                wall_s=entry.wall_s + time.monotonic() - t0)
+    return ""
 
 
 def _in_threads(work: Callable[[Any], None], slots: Sequence[Any], *, stop: Callable[[], None],

@@ -121,7 +121,7 @@ def test_a_handed_run_cannot_plant_its_kernel_for_a_genuine_one(tmp_path, base, 
         if e["type"] == "node_created" and e["id"] == best.id:
             e["spec"]["source"] = "// PLANTED\n" + e["spec"]["source"]
     write_lines(hostile, events)
-    monkeypatch.setattr(exported_op, "op_of_manifest", lambda manifest: Path(manifest))  # where it loads from
+    monkeypatch.setattr(exported_op, "op_of_manifest", lambda manifest, **how: Path(manifest))  # where it loads from
     planted = exported_op.load_op(hostile)
     loaded = exported_op.load_op(genuine)
     assert planted.parent != loaded.parent
