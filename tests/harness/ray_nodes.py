@@ -56,18 +56,37 @@ class TwoNodes:
         return took
 
     def _pids(self, needle: str, also: str = "") -> list[int]:
-        out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+        """Processes whose full command line holds ``needle`` and ``also``, read from /proc (``ps`` may cut a
+        long command line, such as a raylet's, at its column width: the GPU host's did)."""
         pids = []
-        for line in out.splitlines():
-            pid, _, args = line.strip().partition(" ")
-            if needle in args and also in args and int(pid) != os.getpid():
-                pids.append(int(pid))
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                args = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+            except OSError:  # gone meanwhile, or not ours to read
+                continue
+            if needle in args and also in args:
+                pids.append(int(entry.name))
         return pids
+
+    @staticmethod
+    def _has_port(pid: int, port: int) -> bool:
+        """``--node_manager_port=PORT`` or ``--node_manager_port PORT`` in the process's arguments."""
+        try:
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return False
+        for i, a in enumerate(args):
+            if a == f"--node_manager_port={port}".encode() or (
+                    a == b"--node_manager_port" and i + 1 < len(args) and args[i + 1] == str(port).encode()):
+                return True
+        return False
 
     def kill_node(self) -> int:
         """SIGKILL to the second node's raylet (its node gone: the actors on it die with it)."""
         port = NODE_PORTS["--node-manager-port"]
-        pids = self._pids("raylet", f"--node_manager_port={port}")
+        pids = [p for p in self._pids("raylet", "node_manager_port") if self._has_port(p, port)]
         if not pids:
             raise RuntimeError("no raylet of the second node to kill")
         for pid in pids:
