@@ -27,7 +27,7 @@ pytestmark = pytest.mark.gpu
 KB = kernelbench()
 CHECK = EvalOptions(seeds=3, bench=False, timeout_s=60)  # a kernel that hangs costs 60 s, not the run
 # configurations beside each spec's default: every knob moved once (the ones a shape or mode refuses are skipped)
-TF32_CONFIGS = [{}, {"WGM": 2, "FLUSH": 0, "STAGES": 2}, {"CWG": 1, "BK": 64, "STAGES": 2, "BN": 64}]
+TF32_CONFIGS = [{}, {"WGM": 2, "STAGES": 2}, {"CWG": 1, "BK": 64, "STAGES": 2, "BN": 64}]
 HALF_CONFIGS = [{}, {"WGM": 2, "BN": 128}, {"CWG": 1, "BK": 128, "STAGES": 2, "BN": 192}]
 
 
@@ -141,10 +141,8 @@ def test_error_against_fp64_is_at_most_twice_torch_fp32(source):
     exact = a.double() @ b.double()
     ours = fp64_errors(_run(builders.build(m, "wgmma"), a, b), exact)
     theirs = fp64_errors(torch32, exact)
-    # FLUSH 0 (the products accumulated in the wgmma accumulator): printed, not asserted
-    no_flush = fp64_errors(_run(builders.build(m, "wgmma", {"FLUSH": 0, "BN": 256, "STAGES": 2}), a, b), exact)
     print(f"\n{source} vs fp64: wgmma 3xTF32 max {ours[0]:.3g} rel {ours[1]:.3g}; torch fp32 max {theirs[0]:.3g} "
-          f"rel {theirs[1]:.3g}; FLUSH 0 max {no_flush[0]:.3g} rel {no_flush[1]:.3g}")
+          f"rel {theirs[1]:.3g}")
     assert ours[1] <= 2 * theirs[1] and ours[0] <= 2 * theirs[0]
 
 
