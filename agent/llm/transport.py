@@ -165,16 +165,18 @@ class BoundedTransport(httpx2.BaseTransport):
 def http_client(timeout_s: float, max_body_bytes: int = MAX_BODY_BYTES) -> httpx2.Client:
     """An httpx2 client for the SDK, as the SDK makes its own (redirects followed, its connection
     limits, the environment's proxies), with :class:`BoundedTransport` for every route."""
-    from openai._base_client import DEFAULT_CONNECTION_LIMITS
-
+    try:  # the limits the SDK gives its own client
+        from openai._base_client import DEFAULT_CONNECTION_LIMITS as limits
+    except ImportError:
+        limits = httpx2.Limits(max_connections=1000, max_keepalive_connections=100)
     try:  # what httpx itself would mount for HTTP(S)_PROXY / NO_PROXY (a client given a transport does not)
         from httpx2._utils import get_environment_proxies
         proxies = get_environment_proxies()
     except Exception:  # noqa: BLE001 - an httpx without it: no proxies from the environment
         proxies = {}
-    mounts = {pattern: (BoundedTransport(max_body_bytes, httpx2.Proxy(url), DEFAULT_CONNECTION_LIMITS)
-                        if url else None) for pattern, url in proxies.items()}
-    return httpx2.Client(transport=BoundedTransport(max_body_bytes, None, DEFAULT_CONNECTION_LIMITS),
+    mounts = {pattern: (BoundedTransport(max_body_bytes, httpx2.Proxy(url), limits) if url else None)
+              for pattern, url in proxies.items()}
+    return httpx2.Client(transport=BoundedTransport(max_body_bytes, None, limits),
                          mounts=mounts, timeout=timeout_s, follow_redirects=True)
 
 
