@@ -31,6 +31,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from kerngen.problems.torch_modes import DEFAULTS_LABEL
+from kerngen.results.speedups import SHORT_NOTE
 from kerngen.agent.journal import has_journal, write_atomic
 from kerngen.agent.tree import Run, load_run
 from kerngen.errors import JournalError, KerngenError
@@ -200,7 +202,7 @@ def summary_rows(batch: Batch, runs_dir: Path) -> list[dict]:
     for e in batch.entries:
         row = {"problem": e.problem, "status": e.status.value, "run": e.run, "reason": e.reason,
                "wall_min": round(e.wall_s / 60, 3), "best_ms": None, "eager_ms": None, "compile_ms": None,
-               "vs_eager": None, "vs_compile": None}
+               "vs_eager": None, "vs_compile": None, "vs_compile_defaults": None}
         run: Run | None = None
         if e.run and has_journal(runs_dir / e.run):
             try:
@@ -216,6 +218,7 @@ def summary_rows(batch: Batch, runs_dir: Path) -> list[dict]:
                 row["best_ms"] = best.ms
                 row["vs_eager"] = row["eager_ms"] / best.ms if row["eager_ms"] else None
                 row["vs_compile"] = row["compile_ms"] / best.ms if row["compile_ms"] else None
+                row["vs_compile_defaults"] = run.tree.figures(best)["speedup_compile_defaults"]
             elif e.status is Status.finished:
                 row["reason"] = f"{e.reason}; " + no_kernel_why(run)
         rows.append(row)
@@ -231,17 +234,17 @@ def render_summary(rows: list[dict], minutes: float | None, wall_s: float) -> Ta
 
     t = Table(title="generate: one search per problem")
     for col, just in (("problem", "left"), ("status", "left"), ("best ms", "right"), ("eager ms", "right"),
-                      ("compile ms", "right"), ("vs eager", "right"), ("vs compile", "right"), ("min", "right"),
-                      ("stop / why", "left")):
+                      ("compile ms", "right"), ("fp32 eager", "right"), ("fp32 compile", "right"),
+                      ("dflt compile", "right"), ("min", "right"), ("stop / why", "left")):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for r in rows:
         t.add_row(Text(Path(r["problem"]).stem), r["status"], ms(r["best_ms"]), ms(r["eager_ms"]),
-                  ms(r["compile_ms"]), x(r["vs_eager"]), x(r["vs_compile"]), f"{r['wall_min']:.2f}",
-                  Text(one_line(r["reason"], 160)))
+                  ms(r["compile_ms"]), x(r["vs_eager"]), x(r["vs_compile"]), x(r["vs_compile_defaults"]),
+                  f"{r['wall_min']:.2f}", Text(one_line(r["reason"], 160)))
     with_kernel = sum(1 for r in rows if r["best_ms"] is not None)
     budget = f" (budget {minutes * len(rows):.1f} = {len(rows)} x {minutes:g})" if minutes else ""
     t.caption = (f"{with_kernel} of {len(rows)} problems have a correct kernel; "
-                 f"wall {wall_s / 60:.2f} min this session{budget}")
+                 f"wall {wall_s / 60:.2f} min this session{budget}\n{SHORT_NOTE.format(label=DEFAULTS_LABEL)}")
     ran = [r for r in rows if r["status"] != Status.pending.value]
     if ran:
         t.caption += "\n" + metrics_line(ran)

@@ -33,12 +33,13 @@ from kerngen.cli.compose import (
 from kerngen.errors import KerngenError
 from kerngen.harness.spec.spec import KernelSpec
 from kerngen.problems.load import load_problem
-from kerngen.problems.ref import parse_problem_ref
+from kerngen.problems.ref import parse_problem_ref, parse_shapes
 from kerngen.results.live import LiveView
 from kerngen.results.replay_table import replay_table
 from kerngen.results.suite import expand_problems
 from kerngen.results.dry_run import dry_run_summary, render_dry_run
 from kerngen.results.show import list_runs, no_kernel_why, render, render_header, render_runs, run_json
+from kerngen.results.speedups import speedup_line
 from kerngen.text import one_line
 
 # ----- generate -----------------------------------------------------------------------------
@@ -46,8 +47,13 @@ def generate(
     problems: Optional[List[str]] = typer.Argument(
         None, metavar="PROBLEM",
         help="built-in problem name or a KernelBench .py file; several, or a folder: one search each"),
-    shape: Optional[str] = typer.Option(None, "--shape", help="sizes of a built-in problem, e.g. 8192x1024"),
+    shape: Optional[str] = typer.Option(None, "--shape", help="sizes of a built-in problem, e.g. 8192x1024; "
+                                        "several (1x4096,8x4096,64x4096): one search each, one export"),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="fp32 | fp16 | bf16 (built-in problems)"),
+    precision: Optional[str] = typer.Option(None, "--precision", help="fp32 (true fp32, the default) | tf32 "
+                                            "(PyTorch's TF32 reference, a tolerance measured against fp64)"),
+    export_dir: Optional[Path] = typer.Option(None, "--export", help="export the best kernel (of every --shape: "
+                                              "one op, one shape bucket each) into this folder"),
     kernel: Optional[Path] = typer.Option(None, "--kernel", help="seed kernel spec (JSON/YAML) to start from"),
     proposer: str = typer.Option("auto", "--proposer", help="auto | llm | playbook | scripted"),
     model: Optional[str] = typer.Option(None, "--model", help="LLM model name (implies --proposer llm under auto)"),
@@ -129,7 +135,17 @@ def generate(
                                        branches=branches or defaults.branches,
                                        repairs=repairs if repairs is not None else defaults.repairs,
                                        tune=not no_tune))
-    if not resume and (len(problems) > 1 or (problem is not None and Path(problem).is_dir())):
+    shapes = parse_shapes(shape) if shape else []
+    many = len(problems) > 1 or (problem is not None and Path(problem).is_dir())
+    if len(shapes) > 1:
+        if resume or many or problem is None:
+            raise KerngenError("several --shape values take one built-in PROBLEM (each shape's run resumes alone: "
+                               "kerngen generate --resume RUN)")
+        return _generate_shapes(problem, shapes, dtype, precision, asked, evaluator_kind, export_dir)
+    if not resume and many:
+        if precision or export_dir:
+            raise KerngenError("--precision and --export take one problem (several: one search each, then "
+                               "kerngen export RUN)")
         return _generate_many(problems, asked, fresh=fresh, as_json=as_json, evaluator_kind=evaluator_kind)
     if resume:
         rec = load_run(resume, runs_dir)  # JournalError for a missing or corrupt run, before anything else
@@ -142,7 +158,7 @@ def generate(
     else:
         if not problem:
             raise KerngenError("generate needs a PROBLEM (or --resume RUN)")
-        ref = parse_problem_ref(problem, shape, dtype)
+        ref = parse_problem_ref(problem, shape, dtype, precision)
         _check_problem(ref, evaluator_kind)
         prop, settings = _new_settings(ref, asked, usage, KernelSpec.load(kernel) if kernel else None)
     run_dir = settings.run_dir
@@ -170,8 +186,60 @@ def generate(
         out.print(render_dry_run(dry_run_summary(run)))
     elif run.best is not None:
         out.print(f"best kernel: {result.run_dir / 'best' / 'spec.json'}")
+        if export_dir is not None:
+            _export([run], export_dir, out)
     else:
         out.print(one_line(no_kernel_why(run)), markup=False)
+
+
+def _generate_shapes(problem: str, shapes: list[tuple[int, ...]], dtype: str | None, precision: str | None,
+                     asked: "_Asked", evaluator_kind: str, export_dir: Path | None) -> None:
+    """``--shape A,B,C``: one search per shape, one after the other on one evaluator (--minutes each),
+    then a line per shape and one export holding the best kernel of each (a shape bucket each)."""
+    out = Console(highlight=False)
+    refs = [parse_problem_ref(problem, "x".join(map(str, s)), dtype, precision) for s in shapes]
+    for ref in refs:
+        _check_problem(ref, evaluator_kind)  # every shape fails fast, before any GPU work
+    done = []
+    evaluator = make_evaluator(evaluator_kind, **asked.where())
+    try:
+        for ref in refs:
+            usage = Usage()
+            prop, settings = _new_settings(ref, asked, usage, None)
+            tuner = make_search_tuner(evaluator_kind, evaluator, ref, not settings.config.tune)
+            view = LiveView(total_rounds=settings.budget.rounds)
+            search = Search(settings, prop, evaluator, tuner=tuner, usage=usage, listeners=[view],
+                            context_factory=make_context_factory(evaluator_kind))
+            out.print(f"[bold]run[/] {settings.run_dir} ({ref.label()})")
+            with view:
+                result = search.run()
+            done.append(load_run(result.run_dir))
+    except KeyboardInterrupt:
+        Console(stderr=True, highlight=False, soft_wrap=True).print(one_line(
+            f"interrupted after {len(done)} of {len(refs)} shapes; each finished run is kept"), markup=False)
+        raise typer.Exit(130) from None
+    finally:
+        evaluator.close()
+    for run in done:
+        best = run.tree.best()
+        what = (f"{best.ms:.4f} ms; {speedup_line(run.tree.figures(best))}" if best is not None
+                else one_line(no_kernel_why(run)))
+        out.print(one_line(f"{run.tree.problem.label() if run.tree.problem else '?'}: {what} (run {run.id})"),
+                  markup=False)
+    ready = [r for r in done if r.best is not None]
+    if export_dir is not None and ready:
+        _export(ready, export_dir, out)
+    elif ready:
+        out.print(one_line("one op for every shape: kerngen export " + " ".join(shlex.quote(r.id) for r in ready)
+                           + " --out DIR"), markup=False)
+
+
+def _export(runs: list[Any], out_dir: Path, out: Console) -> None:
+    from kerngen.results.export import export_runs
+
+    res = export_runs(runs, out_dir)
+    out.print(one_line(f"exported {res.op} to {res.dir} ({res.buckets + 1} shape bucket(s)); "
+                       f"use it: op = kerngen.load({str(res.dir)!r})"), markup=False)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ from typing import Any
 
 from kerngen.agent.journal import DEMO_LABEL, NodeEvaluated, NodeProfiled, NodeTuned, RoundFinished, write_atomic
 from kerngen.results.report_charts import Point, RooflineData, Series
-from kerngen.results.show import profile_text, spent_wall_s
+from kerngen.results.show import TIMED_KERNEL, precision_line, profile_text, spent_wall_s
+from kerngen.results.speedups import speedup_line
 from kerngen.agent.tree import Node, Run
 from kerngen.errors import KerngenError, ProblemError
 from kerngen.redact import printable
@@ -281,6 +282,9 @@ def context(run: Run) -> dict[str, Any]:
         "demo": DEMO_LABEL if run.started.demo else "", "usage": run.finished.usage if run.finished else {},
         "tree": tree_view(run), "charts": charts(run), "tuning": _tuning_tables(run), "facts": _facts(run),
         "problem_info": problem_view(run),
+        "best_line": speedup_line(run.tree.figures(best)) if best else "",
+        "precision": precision_line(run.tree.problem.precision if run.tree.problem else None),
+        "timed": TIMED_KERNEL,
     }
 
 
