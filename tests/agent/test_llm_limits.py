@@ -38,6 +38,8 @@ class RawServer:
                 conn, _ = self._sock.accept()
             except (TimeoutError, socket.timeout):
                 continue
+            except OSError:  # closed
+                return
             threading.Thread(target=self._one, args=(conn,), daemon=True).start()
 
     def _one(self, conn: socket.socket) -> None:
@@ -65,6 +67,7 @@ class RawServer:
 
     def __exit__(self, *exc) -> None:
         self.stop.set()
+        self._thread.join(5)
         self._sock.close()
 
 
