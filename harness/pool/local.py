@@ -17,7 +17,7 @@ from kerngen.harness.evaluator import Candidate, EvalOptions, OnResult
 from kerngen.harness.pool.static_stage import Ready, cancelled, prepare
 from kerngen.harness.pool.protocol import BaselineRequest, EvaluateRequest, HelloRequest, OpTimeRequest
 from kerngen.harness.results import Baseline, EvalResult, GpuFacts, OpTiming, ProfileOutcome, Verdict
-from kerngen.harness.pool.worker_proc import WorkerDied, WorkerProcess, WorkerTimeout
+from kerngen.harness.pool.worker_proc import WorkerDied, WorkerLost, WorkerProcess, WorkerTimeout
 from kerngen.harness.gpu.profile import NCU_TIMEOUT_S, ProfileRequest, find_ncu, run_ncu
 from kerngen.harness.spec.spec import KernelSpec
 
@@ -190,7 +190,7 @@ class WorkerPool:
         def greet(worker: WorkerHandle) -> None:
             try:
                 worker.request(HelloRequest(ceilings=False), BASELINE_TIMEOUT_S)
-            except (WorkerTimeout, WorkerDied):
+            except (WorkerTimeout, WorkerDied, WorkerLost):
                 pass
 
         threads = [threading.Thread(target=greet, args=(w,), daemon=True) for w in self.workers]
@@ -232,6 +232,7 @@ class WorkerPool:
         for item in ready:
             jobs.put(item)
         stopped = threading.Event()  # the caller was interrupted: nothing more runs or lands
+        lost: dict[int, str] = {}  # candidates whose worker was lost under them: why
 
         def land(i: int, r: EvalResult) -> None:  # under self._lock (see _land), as is stopped.set()
             if not stopped.is_set() and on_result is not None:
@@ -253,6 +254,14 @@ class WorkerPool:
                         continue
                     try:
                         r = self._run_one(worker, problem, cand, plan, compiled, options)
+                    except WorkerLost as exc:
+                        # the worker is gone, not by the candidate's doing: another worker takes the
+                        # candidate (once: one lost twice is left for a resume) and this one no more
+                        if i not in lost:
+                            lost[i] = str(exc)
+                            jobs.put(item)
+                            return
+                        r = lost_result(cand, plan, f"{exc} (and before that: {lost[i]})")
                     except Exception as exc:  # noqa: BLE001 - a harness fault becomes this candidate's verdict
                         worker.kill()
                         r = EvalResult(verdict=Verdict.harness_error, message=f"harness error: {exc!r}"[:400],
@@ -261,12 +270,15 @@ class WorkerPool:
             finally:
                 self._free.put(worker)
 
-        threads = [threading.Thread(target=drain, daemon=True) for _ in range(min(len(self.workers), len(ready)))]
-        for t in threads:
-            t.start()
         try:
-            for t in threads:
-                t.join()
+            # a round: one thread per worker in the rotation; the next takes what a lost worker left
+            while not jobs.empty() and self._rotation() > 0:
+                threads = [threading.Thread(target=drain, daemon=True)
+                           for _ in range(min(self.concurrency, jobs.qsize()))]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
         except BaseException:
             # Ctrl-C (or a time limit's SIGINT) reaches this thread only: the search it interrupts
             # closes its journal next, so no result may land after this (a candidate in flight
@@ -274,6 +286,20 @@ class WorkerPool:
             with self._lock:  # waits out a landing in progress
                 stopped.set()
             raise
+        while not jobs.empty():  # no worker is left to take them: not the kernels' verdicts
+            item = jobs.get_nowait()
+            why = f"{lost.get(item.index, 'its GPU worker was lost')}; no GPU worker is left to take it"
+            self._land(item.index, lost_result(item.candidate, item.plan, why), results, land)
+
+    def _rotation(self) -> int:
+        """How many workers take candidates now (a Ray pool first takes lost actors out and puts
+        those Ray restarted back in; 0: none is left)."""
+        return len(self.workers)
+
+    def workers_lost(self) -> str:
+        """Why this evaluator can evaluate nothing more (every worker lost), "" while it can. A
+        local worker process is never lost (it is restarted): a Ray pool's actors can be."""
+        return ""
 
     def _run_one(self, worker, problem, cand, plan, compiled, options) -> EvalResult:
         req = EvaluateRequest(
@@ -314,4 +340,12 @@ class WorkerPool:
                 on_result(i, r)
 
 
-__all__ = ["WorkerPool", "visible_devices"]
+def lost_result(cand: Candidate, plan, why: str) -> EvalResult:
+    """A candidate whose worker was lost and that no other worker took: a harness condition, not the
+    kernel's verdict (a search keeps no result for it and a resume evaluates it; a tuner caches none)."""
+    message = f"harness error: {why}: not the kernel's verdict, left for a resume"
+    return EvalResult(verdict=Verdict.harness_error, message=message[:400], spec_hash=cand.spec.content_hash(),
+                      config=plan.config)
+
+
+__all__ = ["WorkerPool", "lost_result", "visible_devices"]

@@ -15,6 +15,7 @@ import traceback
 from pydantic import ValidationError
 
 from kerngen.errors import KerngenError
+from kerngen.harness import lifeline
 from kerngen.harness.gpu.memory_plan import HarnessMemoryError
 from kerngen.harness.pool.protocol import (
     BaselineRequest, Envelope, EvaluateRequest, HelloRequest, OpTimeRequest, PrepareRequest, Reply,
@@ -153,6 +154,8 @@ def _failure_reply(env: Envelope, exc: BaseException) -> Reply:
 
 
 def main() -> None:
+    if os.environ.get("KERNGEN_PARENT_PID", "").isdigit():  # no GPU worker outlives its kerngen
+        lifeline.die_with_parent(int(os.environ["KERNGEN_PARENT_PID"]))
     # Keep the protocol pipe clean: anything a library prints goes to stderr (the worker log).
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)

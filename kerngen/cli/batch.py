@@ -31,9 +31,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from kerngen.agent.budget import StopKind
 from kerngen.problems.torch_modes import DEFAULTS_LABEL
 from kerngen.results.speedups import SHORT_NOTE
 from kerngen.agent.journal import has_journal, write_atomic
+from kerngen.agent.safe_paths import UnsafePathError, inside, refuse_symlinks, regular_file, shown
 from kerngen.agent.tree import Run, load_run
 from kerngen.errors import JournalError, KerngenError
 from kerngen.results.show import no_kernel_why
@@ -41,6 +43,7 @@ from kerngen.results.suite import reference_metrics
 from kerngen.text import one_line, strict_json
 
 BATCHES = "batches"
+MAX_BATCH_BYTES = 16 << 20  # a state file of thousands of problems is well under 1 MB
 
 
 class Status(str, Enum):
@@ -75,17 +78,40 @@ def batch_path(problems: Sequence[str], runs_dir: Path) -> Path:
 
 
 def open_batch(problems: Sequence[str], runs_dir: Path, minutes: float | None, fresh: bool) -> tuple[Batch, Path]:
-    """The batch of these problems (continued unless ``fresh``); a corrupt state file is refused."""
+    """The batch of these problems (continued unless ``fresh``); a corrupt or unsafe state file is
+    refused (:func:`check_entries`)."""
     path = batch_path(problems, runs_dir)
     if path.is_file() and not fresh:
         try:
-            batch = Batch.model_validate_json(path.read_bytes())
+            batch = Batch.model_validate_json(regular_file(path, "batch state", MAX_BATCH_BYTES).read_bytes())
+        except UnsafePathError as exc:
+            raise JournalError(f"{exc}; use --fresh") from None
         except (ValidationError, OSError, ValueError) as exc:
             raise JournalError(f"batch state {path} is unreadable ({type(exc).__name__}); use --fresh") from None
         if sorted(batch.problems) == sorted(problems):
+            check_entries(batch, path, runs_dir)
             return batch, path
     batch = Batch(problems=list(problems), minutes=minutes, entries=[Entry(problem=p) for p in problems])
     return batch, path
+
+
+def check_entries(batch: Batch, path: Path, runs_dir: Path) -> None:
+    """A state file in a runs folder someone handed over names the run folders the batch resumes
+    and appends to: each must be a plain name inside ``runs_dir``, neither it nor what a search
+    writes in it a symbolic link (as a single resume checks), and each entry one of the batch's
+    problems. :class:`JournalError` (one line) otherwise."""
+    problems = set(batch.problems)
+    for e in batch.entries:
+        try:
+            if e.problem not in problems:
+                raise UnsafePathError(f"entry {shown(e.problem)} is not one of the batch's problems")
+            if e.run is not None:
+                folder = inside(runs_dir, e.run, "run folder")
+                if folder.is_symlink():
+                    raise UnsafePathError(f"run folder {shown(e.run)} is a symbolic link")
+                refuse_symlinks(folder)
+        except UnsafePathError as exc:
+            raise JournalError(f"batch state {path}: {exc}; refused (use --fresh)") from None
 
 
 def save(batch: Batch, path: Path) -> None:
@@ -108,37 +134,65 @@ def run_batch(batch: Batch, path: Path, runs_dir: Path, search_one: SearchOne, *
               quiet: bool = False) -> Batch:
     """Search the batch's pending and interrupted problems, one per slot at a time (a slot is an
     evaluator: one GPU worker of the pool or one actor of a Ray cluster; one slot: in turn, in this
-    thread). The state file has one writer: entries change and are saved under one lock."""
+    thread). The state file has one writer: entries change and are saved under one lock. A slot
+    whose GPU is lost (its Ray node gone) takes no more problems, and the one it had goes back to
+    the others, which resume it in its run folder (nothing evaluated is evaluated again)."""
     left = deque(todo(batch))
     err = Console(stderr=True, highlight=False)
     lock = threading.Lock()
+    turn = threading.Condition(lock)  # a slot waits for the problems that others may hand back
+    busy = [0]  # slots searching now
+    stopped = threading.Event()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, disable=quiet) as bar:
         task = bar.add_task("problems", total=len(batch.entries), completed=len(batch.entries) - len(left))
 
         def next_entry() -> Entry | None:
-            with lock:
-                if not left:
+            with turn:
+                while not left and busy[0] and not stopped.is_set():
+                    turn.wait()
+                if not left or stopped.is_set():
                     return None
                 entry = left.popleft()
+                busy[0] += 1
                 bar.update(task, description=one_line(Path(entry.problem).stem, 40))
                 return entry
 
         def work(slot: Any) -> None:
             while (entry := next_entry()) is not None:
-                _search_entry(batch, path, runs_dir, entry, search_one, slot, lock)
+                gone = ""
+                try:
+                    gone = _search_entry(batch, path, runs_dir, entry, search_one, slot, lock)
+                finally:
+                    with turn:
+                        busy[0] -= 1
+                        if gone:
+                            left.appendleft(entry)
+                        turn.notify_all()
+                if gone:
+                    then = "resumed in its run folder" if entry.run else "searched there"
+                    err.print(one_line(f"{Path(entry.problem).stem}: its GPU was lost ({gone}): handed to "
+                                       f"another GPU, {then}", 300), markup=False)
+                    return  # this slot takes no more problems
                 bar.advance(task)
+
+        def stop() -> None:  # under the lock
+            stopped.set()
+            left.clear()
+            turn.notify_all()
 
         if len(slots) == 1:
             work(slots[0])
         else:
-            _in_threads(work, slots, stop=left.clear, lock=lock)
+            _in_threads(work, slots, stop=stop, lock=lock)
     return batch
 
 
 def _search_entry(batch: Batch, path: Path, runs_dir: Path, entry: Entry, search_one: SearchOne, slot: Any,
-                  lock: threading.Lock) -> None:
-    """One problem's search, its entry updated and the state saved as it goes."""
+                  lock: threading.Lock) -> str:
+    """One problem's search, its entry updated and the state saved as it goes. Returns why the
+    slot lost its GPU ("" while it has one): the entry is then left to resume, whatever the
+    search ended with (its candidates in flight came back as the harness's, not the kernels')."""
     t0 = time.monotonic()
     resume = runs_dir / entry.run if entry.run and has_journal(runs_dir / entry.run) else None
 
@@ -151,19 +205,35 @@ def _search_entry(batch: Batch, path: Path, runs_dir: Path, entry: Entry, search
     def started(run_dir: Path) -> None:  # interrupted from here on: resumed
         update(run=run_dir.name, status=Status.running)
 
+    def lost() -> str:
+        check = getattr(slot, "workers_lost", None)
+        gone = check() if callable(check) else ""
+        if gone:
+            update(status=Status.running if entry.run else Status.pending, reason=one_line(f"GPU lost: {gone}", 300),
+                   wall_s=entry.wall_s + time.monotonic() - t0)
+        return gone
+
     try:
         run_dir = search_one(entry.problem, resume, started, slot)
         run = load_run(run_dir)
+        # stopped because the harness could not evaluate: its GPU may be gone (then resumed elsewhere)
+        if run.finished is not None and run.finished.stop is StopKind.harness and (gone := lost()):
+            return gone
         update(run=run_dir.name, status=Status.finished, reason=run.finished.reason if run.finished else "",
                wall_s=entry.wall_s + time.monotonic() - t0)
     except KeyboardInterrupt:
         update(wall_s=entry.wall_s + time.monotonic() - t0)
         raise
     except KerngenError as exc:
+        if gone := lost():
+            return gone
         update(status=Status.failed, reason=one_line(str(exc), 300), wall_s=entry.wall_s + time.monotonic() - t0)
     except Exception as exc:  # noqa: BLE001 - one problem's crash is its row, not the batch's end
+        if gone := lost():
+            return gone
         update(status=Status.failed, reason=one_line(f"{type(exc).__name__}: {exc}", 300),
                wall_s=entry.wall_s + time.monotonic() - t0)
+    return ""
 
 
 def _in_threads(work: Callable[[Any], None], slots: Sequence[Any], *, stop: Callable[[], None],

@@ -23,7 +23,7 @@ from kerngen.agent.problem_data import rerun_ref
 from kerngen.agent.replay import replay_run
 from kerngen.agent.safe_paths import refuse_symlinks
 from kerngen.agent.search import Search, SearchSettings
-from kerngen.agent.search_records import budget_for_resume
+from kerngen.agent.search_records import budget_for_resume, resume_note
 from kerngen.agent.tree import load_run
 from kerngen.cli import batch as batch_mod
 from kerngen.cli import cluster
@@ -155,6 +155,7 @@ def generate(
         ref, which = rerun_ref(rec.started, problem, hint=f"kerngen generate FILE --resume {resume}")
         out.print(which, markup=False, soft_wrap=True)
         prop, settings = _resume_settings(rec, ref, asked, usage)
+        out.print(resume_note(rec, settings.budget), markup=False, soft_wrap=True)
     else:
         if not problem:
             raise KerngenError("generate needs a PROBLEM (or --resume RUN)")

@@ -24,6 +24,7 @@ without importing the run's problem file.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -32,7 +33,7 @@ import types
 from pathlib import Path
 from typing import Any, Callable
 
-from kerngen.agent.safe_paths import UnsafePathError, check_name, inside, regular_file
+from kerngen.agent.safe_paths import UnsafePathError, inside, regular_file
 from kerngen.errors import KerngenError
 from kerngen.results.exported_kernel import ExportedKernel
 from kerngen.results.manifest import ExportError, FORMAT, MAX_MANIFEST_BYTES
@@ -109,6 +110,21 @@ def op_of_manifest(manifest_path: str | Path, *, fallback: Any = None, strict: b
         return op
 
 
+def export_key(run: Any, best: Any) -> str:
+    """The export cache's folder name for a run's best kernel: a digest of what the export holds
+    (the spec with its source, the configuration, the problem and the GPU's arch), never the run id
+    a journal claims, so a handed run that reuses a genuine run's id cannot plant its kernel where
+    ``kerngen.load`` of the genuine run looks (issue #31)."""
+    spec = best.best_spec()
+    gpu = run.tree.gpu
+    parts = (spec.model_dump_json() if spec is not None else "", json.dumps(best.config, sort_keys=True, default=str),
+             run.started.problem.model_dump_json(),
+             run.started.problem_info.model_dump_json() if run.started.problem_info is not None else "",
+             gpu.arch if gpu is not None else "", str(run.started.demo))
+    digest = hashlib.sha256("\0".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
+    return f"kernel-{digest[:32]}-node{int(best.id)}"  # the node for people; the digest decides
+
+
 def load_op(path: str | Path, runs_dir: str | Path = "runs", *, fallback: Any = None, strict: bool = False,
             check_new_shapes: bool = True) -> Callable[..., Any]:
     """The exported op of an export folder (or its manifest), or of a run: a run folder, id or
@@ -133,9 +149,8 @@ def load_op(path: str | Path, runs_dir: str | Path = "runs", *, fallback: Any = 
     best = run.best
     if best is None:
         raise ExportError(f"run {run.id} has no correct kernel to load")
-    cache = export_cache_dir()
-    try:  # the run id comes from a journal: one plain name, inside the cache
-        out = inside(cache, f"{check_name(run.id, 'run id')}-node{int(best.id)}", "export folder")
+    try:
+        out = inside(export_cache_dir(), export_key(run, best), "export folder")
     except UnsafePathError as exc:
         raise ExportError(str(exc)) from None
     cached = find_manifest(out) if out.is_dir() else None

@@ -98,18 +98,20 @@ def _short(text: str, width: int) -> str:
     return line if len(line) <= width else line[: width - 3] + "..."
 
 
-def _add_chain(tree: Tree, branch: Any, n: Node, best_id: int | None, seen: set[int] | None = None) -> None:
-    seen = set() if seen is None else seen
-    if n.id in seen:  # a journal that makes a node its own ancestor: show it once
-        return
-    seen.add(n.id)
-    sub = branch.add(node_label(tree, n, best_id))
-    if n.profile is not None:
-        sub.add(f"[dim]{_say(profile_text(n.profile))}[/]")
-    for cid in n.children:
-        c = tree.nodes.get(cid)
-        if c is not None and c.kind == "repair":
-            _add_chain(tree, sub, c, best_id, seen)
+def _add_chain(tree: Tree, branch: Any, n: Node, best_id: int | None) -> None:
+    """``n`` and its repairs under ``branch``, walked with a stack (a chain of any length)."""
+    seen: set[int] = set()
+    todo = [(branch, n)]
+    while todo:
+        under, m = todo.pop()
+        if m.id in seen:  # a journal that makes a node its own ancestor: show it once
+            continue
+        seen.add(m.id)
+        sub = under.add(node_label(tree, m, best_id))
+        if m.profile is not None:
+            sub.add(f"[dim]{_say(profile_text(m.profile))}[/]")
+        repairs = [c for c in (tree.nodes.get(cid) for cid in m.children) if c is not None and c.kind == "repair"]
+        todo.extend((sub, c) for c in reversed(repairs))
 
 
 def render_tree(run: Run) -> RichTree:
