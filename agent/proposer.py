@@ -77,6 +77,7 @@ class Failure(BaseModel):
     error: str = ""
     idea: Idea | None = None
     parent: NodeSummary | None = None
+    history: list[str] = Field(default_factory=list)  # the chain's earlier attempts, one line each
 
     @property
     def unreadable(self) -> bool:

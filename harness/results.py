@@ -277,6 +277,7 @@ class GpuFacts(_Record):
     copy_gbps: float | None = None  # measured device copy bandwidth (read + write bytes)
     fp32_tflops: float | None = None  # measured fp32 (no TF32) matmul rate
     bf16_tflops: float | None = None  # measured bf16 matmul rate
+    datasheet: bool = False  # the three rates above are a data sheet's peaks (a preset GPU), not measured
 
 
 # ----- profiler feedback (Nsight Compute) ----------------------------------------------------

@@ -156,8 +156,10 @@ def make_proposer(kind: str, problem: ProblemRef, *, usage: Usage, model: str | 
     register_url(base_url)  # a password in --base-url is redacted from every journal, report, log and error
     config = LLMConfig.from_env(model, base_url, **{k: v for k, v in (llm_knobs or {}).items() if v is not None})
     register_url(str(config.base_url or ""))  # ... and one from the environment
+    if config.has_prices and usage.cost_usd is None:
+        usage.cost_usd = 0.0  # priced: a search that spent nothing says $0, not "no prices"
     client = LLMClient(config)
-    client.check()  # before any GPU work: an unreachable endpoint, a wrong key or an unknown model
+    client.check()  # before any GPU work (journaled once the run exists, counted in requests and cost)
     return LLMProposer(client, on_call=usage.on_call), model
 
 

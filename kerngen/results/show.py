@@ -23,6 +23,7 @@ from kerngen.agent.run_files import TIMED
 from kerngen.agent.tree import Node, Run, Tree, load_run, run_folders
 from kerngen.problems.torch_modes import DEFAULTS_LABEL, precision_of
 from kerngen.redact import printable
+from kerngen.results.llm_record import causes_text, estimated_tokens, no_answer_causes
 from kerngen.results.speedups import SHORT_NOTE, speedup_line
 
 TIMED_KERNEL = f"{TIMED}; kerngen bench PROBLEM --kernel SPEC times both side by side"
@@ -173,7 +174,8 @@ def render_header(run: Run) -> Table:
     b = tree.baseline
     if b is not None:
         comp = f"{b.compiled.median_ms:.4f} ms" if b.compiled else _say(_short(f"n/a {b.compile_error}", 110))
-        floor = f"{b.floor_ms:.4f} ms ({_say(b.floor_bound)})" if b.floor_ms else "n/a"
+        sheet = ", data-sheet rates" if tree.gpu is not None and tree.gpu.datasheet else ""  # a dry run's preset
+        floor = f"{b.floor_ms:.4f} ms ({_say(b.floor_bound)}{sheet})" if b.floor_ms else "n/a"
         t.add_row("baseline", f"true fp32: eager {b.eager.median_ms:.4f} ms, torch.compile {comp}, floor {floor}")
         if b.eager_defaults is not None:
             same = " (the same kernels: no op of the problem uses TF32)" if b.defaults_same else ""
@@ -196,17 +198,28 @@ def render_header(run: Run) -> Table:
     for n in tree.nodes.values():
         verdicts[n.verdict] = verdicts.get(n.verdict, 0) + 1
     t.add_row("nodes", f"{len(tree.nodes)}: " + ", ".join(f"{k} {v}" for k, v in sorted(verdicts.items())))
-    status = (f"finished: {_say(_short(tree.finished.reason, 200))}" if tree.finished
+    status = (f"finished{_kind(tree.finished)}: {_say(_short(tree.finished.reason, 200))}" if tree.finished
               else "unfinished (continue with --resume)")
     if run.truncated:
         status += f"; a partial last event ({run.truncated} bytes) is ignored"
     t.add_row("status", f"{status}; {run.sessions} session(s)")
+    causes = no_answer_causes(run)
+    if causes:  # questions the LLM never answered, and why (an endpoint error, a budget)
+        t.add_row("no answer", _say(f"{sum(causes.values())}: {causes_text(causes)}"))
     if tree.finished and tree.finished.usage:
         u = tree.finished.usage
-        cost = f", ${u['cost_usd']:.2f}" if u.get("cost_usd") is not None else ""
-        t.add_row("spent", f"{_count(u.get('llm_calls'))} LLM calls, {_count(u.get('tokens'))} tokens{cost}, "
+        cost = f", ${u['cost_usd']:.4f}" if isinstance(u.get("cost_usd"), (int, float)) else ""
+        est = estimated_tokens(u)
+        tokens = f"{_count(u.get('tokens'))} tokens" + (f" ({est} estimated: billed, never answered)" if est else "")
+        t.add_row("spent", f"{_count(u.get('llm_calls'))} LLM requests, {tokens}{cost}, "
                            f"{u.get('gpu_s', 0) / 60:.1f} GPU min, {spent_wall_s(run) / 60:.1f} wall min")
     return t
+
+
+def _kind(finished: Any) -> str:
+    """`` (llm_error)``: the stop's kind, for a reader who scans for it (none in old journals)."""
+    stop = getattr(finished, "stop", None)
+    return f" ({_say(stop.value)})" if stop is not None else ""
 
 
 def spent_wall_s(run: Run) -> float:
@@ -232,7 +245,7 @@ def run_row(path: Path) -> dict[str, Any]:
     file is never imported). A run that does not load is a row with status ``corrupt: ...``."""
     row: dict[str, Any] = {"run": path.name, "path": str(path), "problem": None, "gpu": None, "best_ms": None,
                            "speedup_eager": None, "speedup_compile": None, "speedup_eager_defaults": None,
-                           "speedup_compile_defaults": None, "state": "corrupt", "status": ""}
+                           "speedup_compile_defaults": None, "state": "corrupt", "stop": None, "status": ""}
     try:
         run = load_run(path)
         tree = run.tree
@@ -246,7 +259,9 @@ def run_row(path: Path) -> dict[str, Any]:
                        speedup_eager_defaults=f["speedup_eager_defaults"],
                        speedup_compile_defaults=f["speedup_compile_defaults"])
         if tree.finished is not None:
-            row["state"], row["status"] = "finished", f"finished: {tree.finished.reason}"
+            stop = tree.finished.stop
+            row["state"], row["status"] = "finished", f"finished{_kind(tree.finished)}: {tree.finished.reason}"
+            row["stop"] = stop.value if stop is not None else None
         else:
             row["state"] = row["status"] = "running" if is_appending(path) else "unfinished"
     except Exception as exc:  # noqa: BLE001 - a folder from anyone: one row, never a crash
@@ -278,7 +293,8 @@ def render_runs(rows: list[dict[str, Any]], runs_dir: str | Path = "runs") -> Gr
     table.add_column("status", no_wrap=True)
     colors = {"finished": "green", "corrupt": "red"}
     for r in rows:
-        status = f"[{colors.get(r['state'], 'yellow')}]{_say(r['state'])}[/]"
+        state = r["state"] + (f" ({r['stop']})" if r.get("stop") else "")  # why it stopped, by kind
+        status = f"[{colors.get(r['state'], 'yellow')}]{_say(state)}[/]"
         gpu = r["gpu"] or "?"
         if gpu.startswith("scripted evaluator"):
             gpu = "none (scripted demo)"
@@ -302,6 +318,9 @@ def run_json(run: Run) -> dict[str, Any]:
         "replay_of": st.replay_of,
         "sessions": run.sessions,
         "status": "finished" if tree.finished else "unfinished",
+        "stop": ({"kind": tree.finished.stop.value if tree.finished.stop is not None else None,
+                  "reason": tree.finished.reason} if tree.finished else None),
+        "no_answer": dict(no_answer_causes(run)),
         "truncated_bytes": run.truncated,
         "best_figures": tree.figures(best) if best is not None else None,
         "usage": tree.finished.usage if tree.finished else None,

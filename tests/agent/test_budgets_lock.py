@@ -353,7 +353,7 @@ def test_llm_call_budget_counts_requests_of_failed_calls(tmp_path):
                         config=SearchConfig(beam=1, ideas=3, branches=1, repairs=0))
     # ideas: 2 failed calls of 2 requests = 4; implement 1, 2, 3 (+2 each) = 10 (8 < 9 let the
     # third one ask); nothing after it: the next question, of round 1, is not asked
-    assert out.reason.kind is StopKind.llm_calls and str(out.reason) == "budget: 10 LLM calls (max 9)"
+    assert out.reason.kind is StopKind.llm_calls and str(out.reason).startswith("budget: 10 LLM requests (max 9")
     assert prop.total_calls == 4 and usage.calls == 10 and set(out.tree.beams) == {0}
     llm = [e for e in load_run(out.run_dir).events if e.type == "llm_call"]
     assert llm[-1].calls == 10 and all(e.record["error"] == "HTTP 500" for e in llm)

@@ -129,8 +129,8 @@ def test_every_mistake_is_read_or_repaired_with_a_precise_reason(session):
     # what the dry run says at the end
     for line in ("compiled (not run)", "repair requests", "branches repaired to a compiled kernel", "cost"):
         assert line in res.output
-    # ideas, one answer per branch, the cut-off answer asked again, one per repair (the check is not journaled)
-    assert s.llm_calls == 1 + len(NAMES) + 1 + len(needs_repair) and s.cost_usd is not None and s.cost_usd > 0
+    # the endpoint check, ideas, one answer per branch, the cut-off answer asked again, one per repair
+    assert s.llm_calls == 1 + 1 + len(NAMES) + 1 + len(needs_repair) and s.cost_usd is not None and s.cost_usd > 0
 
 
 def test_the_repair_prompts_carry_the_idea_and_the_evidence(session):
