@@ -22,7 +22,7 @@ import torch
 
 from kerngen.errors import SpecError
 from kerngen.harness.gpu.buffers import fill_byte, torch_dtype
-from kerngen.harness.gpu.check import BoundSet, ProblemState, run_check, verify_timed_outputs
+from kerngen.harness.gpu.check import BoundSet, ProblemState, TimedSampler, run_check, verify_timed_outputs
 from kerngen.harness.evaluator import EvalOptions
 from kerngen.harness.gpu.launcher import Launcher, LoadedModule
 from kerngen.harness.spec.plan import ResolvedPlan
@@ -186,11 +186,11 @@ class Evaluation:
     def _bench(self, module: Launcher, plan: ResolvedPlan, options: EvalOptions, result: EvalResult, phases,
                sets) -> None:
         runners = [module.runner(plan, s.tensors(self.state.params), self.stream) for s in sets]
-        rotation = _Rotation(sets, runners)
+        rotation = _Rotation(sets, runners, TimedSampler(self.state))
         timing = self.device.bench(rotation.call, rotation.prepare, options.budget_ms)
         self.sync()
         phases.mark("bench")
-        failure = verify_timed_outputs(self.state, sets)
+        failure = verify_timed_outputs(self.state, sets, rotation.sampler)
         phases.mark("verify_timed")
         if failure is not None:
             result.verdict, result.check, result.message = Verdict.incorrect, failure, failure.message
@@ -215,15 +215,18 @@ class _Phases:
 
 
 class _Rotation:
-    """Before each timed call (outside the timed region) poison the next set's outputs and
-    scratch with a byte that changes every call; the call then runs on that set."""
+    """Before each timed call (outside the timed region): sample the outputs of the call before it against
+    their reference (``sampler``), then poison the next set's outputs and scratch with a byte that changes
+    every call; the call then runs on that set."""
 
-    def __init__(self, sets: list[BoundSet], runners: list[Callable[[], None]]) -> None:
-        self.sets, self.runners = sets, runners
+    def __init__(self, sets: list[BoundSet], runners: list[Callable[[], None]], sampler: TimedSampler) -> None:
+        self.sets, self.runners, self.sampler = sets, runners, sampler
         self.k = -1
         self.calls = 0
 
     def prepare(self) -> None:
+        if self.k >= 0:  # the previous timed call's outputs, before they are poisoned again
+            self.sampler.sample(self.sets[self.k])
         self.k = (self.k + 1) % len(self.sets)
         self.calls += 1
         byte = 0xFF if self.calls % 2 else 0x7F

@@ -202,6 +202,37 @@ def test_behaving_differently_when_timed_is_a_timed_output_mismatch():
     assert device.module.calls == 11  # it passed the check (6 calls) and ran timed (5)
 
 
+class _WrongOnce(EmuModule):
+    """A correct kernel made wrong on one chosen call (the test's doing, as no kernel can count its calls):
+    what a kernel that skips work on some timed calls, at random or on a pattern, leaves behind."""
+
+    def __init__(self, spec, wrong_call: int) -> None:
+        super().__init__(spec)
+        self.wrong_call = wrong_call
+
+    def runner(self, plan, tensors, stream=None):
+        run, out = super().runner(plan, tensors, stream), tensors["out"]
+
+        def call() -> None:
+            run()
+            if self.calls == self.wrong_call:
+                out.add_(1.0)
+
+        return call
+
+
+@pytest.mark.parametrize("timed_call, caught", [(0, True), (1, True), (4, False)])
+def test_a_timed_call_wrong_before_its_sets_last_is_caught_by_sampling(timed_call, caught):
+    # 6 checked calls (3 sets, before and after the reference), then 5 timed calls over the sets 0 1 2 0 1:
+    # calls 0 and 1 are not their set's last (only the sample sees them), call 4 is set 1's last (the
+    # whole-output comparison after the timed runs sees it)
+    device = EmuDevice(CASES["gelu_ok"].spec)
+    device.module = _WrongOnce(CASES["gelu_ok"].spec, wrong_call=6 + timed_call + 1)
+    r = evaluate("gelu_ok", GELU, device=device)
+    incorrect(r, F.timed_output_mismatch, "timed calls: " if caught else "timed input set 1: out:")
+    assert device.module.calls == 11
+
+
 def test_a_call_counter_in_device_memory_is_refused_at_compile(tmp_path, monkeypatch):
     from kerngen.errors import CompileError
     from kerngen.harness.compile.compiler import compile_job, job_for
