@@ -17,8 +17,6 @@ import typer
 from rich.console import Console
 
 from kerngen.cli import cluster
-from kerngen.cli.compose import make_evaluator
-
 
 
 def _say(text: object) -> str:
@@ -82,6 +80,8 @@ def _suite_evaluator(kind: str, ray: str | None = None, ray_gpu_model: str | Non
     the Ray cluster), so that a problem's baseline and its kernel are measured in the same worker
     process on the same GPU (the suite measures one thing at a time: a second worker would only
     ever idle)."""
+    from kerngen.cli.compose import make_evaluator  # here: the composition root imports torch (seconds)
+
     if kind != "pool":
         return make_evaluator(kind)
     if ray or ray_gpu_model:

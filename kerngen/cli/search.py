@@ -20,26 +20,25 @@ from rich.console import Console
 from kerngen.agent.budget import SearchConfig, Usage, make_budget
 from kerngen.agent.journal import ensure_unlocked, has_journal, new_run_id
 from kerngen.agent.problem_data import rerun_ref
-from kerngen.agent.replay import replay_run
 from kerngen.agent.safe_paths import refuse_symlinks
-from kerngen.agent.search import Search, SearchSettings
 from kerngen.agent.search_records import budget_for_resume
+from kerngen.agent.search_settings import SearchSettings
 from kerngen.agent.tree import load_run
 from kerngen.cli import batch as batch_mod
 from kerngen.cli import cluster
-from kerngen.cli.compose import (
-    make_context_factory, make_evaluator, make_proposer, make_search_tuner, playbook_seed, shards,
-)
 from kerngen.errors import KerngenError
 from kerngen.harness.spec.spec import KernelSpec
 from kerngen.problems.load import load_problem
 from kerngen.problems.ref import parse_problem_ref
 from kerngen.results.live import LiveView
-from kerngen.results.replay_table import replay_table
 from kerngen.results.suite import expand_problems
 from kerngen.results.dry_run import dry_run_summary, render_dry_run
 from kerngen.results.show import list_runs, no_kernel_why, render, render_header, render_runs, run_json
 from kerngen.text import one_line
+
+# The search engine (kerngen.agent.search, .replay) and the composition root (kerngen.cli.compose:
+# NumPy, the playbook, the tuner) are imported in the commands that run them, not here: `kerngen
+# --help`, `runs` and `show` start in a fraction of a second without them (tests/cli/test_startup.py).
 
 # ----- generate -----------------------------------------------------------------------------
 def generate(
@@ -146,13 +145,16 @@ def generate(
         _check_problem(ref, evaluator_kind)
         prop, settings = _new_settings(ref, asked, usage, KernelSpec.load(kernel) if kernel else None)
     run_dir = settings.run_dir
+    from kerngen.agent.search import Search
+    from kerngen.cli import compose
+
     try:
-        evaluator = make_evaluator(evaluator_kind, **asked.where())
+        evaluator = compose.make_evaluator(evaluator_kind, **asked.where())
         try:
-            tuner = make_search_tuner(evaluator_kind, evaluator, ref, no_tune or not settings.config.tune)
+            tuner = compose.make_search_tuner(evaluator_kind, evaluator, ref, no_tune or not settings.config.tune)
             view = LiveView(total_rounds=settings.budget.rounds)
             search = Search(settings, prop, evaluator, tuner=tuner, usage=usage, listeners=[view],
-                            context_factory=make_context_factory(evaluator_kind))
+                            context_factory=compose.make_context_factory(evaluator_kind))
             out.print(f"[bold]run[/] {run_dir}" + (" (resumed)" if resume else ""))
             with view:
                 result = search.run()
@@ -199,6 +201,8 @@ class _Asked:
 def _resume_settings(rec: Any, ref: Any, asked: _Asked, usage: Usage) -> tuple[Any, SearchSettings]:
     """The proposer and settings that continue ``rec``: its config and seed, the latest recorded
     budget with the command line's in its place, its proposer and model unless others are asked."""
+    from kerngen.cli.compose import make_proposer
+
     st = rec.started
     kind = st.proposer if asked.proposer == "auto" and st.proposer in ("llm", "playbook", "scripted") else asked.proposer
     prop, model_name = make_proposer(kind, ref, usage=usage, model=asked.model or st.model, base_url=asked.base_url,
@@ -208,6 +212,8 @@ def _resume_settings(rec: Any, ref: Any, asked: _Asked, usage: Usage) -> tuple[A
 
 
 def _new_settings(ref: Any, asked: _Asked, usage: Usage, seed: KernelSpec | None) -> tuple[Any, SearchSettings]:
+    from kerngen.cli.compose import make_proposer, playbook_seed
+
     budget = make_budget(None, asked.given)  # a bad value: one line, not a traceback
     prop, model_name = make_proposer(asked.proposer, ref, usage=usage, model=asked.model, base_url=asked.base_url,
                                      llm_knobs=asked.knobs)
@@ -219,12 +225,15 @@ def _new_settings(ref: Any, asked: _Asked, usage: Usage, seed: KernelSpec | None
 
 def _generate_many(problems: list[str], asked: _Asked, *, fresh: bool, as_json: bool, evaluator_kind: str) -> None:
     """One search per problem, one problem per GPU worker at a time (:mod:`kerngen.cli.batch`)."""
+    from kerngen.agent.search import Search
+    from kerngen.cli import compose
+
     runs_dir = asked.runs_dir
     names = expand_problems(problems)  # a missing file or an empty folder: one line, before any GPU work
     batch, path = batch_mod.open_batch(names, runs_dir, asked.given.get("wall_minutes"), fresh)
     t0 = time.monotonic()
     # a batch with nothing left to search needs no GPU: its summary only
-    evaluator = make_evaluator(evaluator_kind, **asked.where()) if batch_mod.todo(batch) else None
+    evaluator = compose.make_evaluator(evaluator_kind, **asked.where()) if batch_mod.todo(batch) else None
 
     def search_one(source: str, resume_dir: Path | None, started, shard: Any) -> Path:
         usage = Usage()
@@ -239,16 +248,16 @@ def _generate_many(problems: list[str], asked: _Asked, *, fresh: bool, as_json: 
             ref = parse_problem_ref(source, None, None)
             _check_problem(ref, evaluator_kind)
             prop, settings = _new_settings(ref, asked, usage, None)
-        tuner = make_search_tuner(evaluator_kind, shard, ref, not settings.config.tune)
+        tuner = compose.make_search_tuner(evaluator_kind, shard, ref, not settings.config.tune)
         search = Search(settings, prop, shard, tuner=tuner, usage=usage,
-                        context_factory=make_context_factory(evaluator_kind))
+                        context_factory=compose.make_context_factory(evaluator_kind))
         started(settings.run_dir)
         search.run()
         return settings.run_dir
 
     try:
         if evaluator is not None:
-            batch_mod.run_batch(batch, path, runs_dir, search_one, slots=shards(evaluator), quiet=as_json)
+            batch_mod.run_batch(batch, path, runs_dir, search_one, slots=compose.shards(evaluator), quiet=as_json)
     except KeyboardInterrupt:
         Console(stderr=True, highlight=False, soft_wrap=True).print(one_line(
             f"interrupted: the batch is saved in {path}; run the same command again to continue it"), markup=False)
@@ -345,15 +354,19 @@ def replay(
     evaluator_kind: str = typer.Option("pool", "--evaluator", hidden=True),
 ) -> None:
     """Re-run a recorded search with no LLM call, re-evaluating every node on this GPU."""
+    from kerngen.agent.replay import replay_run
+    from kerngen.cli import compose
+    from kerngen.results.replay_table import replay_table
+
     orig = load_run(run, runs_dir)
     _, which = rerun_ref(orig.started, problem)  # before any GPU work: which file runs, or why none
     Console(highlight=False).print(which, markup=False, soft_wrap=True)
-    evaluator = make_evaluator(evaluator_kind)
+    evaluator = compose.make_evaluator(evaluator_kind)
     try:
         view = LiveView(total_rounds=len(orig.tree.beams))
         with view:
-            rep = replay_run(orig, evaluator, runs_dir=runs_dir, context_factory=make_context_factory(evaluator_kind),
-                             listeners=[view], problem=problem)
+            rep = replay_run(orig, evaluator, runs_dir=runs_dir, listeners=[view], problem=problem,
+                             context_factory=compose.make_context_factory(evaluator_kind))
     finally:
         evaluator.close()
     out = Console(highlight=False)
