@@ -2,8 +2,9 @@
 
 Every event is a pydantic model with a ``type`` field. Each append is written, flushed and
 ``os.fsync``'d, so a kill -9 at any moment loses at most the event being written. Reading
-tolerates a truncated last line (the write a kill interrupted); a corrupt line anywhere else,
-or a missing ``events.jsonl``, is a :class:`JournalError`.
+tolerates a truncated or unreadable last line (the write a kill interrupted: skipped, counted in
+bytes, and cut off by a resume); a corrupt line anywhere else, or a missing ``events.jsonl``, is a
+:class:`JournalError`.
 
 Derived files (``tree.json``, ``best/``) are rewritten atomically (tmp file + ``os.replace``);
 they can always be rebuilt from the events.
@@ -79,6 +80,9 @@ class RunStarted(_Event):
     # a scripted demo (toy kernels, made-up times, no GPU): every view of the run says so; older
     # journals are recognized by their scripted proposer or evaluator
     demo: bool = False
+    # a dry run (--dry-run): the GPU preset it compiled for (``h100``); nothing was run or timed.
+    # None: a run on a GPU (or the scripted demo)
+    dry_run: str | None = None
 
     @model_validator(mode="after")
     def _scripted_is_a_demo(self) -> "RunStarted":
@@ -259,10 +263,17 @@ def read_events(run_dir: str | Path) -> tuple[list[Any], int]:
     tail = lines.pop()  # text after the last newline: b"" unless the last write was cut
     events: list[Any] = []
     truncated = 0
+    last = max((n for n, line in enumerate(lines, start=1) if line.strip()), default=0)
     for n, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        events.append(_parse_line(name, n, line))
+        try:
+            events.append(_parse_line(name, n, line))
+        except JournalError:
+            if n != last or tail or n == 1:
+                raise
+            # a bad last line (a write cut short, then a newline): lost like a cut write, nothing else
+            truncated = sum(len(x) + 1 for x in lines[n - 1:])
     if tail:
         truncated = len(tail)  # a write a kill cut short: that event is lost, nothing else
     if not events or not isinstance(events[0], RunStarted):

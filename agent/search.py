@@ -149,12 +149,14 @@ class Search:
         replay_of, proposer = None, getattr(self.proposer, "name", type(self.proposer).__name__)
         if self.strict and self.record is not None:  # the answers come from the record, not a proposer
             replay_of, proposer = f"{self.record.id} ({self.record.path})", "replay"
+        dry = getattr(self.evaluator, "dry_run", None)  # the GPU preset a dry run compiles for
         self._write(RunStarted(
             run_id=self.run_dir.name, problem=self.problem, config=self.config, budget=self.budget,
             proposer=proposer, model=s.model, versions=versions(), gpu=gpu, seed_spec=s.seed_spec,
             replay_of=replay_of, argv=list(s.argv), problem_info=problem_info,
             demo=(not self.strict and getattr(self.proposer, "demo", False) is True)
             or getattr(self.evaluator, "demo", False) is True,
+            dry_run=dry if isinstance(dry, str) else None,
         ))
 
     # ----- the run ----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from kerngen.harness.gpu.check import ProblemState
 from kerngen.harness.gpu.clocks import ClockMonitor
 from kerngen.harness.gpu.evaluate import ROTATE_SETS, fresh_seeds
 from kerngen.harness.results import Baseline, GpuFacts, Timing
-from kerngen.harness.gpu.roofline import floor_ms
+from kerngen.harness.gpu.roofline import roof
 from kerngen.harness.gpu.timing import L2Flusher, bench
 
 log = logging.getLogger(__name__)
@@ -46,20 +46,22 @@ def measure_baseline(
         if with_compile:
             compiled, compile_error = _time_compiled(state.model, sets, stream, flusher, device_index, budget_ms)
         del sets
-    floor, bound = floor_ms(info.flops, info.min_bytes, info.dtype, facts)
+    floor = roof(info.flops, info.min_bytes, info.dtype, facts)
     return Baseline(
         problem=info.name,
         gpu=facts.name,
         eager=eager,
         compiled=compiled,
         compile_error=compile_error,
-        floor_ms=floor,
-        floor_bound=bound,
+        floor_ms=floor.ms,
+        floor_bound=floor.bound,
+        floor_basis=floor.basis,
+        floor_measured_ms=floor.measured_ms,
         flops=info.flops,
         min_bytes=info.min_bytes,
         degenerate=report.degenerate,
         degenerate_reason=report.reason,
-        launch_bound=(floor is not None and floor < LAUNCH_BOUND_FLOOR_MS) or eager.median_ms < LAUNCH_BOUND_EAGER_MS,
+        launch_bound=(floor.ms is not None and floor.ms < LAUNCH_BOUND_FLOOR_MS) or eager.median_ms < LAUNCH_BOUND_EAGER_MS,
     )
 
 

@@ -4,11 +4,12 @@ in one run on one GPU, with verdict, median ms, speedups and % of the roofline f
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Optional
 
 import typer
 
-from kerngen.errors import SpecError
+from kerngen.errors import KerngenError, SpecError
 
 
 def parse_config(text: str | None) -> dict[str, int]:
@@ -38,8 +39,13 @@ def bench(
     no_compile: bool = typer.Option(False, "--no-compile", help="skip torch.compile"),
     timeout_s: float = typer.Option(120.0, "--timeout", help="per-candidate timeout in seconds"),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
+    solution: Optional[Path] = typer.Option(
+        None, "--solution", help="your KernelBench solution (a .py with class ModelNew), checked against PROBLEM "
+        "and timed beside it. It is your own Python: kerngen imports and runs it, in a process of its own, "
+        "only because you name it here; name only files you trust"),
 ) -> None:
-    """Time PyTorch eager, torch.compile and a kernel spec on this GPU."""
+    """Time PyTorch eager, torch.compile and a kernel spec (or your own KernelBench ModelNew, with
+    --solution) on this GPU."""
     from kerngen.harness.evaluator import Candidate, EvalOptions
     from kerngen.harness.spec.plan import resolve
     from kerngen.harness.pool.local import WorkerPool
@@ -51,6 +57,8 @@ def bench(
     info = load_problem(ref).info  # a malformed problem fails here, before any GPU work
     spec = KernelSpec.load(kernel) if kernel else None
     cfg = parse_config(config)
+    if solution is not None and not solution.is_file():
+        raise KerngenError(f"--solution {solution}: no such file")
     if spec is not None:
         resolve(spec, sizes=info.sizes, tensors=info.tensor_facts(), config=cfg)  # fail fast on a bad plan
     with WorkerPool(timeout_s=timeout_s) as pool:
@@ -73,7 +81,35 @@ def bench(
         typer.echo(json.dumps(payload, indent=2))
     else:
         print_bench(ref.label(), facts, base, result)
+    if solution is not None:
+        _bench_solution(ref, solution, base, seeds, budget_ms, as_json)
     if result is not None and not result.ok:
+        raise typer.Exit(1)
+
+
+def _bench_solution(ref, path: Path, base, seeds: int, budget_ms: float, as_json: bool) -> None:
+    """``--solution``: the user's ModelNew checked and timed in a process of its own (exit 1 when
+    it is not correct)."""
+    from rich.console import Console
+
+    from kerngen.harness.gpu.solution import SolutionRequest, run_solution
+    from kerngen.results.bench_table import ratio
+
+    res = run_solution(SolutionRequest(problem=ref, solution=str(path), seeds=seeds, budget_ms=budget_ms))
+    ms = res.timing.median_ms if res.timing else None
+    row = {"name": f"solution {path.name}", "verdict": res.verdict.value, "median_ms": ms, "message": res.message,
+           "speedup_vs_eager": ratio(base.eager.median_ms, ms),
+           "speedup_vs_compile": ratio(base.compiled.median_ms if base.compiled else None, ms),
+           "eager_ms_same_process": res.eager.median_ms if res.eager else None}
+    if as_json:
+        typer.echo(json.dumps({"solution": row}, indent=2))
+    else:
+        out = Console(highlight=False, soft_wrap=True)
+        figures = "" if ms is None else (f": {ms:.4f} ms, {row['speedup_vs_eager']:.2f}x eager" + (
+            f", {row['speedup_vs_compile']:.2f}x torch.compile" if row["speedup_vs_compile"] else "") +
+            f" (the reference beside it in its process: {row['eager_ms_same_process']:.4f} ms)")
+        out.print(f"{row['name']}: {res.verdict.value}{figures}; {res.message}", markup=False)
+    if not res.ok:
         raise typer.Exit(1)
 
 

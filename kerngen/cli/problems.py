@@ -6,6 +6,7 @@ Works without a GPU and fast at multi-GB sizes: everything is computed on meta t
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import List, Optional
 
 import typer
@@ -16,7 +17,8 @@ from kerngen.text import one_line
 
 def problems(
     paths: Optional[List[str]] = typer.Argument(
-        None, metavar="[PATH|NAME]...", help="KernelBench-format files or built-in names; none lists the built-ins"
+        None, metavar="[PATH|NAME]...",
+        help="KernelBench-format files, folders of them, or built-in names; none lists the built-ins"
     ),
     shape: Optional[str] = typer.Option(
         None, "--shape", help="built-ins only: shape override, e.g. 8192x1024 (its meaning is per problem)"
@@ -33,10 +35,12 @@ def problems(
     from kerngen.problems.load import load_problem
     from kerngen.problems.ref import ProblemRef, canonical_dtype, parse_shape
     from kerngen.errors import ProblemError
+    from kerngen.results.suite import expand_problems
 
     shape_t = parse_shape(shape) if shape is not None else None
     dtype_s = canonical_dtype(dtype) if dtype is not None else None
-    sources = list(paths or [])
+    # a folder: its .py files (a missing file stays one line below, beside the good ones)
+    sources = [s for p in paths or [] for s in (expand_problems([p]) if Path(p).is_dir() else [p])]
     if not sources and (shape_t is not None or dtype_s is not None):
         raise ProblemError("--shape/--dtype need a built-in name, e.g. kerngen problems softmax --shape 8192x1024")
     if not sources and not as_json:

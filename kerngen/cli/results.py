@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 
 from kerngen.cli import cluster
+from kerngen.cli.guard import warn_torn
 
 
 def _say(text: object) -> str:
@@ -192,7 +193,9 @@ def report(
     from kerngen.results.report import write_report
     from kerngen.agent.tree import load_run
 
-    path = write_report(load_run(run, runs_dir), out)
+    loaded = load_run(run, runs_dir)
+    warn_torn(loaded)
+    path = write_report(loaded, out)
     Console(highlight=False).print(f"report written to {_say(path)}")
 
 
@@ -205,9 +208,12 @@ def export(
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir"),
 ) -> None:
     """Export the best kernel of a run: .cu, launch plan + config (JSON), cubin and a PyTorch op module."""
+    from kerngen.agent.tree import load_run
     from kerngen.results.export import export_run
 
-    res = export_run(run, out, runs_dir=runs_dir, name=name, arch=arch)
+    loaded = load_run(run, runs_dir)
+    warn_torn(loaded)
+    res = export_run(loaded, out, runs_dir=runs_dir, name=name, arch=arch)
     console = Console(highlight=False)
     if res.name.startswith("demo_") and name is None:
         console.print("[bold red]DEMO (scripted, not measured on a GPU)[/]: this run's kernel is a toy and its "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import shlex
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -26,6 +26,7 @@ from kerngen.agent.search_settings import SearchSettings
 from kerngen.agent.tree import load_run
 from kerngen.cli import batch as batch_mod
 from kerngen.cli import cluster
+from kerngen.cli.guard import warn_torn
 from kerngen.errors import KerngenError
 from kerngen.harness.spec.spec import KernelSpec
 from kerngen.problems.load import load_problem
@@ -113,10 +114,8 @@ def generate(
              "price_cached_in_per_mtok": price_cached_in,
              "reasoning_effort": reasoning_effort, "max_output_tokens": max_output_tokens, "timeout_s": llm_timeout,
              "extra_body": _extra_fields(llm_extra)}
-    if dry_run:
-        if resume:
-            raise KerngenError("a dry run is not resumed: run it again (it costs LLM calls, no GPU)")
-        evaluator_kind, runs_dir = "dry-run", runs_dir / "dry-run"  # kept apart from the runs that measured
+    if dry_run:  # its run folder is listed with the others (runs, latest), marked as a dry run
+        evaluator_kind = "dry-run"
     problems = list(problems or [])
     if len(problems) > 1 and resume:
         raise KerngenError("--resume continues one run; for several problems run the same command again")
@@ -137,19 +136,24 @@ def generate(
         # the run's problem file runs again only when built in, named here, or unchanged since the run started
         ref, which = rerun_ref(rec.started, problem, hint=f"kerngen generate FILE --resume {resume}")
         out.print(which, markup=False, soft_wrap=True)
-        prop, settings = _resume_settings(rec, ref, asked, usage)
+        if rec.started.dry_run:  # a dry run goes on as one, compiling for the GPU it started with
+            evaluator_kind, asked = "dry-run", replace(asked, gpu=rec.started.dry_run)
+        elif dry_run:
+            raise KerngenError(f"run {rec.id} ran on a GPU: --dry-run does not continue it (leave --dry-run out)")
     else:
         if not problem:
             raise KerngenError("generate needs a PROBLEM (or --resume RUN)")
         ref = parse_problem_ref(problem, shape, dtype)
         _check_problem(ref, evaluator_kind)
-        prop, settings = _new_settings(ref, asked, usage, KernelSpec.load(kernel) if kernel else None)
-    run_dir = settings.run_dir
+        seed = KernelSpec.load(kernel) if kernel else None
     from kerngen.agent.search import Search
     from kerngen.cli import compose
 
+    # the GPU before the LLM: where no GPU can run the search, no request to the endpoint is spent
+    evaluator = compose.make_evaluator(evaluator_kind, **asked.where())
     try:
-        evaluator = compose.make_evaluator(evaluator_kind, **asked.where())
+        prop, settings = _resume_settings(rec, ref, asked, usage) if resume else _new_settings(ref, asked, usage, seed)
+        run_dir = settings.run_dir
         try:
             tuner = compose.make_search_tuner(evaluator_kind, evaluator, ref, no_tune or not settings.config.tune)
             view = LiveView(total_rounds=settings.budget.rounds)
@@ -158,17 +162,17 @@ def generate(
             out.print(f"[bold]run[/] {run_dir}" + (" (resumed)" if resume else ""))
             with view:
                 result = search.run()
-        finally:
-            evaluator.close()
-    except KeyboardInterrupt:
-        _say_interrupted(run_dir, runs_dir)
-        raise typer.Exit(130) from None
+        except KeyboardInterrupt:
+            _say_interrupted(run_dir, runs_dir)
+            raise typer.Exit(130) from None
+    finally:
+        evaluator.close()
     for warning in getattr(prop, "warnings", []):  # e.g. the endpoint's context is smaller than the prompts
         Console(stderr=True, highlight=False, soft_wrap=True).print(one_line(f"warning: {warning}"), markup=False)
     run = load_run(result.run_dir)
     out.print(render_header(run))
     out.print(one_line(f"stopped: {result.reason}"), markup=False)  # a reason may quote a model's text
-    if dry_run:
+    if run.started.dry_run:
         out.print(render_dry_run(dry_run_summary(run)))
     elif run.best is not None:
         out.print(f"best kernel: {result.run_dir / 'best' / 'spec.json'}")
@@ -230,7 +234,8 @@ def _generate_many(problems: list[str], asked: _Asked, *, fresh: bool, as_json: 
 
     runs_dir = asked.runs_dir
     names = expand_problems(problems)  # a missing file or an empty folder: one line, before any GPU work
-    batch, path = batch_mod.open_batch(names, runs_dir, asked.given.get("wall_minutes"), fresh)
+    batch, path = batch_mod.open_batch(names, runs_dir, asked.given.get("wall_minutes"), fresh,
+                                       kind="dry-run" if evaluator_kind == "dry-run" else "")
     t0 = time.monotonic()
     # a batch with nothing left to search needs no GPU: its summary only
     evaluator = compose.make_evaluator(evaluator_kind, **asked.where()) if batch_mod.todo(batch) else None
@@ -269,7 +274,8 @@ def _generate_many(problems: list[str], asked: _Asked, *, fresh: bool, as_json: 
     if as_json:
         typer.echo(batch_mod.summary_json(rows))
         return
-    Console(highlight=False).print(batch_mod.render_summary(rows, batch.minutes, time.monotonic() - t0))
+    Console(highlight=False).print(batch_mod.render_summary(rows, batch.minutes, time.monotonic() - t0,
+                                                            dry_run=evaluator_kind == "dry-run"))
 
 
 def _say_interrupted(run_dir: Path, runs_dir: Path) -> None:
@@ -319,6 +325,7 @@ def show(
 ) -> None:
     """Print the search tree of a run: ideas, categories, verdicts, times, speedups, registers."""
     loaded = load_run(run, runs_dir)
+    warn_torn(loaded)
     if as_json:
         typer.echo(json.dumps(run_json(loaded), indent=2, allow_nan=False))
         return

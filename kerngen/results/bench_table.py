@@ -65,7 +65,11 @@ def print_bench(label: str, facts: GpuFacts, base: Baseline, result: EvalResult 
         )
     if base.floor_ms is not None:
         table.add_row(f"roofline floor ({base.floor_bound})", "", f"{base.floor_ms:.4f}", "", "", "", "100.0%")
+    if base.floor_measured_ms is not None:
+        table.add_row("  from the measured ceilings", "", f"{base.floor_measured_ms:.4f}", "", "", "", "")
     console.print(table)
+    if base.floor_basis:
+        console.print(f"roofline floor: {base.floor_basis}", markup=False)
     if result is not None:
         console.print(f"kernel: {result.message}")
     if base.compiled is None and base.compile_error:

@@ -141,6 +141,8 @@ def render_header(run: Run) -> Table:
     t.add_row("run", _say(f"{run.id} ({run.path})"))
     if st.demo:
         t.add_row("[bold red]DEMO[/]", f"[bold red]{DEMO_LABEL}[/]: toy kernels, made-up times")
+    if st.dry_run:
+        t.add_row("[bold yellow]DRY RUN[/]", _say(f"compiled for {st.dry_run}, nothing run: no times, no baseline"))
     t.add_row("problem", _say(tree.problem.label() if tree.problem else "?"))
     info = st.problem_info.info if st.problem_info is not None else None
     if info is not None and info.description:
@@ -153,9 +155,11 @@ def render_header(run: Run) -> Table:
     t.add_row("search", f"beam {c.beam}, ideas {c.ideas}, branches {c.branches}, repairs {c.repairs}, "
                         f"tune {'on' if c.tune else 'off'}")
     b = tree.baseline
-    if b is not None:
+    if b is not None and math.isfinite(b.eager.median_ms):  # a dry run's baseline holds no time
         comp = f"{b.compiled.median_ms:.4f} ms" if b.compiled else _say(_short(f"n/a {b.compile_error}", 110))
-        floor = f"{b.floor_ms:.4f} ms ({_say(b.floor_bound)})" if b.floor_ms else "n/a"
+        floor = f"{b.floor_ms:.4f} ms ({_say(b.floor_basis or b.floor_bound)})" if b.floor_ms else "n/a"
+        if b.floor_measured_ms:
+            floor += f"; {b.floor_measured_ms:.4f} ms from the measured ceilings"
         t.add_row("baseline", f"eager {b.eager.median_ms:.4f} ms, torch.compile {comp}, floor {floor}")
     best = tree.best()
     if best is not None:
@@ -216,6 +220,7 @@ def run_row(path: Path) -> dict[str, Any]:
         row["run"] = run.id
         row["problem"] = tree.problem.label() if tree.problem else None
         row["gpu"] = tree.gpu.name if tree.gpu else None
+        row["dry_run"] = run.started.dry_run  # the GPU preset a dry run compiled for (nothing measured)
         best = tree.best()
         if best is not None:
             f = tree.figures(best)
@@ -256,6 +261,8 @@ def render_runs(rows: list[dict[str, Any]], runs_dir: str | Path = "runs") -> Gr
         gpu = r["gpu"] or "?"
         if gpu.startswith("scripted evaluator"):
             gpu = "none (scripted demo)"
+        if r.get("dry_run"):
+            gpu = f"none (dry run, {r['dry_run']})"
         table.add_row(f"{_say(r['run'])}\n[dim]{_say(r['problem'] or '?')}[/]", _say(gpu), _num(r["best_ms"], ".4f"),
                       _num(r["speedup_eager"], ".2f", "x"), _num(r["speedup_compile"], ".2f", "x"), status)
     notes = [f"[red]{_say(r['run'])}[/]: {_say(r['status'])}" for r in rows if r["state"] == "corrupt"]
