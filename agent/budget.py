@@ -109,6 +109,12 @@ class Usage:
     def wall_s(self) -> float:
         return self.prior_wall_s + (time.monotonic() - self.t0)
 
+    def start_clock(self) -> None:
+        """The wall clock counts from now (after what earlier sessions spent): a search calls it once
+        its baseline is known, so that starting GPU workers, measuring the GPU and timing PyTorch
+        (torch.compile's first compile in a fresh worker above all) are charged to no problem."""
+        self.t0 = time.monotonic()
+
     def on_call(self, call: "LLMCall") -> None:
         """Callback for the LLM proposer: one LLM call happened (answered, unreadable or failed),
         with ``call.attempts`` HTTP requests; one at least is counted, so that a call that failed

@@ -215,6 +215,7 @@ class Search:
         if baseline is None:
             baseline = self.evaluator.baseline(self.problem)
             self._write(BaselineEvent(baseline=baseline))
+        self.usage.start_clock()  # the wall-clock budget is the search's: nothing before this point counts
         if baseline.degenerate and not self.settings.force:
             why = baseline.degenerate_reason or "its output barely depends on its input"
             raise DegenerateProblemError(f"problem {self.problem.label()} is degenerate ({why}); "

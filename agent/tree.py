@@ -358,12 +358,16 @@ class Run:
         return 1 + sum(isinstance(e, RunResumed) for e in self.events)
 
     def elapsed_s(self) -> float:
-        """Wall seconds spent over all sessions (start of each session to its last event)."""
+        """Wall seconds the search spent over all sessions: from the start of each session (from
+        its baseline, where the session measured it: the budget's clock starts there) to its last
+        event."""
         total, start, last = 0.0, None, None
         for ev in self.events:
             if isinstance(ev, (RunStarted, RunResumed)):
                 if start is not None and last is not None:
                     total += max(0.0, last - start)
+                start = ev.t
+            elif isinstance(ev, BaselineEvent) and start is not None:
                 start = ev.t
             last = ev.t
         if start is not None and last is not None:
