@@ -120,7 +120,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "problems": ("kerngen problems", "kerngen problems softmax --shape 8192x1024 --dtype bf16",
                  "kerngen problems path/to/19_ReLU.py other.py --json"),
     "bench": ("kerngen bench softmax --shape 8192x1024 --dtype bf16",
-              "kerngen bench conv2d --kernel my_conv.json --config TW=16,TH=8"),
+              "kerngen bench conv2d --kernel conv.json --config TW=16,TH=8",
+              "kerngen bench path/to/23_Softmax.py --solution my_solution.py   (your ModelNew: your own Python)"),
     "calibrate": ("kerngen calibrate", "kerngen calibrate --repeats 10 --json"),
     "check": ("kerngen check my_conv.json conv2d --config TW=16", "kerngen check spec.json softmax --compile-all"),
     "tune": ("kerngen tune conv2d --kernel conv.json --strategy model --max-evals 200",),
@@ -135,7 +136,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "report": ("kerngen report latest", "kerngen report RUN -o report.html"),
     "export": ("kerngen export latest --out exported/", "kerngen export RUN --out exported/ --name my_softmax"),
     "playbook": ("kerngen playbook conv2d", "kerngen playbook conv2d --variant igemm -o conv.json",
-                 "kerngen playbook softmax --json"),
+                 "kerngen playbook softmax --json", "kerngen playbook path/to/KernelBench/level2"),
+    "spec": ("kerngen spec", "kerngen spec --schema > kernel-spec.schema.json"),
 }
 
 
@@ -194,6 +196,7 @@ COMMANDS: dict[str, Command] = {
                       "configuration).", data=True),
     "export": Command("results:export", "Export the best kernel of a run: .cu, launch plan + config (JSON), cubin "
                       "and a PyTorch op module.", data=True),
+    "spec": Command("spec:spec_cmd", "What a kernel spec is: its fields, or its JSON schema (--schema)."),
     "playbook": Command("playbook:playbook", "The offline playbook's family, variants and ideas for PROBLEM; a "
                         "variant's spec; a folder's coverage."),
 }

@@ -70,6 +70,8 @@ def bench(
             result = pool.evaluate(ref, [Candidate(spec=spec, config=cfg)], opts)[0]
     from kerngen.results.bench_table import bench_rows, print_bench
 
+    # the user's ModelNew (--solution), in a process of its own, once the pool's worker is closed
+    sol = _solution_row(ref, solution, base, seeds, budget_ms) if solution is not None else None
     if as_json:
         payload = {
             "problem": info.model_dump(mode="json"),
@@ -78,39 +80,40 @@ def bench(
             "kernel": result.model_dump(mode="json") if result else None,
             "rows": bench_rows(base, result),
         }
+        if sol is not None:
+            payload["solution"] = sol
         typer.echo(json.dumps(payload, indent=2))
     else:
         print_bench(ref.label(), facts, base, result)
-    if solution is not None:
-        _bench_solution(ref, solution, base, seeds, budget_ms, as_json)
-    if result is not None and not result.ok:
+        if sol is not None:
+            _print_solution(sol)
+    if (result is not None and not result.ok) or (sol is not None and sol["verdict"] != "ok"):
         raise typer.Exit(1)
 
 
-def _bench_solution(ref, path: Path, base, seeds: int, budget_ms: float, as_json: bool) -> None:
-    """``--solution``: the user's ModelNew checked and timed in a process of its own (exit 1 when
-    it is not correct)."""
-    from rich.console import Console
-
+def _solution_row(ref, path: Path, base, seeds: int, budget_ms: float) -> dict:
+    """``--solution``: the user's ModelNew checked and timed (:mod:`kerngen.harness.gpu.solution`),
+    its speedups over the baseline the pool measured."""
     from kerngen.harness.gpu.solution import SolutionRequest, run_solution
     from kerngen.results.bench_table import ratio
 
     res = run_solution(SolutionRequest(problem=ref, solution=str(path), seeds=seeds, budget_ms=budget_ms))
     ms = res.timing.median_ms if res.timing else None
-    row = {"name": f"solution {path.name}", "verdict": res.verdict.value, "median_ms": ms, "message": res.message,
-           "speedup_vs_eager": ratio(base.eager.median_ms, ms),
-           "speedup_vs_compile": ratio(base.compiled.median_ms if base.compiled else None, ms),
-           "eager_ms_same_process": res.eager.median_ms if res.eager else None}
-    if as_json:
-        typer.echo(json.dumps({"solution": row}, indent=2))
-    else:
-        out = Console(highlight=False, soft_wrap=True)
-        figures = "" if ms is None else (f": {ms:.4f} ms, {row['speedup_vs_eager']:.2f}x eager" + (
-            f", {row['speedup_vs_compile']:.2f}x torch.compile" if row["speedup_vs_compile"] else "") +
-            f" (the reference beside it in its process: {row['eager_ms_same_process']:.4f} ms)")
-        out.print(f"{row['name']}: {res.verdict.value}{figures}; {res.message}", markup=False)
-    if not res.ok:
-        raise typer.Exit(1)
+    return {"name": f"solution {path.name}", "verdict": res.verdict.value, "median_ms": ms, "message": res.message,
+            "speedup_vs_eager": ratio(base.eager.median_ms, ms),
+            "speedup_vs_compile": ratio(base.compiled.median_ms if base.compiled else None, ms),
+            "eager_ms_same_process": res.eager.median_ms if res.eager else None}
+
+
+def _print_solution(row: dict) -> None:
+    from rich.console import Console
+
+    ms = row["median_ms"]
+    figures = "" if ms is None else (f": {ms:.4f} ms, {row['speedup_vs_eager']:.2f}x eager" + (
+        f", {row['speedup_vs_compile']:.2f}x torch.compile" if row["speedup_vs_compile"] else "") +
+        f" (the reference beside it in its own process: {row['eager_ms_same_process']:.4f} ms)")
+    Console(highlight=False, soft_wrap=True).print(f"{row['name']}: {row['verdict']}{figures}; {row['message']}",
+                                                   markup=False)
 
 
 def calibrate(

@@ -143,3 +143,36 @@ def test_the_tuning_axis_spans_the_times_not_zero():
     assert 2.6 < lo < 2.80 and 2.95 < hi < 3.1
     lo, hi = around([1.0, 1.0])
     assert 0.9 < lo < 1.0 < hi < 1.1  # a flat curve still has a range
+
+
+# ----- the README's examples and the guide's links ------------------------------------------
+def _readme_commands() -> list[str]:
+    block = (ROOT / "README.md").read_text().split("## Using it", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    return [line.split("#", 1)[0].strip() for line in block.splitlines() if line.strip().startswith("kerngen ")]
+
+
+def test_the_readmes_conv_examples_chain(tmp_path, monkeypatch):
+    """The spec the README's playbook line writes takes the README's next lines' --config."""
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    lines = [shlex.split(c)[1:] for c in _readme_commands() if "conv.json" in c]
+    writes = [a for a in lines if a[0] == "playbook"]
+    checks = [a for a in lines if a[0] == "check"]
+    assert writes and checks and lines.index(writes[0]) < lines.index(checks[0])  # written before it is used
+    res = invoke(*writes[0])
+    assert res.exit_code == 0, res.output
+    for args in checks + [["check", "conv.json", "conv2d", *a[a.index("--config"):a.index("--config") + 2]]
+                          for a in lines if a[0] == "bench"]:
+        res = invoke(*args)
+        assert res.exit_code == 0, (args, res.output, stderr_of(res))
+
+
+def test_every_relative_link_of_the_docs_resolves():
+    import re
+
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", doc.read_text()):
+            if "://" in target:
+                continue
+            assert (doc.parent / target).exists(), f"{doc.relative_to(ROOT)}: {target}"
