@@ -150,7 +150,9 @@ def print_suite(rep: Any) -> None:
     cols = ("problem", "eager ms", "compile ms", "kernel ms (IQR)", "floor ms", "vs eager", "vs compile",
             "% of floor", "verdict / why")
     for col in cols:
-        table.add_column(col, justify="left" if col in (cols[0], cols[-1]) else "right")
+        # a problem's name is folded over lines, never cut (--json has every field too)
+        table.add_column(col, justify="left" if col in (cols[0], cols[-1]) else "right",
+                         overflow="fold" if col == cols[0] else "ellipsis")
     for e in rep.entries:
         k = e.kernel
         compile_ms = _f(_ms(e.compiled), ".4f") if not e.compile_missing else "failed"

@@ -250,7 +250,7 @@ def render_runs(rows: list[dict[str, Any]], runs_dir: str | Path = "runs") -> Gr
 
     table = Table(title=f"runs under {_say(runs_dir)}, oldest first (the last is 'latest')", title_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False, padding=0)  # the box puts a space between columns
-    table.add_column("run\nproblem", min_width=30)
+    table.add_column("run\nproblem", min_width=30, overflow="fold")  # folded, never cut
     table.add_column("GPU", min_width=11, max_width=14)
     for col in ("best\nms", "vs\neager", "vs\ncompile"):
         table.add_column(col, justify="right", no_wrap=True)

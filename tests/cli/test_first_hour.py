@@ -176,3 +176,19 @@ def test_every_relative_link_of_the_docs_resolves():
             if "://" in target:
                 continue
             assert (doc.parent / target).exists(), f"{doc.relative_to(ROOT)}: {target}"
+
+
+def test_run_names_are_folded_not_cut_at_80_columns():
+    from rich.console import Console
+
+    from kerngen.results.show import render_runs
+
+    long = "20261127-211356-20_convtranspose3d_sum_residualadd_multiply_residualadd-332e"
+    rows = [{"run": long, "path": "x", "problem": "level2/20_ConvTranspose3d_Sum_ResidualAdd_Multiply_ResidualAdd.py",
+             "gpu": "NVIDIA H100 80GB HBM3", "best_ms": 1.23, "speedup_eager": 1.2, "speedup_compile": 1.1,
+             "state": "finished", "status": "finished: x", "dry_run": None}]
+    console = Console(width=80, record=True)
+    console.print(render_runs(rows))
+    text = console.export_text()
+    assert "…" not in text and all(len(line) <= 80 for line in text.splitlines())
+    assert long in "".join(line[:34].strip() for line in text.splitlines())
