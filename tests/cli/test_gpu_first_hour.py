@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from kerngen.agent.tree import load_run
+
 pytestmark = pytest.mark.gpu
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,9 +49,6 @@ def test_the_first_problem_of_a_folder_evaluates_candidates_like_the_rest(tmp_pa
                     timeout=540)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads(proc.stdout)
-    sys.path.insert(0, str(ROOT))
-    from kerngen.agent.tree import load_run
-
     evaluated = []
     for row in rows:
         run = load_run(tmp_path / "runs" / row["run"])
