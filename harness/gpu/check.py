@@ -20,7 +20,7 @@ from kerngen.harness.gpu.buffers import POISON_PATTERNS, GuardedBuffer, alloc_gu
 from kerngen.harness.gpu.compare import Comparison, compare, rel_err_limit
 from kerngen.harness.gpu.integrity import Seal, digest, new_key
 from kerngen.harness.gpu.memory_plan import HarnessMemoryError
-from kerngen.harness.gpu.launcher import LoadedModule, PlanRunner
+from kerngen.harness.gpu.launcher import Launcher
 from kerngen.harness.spec.plan import ResolvedPlan
 from kerngen.harness.results import CheckEvidence, CheckFailure, MemoryPlan
 
@@ -209,9 +209,9 @@ class CandidateFailed(Exception):
 
 def run_check(
     state: ProblemState,
-    module: LoadedModule,
+    module: Launcher,
     plan: ResolvedPlan,
-    stream: torch.cuda.Stream,
+    stream: torch.cuda.Stream | None,
     seeds: list[int],
     sync: Callable[[], None],
     keep: list[BoundSet] | None = None,
@@ -247,7 +247,7 @@ def _check_one_set(state, module, plan, stream, seed, i, sync, evidence: CheckEv
                    memory: MemoryPlan | None = None) -> BoundSet:
     on_host = memory is not None and not memory.refs_on_gpu
     bound = state.new_set(seed, plan, memory)
-    runner = PlanRunner(module, plan, bound.tensors(state.params), stream)
+    runner = module.runner(plan, bound.tensors(state.params), stream)
     first = _run_poisoned(state, bound, runner, POISON_PATTERNS[i % 3], sync, RunCopy.host if on_host else RunCopy.gpu)
     _verify_untouched(state, bound, evidence, "before the reference")
     refs = state.reference(bound, to_host=on_host)
@@ -280,7 +280,7 @@ class RunCopy(Enum):
     none = "none"  # the output buffers themselves (the last run before the comparisons)
 
 
-def _run_poisoned(state, bound: BoundSet, runner: PlanRunner, pattern: str, sync, copy: RunCopy):
+def _run_poisoned(state, bound: BoundSet, runner: Callable[[], None], pattern: str, sync, copy: RunCopy):
     """Poison the outputs and scratch, run, and return each output (as ``copy`` says) with its
     poison. A poison is a byte or a seed, never a copy of the output."""
     poisons = [poison(buf, pattern, state.gen) for buf in bound.outputs.values()]

@@ -15,6 +15,12 @@ It prints each kernel's registers, spills and shared memory, and how many config
 spec's tunables are admissible (:func:`kerngen.harness.tune.admissible.admissible`, the one resolution
 the playbook uses too: the tuner's static pruning; with ``--compile-all`` every admissible one is
 also compiled and checked like the chosen one).
+With ``--emulate``, a spec that passes them is then run on the CPU emulator
+(:mod:`kerngen.harness.emu`) through the harness's own correctness check, against PyTorch's
+reference on the CPU, at the problem's shape (``--shape`` makes a built-in small enough): fresh
+random inputs, poisoned and guarded outputs, runs before and after the reference. The emulator
+compiles the spec's CUDA-C as host C++ and runs it on this machine, jailed (:mod:`kerngen.harness.emu.jail`):
+it runs the spec the user names, never a model's answer.
 Exit status 0 when every check passes, 1 when one fails (one line on stderr), 2 when the command
 cannot run (the problem does not load, a bad option); ``--json`` prints one JSON object instead.
 """
@@ -32,6 +38,9 @@ from kerngen.text import one_line, strict_json
 from kerngen.errors import KerngenError
 
 ARCH_RE = re.compile(r"^sm_\d{2,3}[af]?$")
+# the most input and output bytes --emulate takes on (one fiber per CUDA thread: a few million
+# threads a second); beyond it, a smaller --shape
+EMULATE_MAX_BYTES = 64 << 20
 
 
 class CheckFailed(KerngenError):
@@ -74,7 +83,8 @@ def _plan_json(plan) -> dict[str, Any]:
 
 
 def run_check(spec_path: str, problem: str, *, config: str | None = None, arch: str | None = None,
-              shape: str | None = None, dtype: str | None = None, compile_all: bool = False) -> dict[str, Any]:
+              shape: str | None = None, dtype: str | None = None, compile_all: bool = False,
+              emulate: bool = False) -> dict[str, Any]:
     """The report of ``kerngen check`` as data. Raises :class:`KerngenError` when the command
     cannot run; a failed check is ``report["ok"] is False`` with ``stage`` and ``error``."""
     from kerngen.problems.load import load_problem
@@ -95,10 +105,13 @@ def run_check(spec_path: str, problem: str, *, config: str | None = None, arch: 
         raise KerngenError(f"bad --arch {arch!r}: expected sm_XY, e.g. sm_90")
     ref = parse_problem_ref(problem, shape=shape, dtype=dtype)
     info = load_problem(ref).info  # ProblemError: the command cannot run (exit 2)
+    if emulate:
+        _emulation_fits(info)
     gpu = limits_for(arch)
     report: dict[str, Any] = {
         "ok": False, "stage": None, "error": None, "spec": str(spec_path), "name": None, "problem": ref.label(),
         "arch": arch, "passed": [], "config": None, "plan": None, "compile": None, "kernels": {}, "configs": None,
+        "emulated": None,
         "limits": {"max_threads_per_block": gpu.max_threads_per_block,
                    "max_shared_per_block_optin": gpu.max_shared_per_block_optin,
                    "regs_per_block": gpu.regs_per_block},
@@ -176,8 +189,45 @@ def run_check(spec_path: str, problem: str, *, config: str | None = None, arch: 
     if kind:
         return fail("resources", f"{reason} ({arch})")
     report["passed"].append("resources")
+    if emulate:
+        ok, result = guarded("emulate", lambda: _emulate(ref, spec, plan))
+        if not ok:
+            return report
+        report["emulated"] = {"verdict": result.verdict.value, "message": one_line(result.message, 1000),
+                              "failed": result.check.failed.value if result.check and result.check.failed else None,
+                              "seeds": result.check.seeds if result.check else [], "seconds": round(result.wall_s, 2)}
+        if not result.ok:
+            return fail("emulate", f"{result.verdict.value}: {result.message}")
+        report["passed"].append("emulate")
     report["ok"] = True
     return report
+
+
+def _emulation_fits(info) -> None:
+    """--emulate on a problem small enough for the emulator, else a usage error (exit 2)."""
+    from kerngen.harness.emu.runner import available, compiler
+
+    if not available():
+        raise KerngenError(f"--emulate needs a C++ compiler: {compiler()!r} is not on PATH (set KERNGEN_EMU_CXX)")
+    total = sum(t.nbytes for t in info.inputs) + sum(t.nbytes for t in info.outputs)
+    if total > EMULATE_MAX_BYTES:
+        raise KerngenError(f"--emulate: {info.name} moves {total / 2**20:.0f} MiB, more than the emulator takes on "
+                           f"({EMULATE_MAX_BYTES >> 20} MiB): give a built-in a smaller --shape, e.g. --shape 64x256")
+
+
+def _emulate(ref, spec, plan):
+    """The harness's correctness check of ``spec`` on the CPU emulator (not timed)."""
+    import torch
+
+    from kerngen.harness.emu.launch import evaluate_emulated
+    from kerngen.harness.evaluator import EvalOptions
+    from kerngen.harness.gpu.check import ProblemState
+    from kerngen.problems.load import load_problem
+    from kerngen.problems.torch_modes import strict_fp32
+
+    strict_fp32()
+    state = ProblemState(load_problem(ref), torch.device("cpu"))
+    return evaluate_emulated(state, spec, plan, EvalOptions(seeds=3, bench=False, timeout_s=300.0))
 
 
 # ----- printing -----------------------------------------------------------------------------
@@ -240,6 +290,9 @@ def _print_report(report: dict[str, Any]) -> None:
             say(f"    an admissible configuration: --config {_cfg_text(c['first_admissible'])}")
     elif c:
         say(f"  configurations: not counted ({c['error']})")
+    emu = report.get("emulated")
+    if emu:
+        say(f"  emulated on the CPU against PyTorch: {emu['verdict']} ({emu['seconds']:.1f} s): {emu['message']}")
     if report["ok"]:
         say(f"ok: {', '.join(report['passed'])}")
 
@@ -254,14 +307,18 @@ def check_cmd(
     dtype: Optional[str] = typer.Option(None, "--dtype", help="built-ins: fp32 | fp16 | bf16"),
     compile_all: bool = typer.Option(False, "--compile-all", help="compile and check every admissible "
                                      "configuration too (not only static pruning)"),
+    emulate: bool = typer.Option(False, "--emulate", help="then run the spec on the CPU emulator through the "
+                                 "harness's correctness check against PyTorch (a small --shape; needs g++; compiles "
+                                 "and runs the spec's CUDA-C as host code, jailed: only for specs you trust to run)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Vet a kernel spec without a GPU: validate it, resolve its launch plan for PROBLEM, compile
     it in the sandbox, check kernel names and argument sizes against the compiled parameters;
-    print registers, spills, shared memory and the admissible configurations."""
+    print registers, spills, shared memory and the admissible configurations. With --emulate, also
+    run it on the CPU emulator through the harness's correctness check at a small shape."""
     try:
         report = run_check(str(spec), problem, config=config, arch=arch, shape=shape, dtype=dtype,
-                           compile_all=compile_all)
+                           compile_all=compile_all, emulate=emulate)
     except KerngenError as exc:
         if as_json:
             typer.echo(json.dumps({"ok": False, "stage": "setup", "error": one_line(str(exc))}))

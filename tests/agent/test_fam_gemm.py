@@ -23,16 +23,13 @@ from kerngen.harness.results import EvalResult, GpuFacts, Verdict
 from kerngen.harness.spec import plan
 from kerngen.problems.load import load_problem
 from tests.agent.family_checks import resized_copy
+from tests.resources import kernelbench
 
-try:  # the CPU emulator (tests/emu): runs the kernels' CUDA-C on CPU tensors
-    from tests.emu.runner import available as emulator_available
-    from tests.emu.runner import emulate
-except ImportError:  # pragma: no cover - a tree without it
-    emulator_available, emulate = (lambda: False), None
+from tests.emu.runner import emulate
 
-KB = Path("/work/shared/kernelbench")
-needs_kb = pytest.mark.skipif(not (KB / "level1").is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
-needs_emulator = pytest.mark.skipif(not emulator_available(), reason="no C++ compiler for the CPU emulator")
+KB = kernelbench()
+needs_kb = pytest.mark.needs_kernelbench
+needs_emulator = pytest.mark.needs_cxx
 
 PROBLEM = '''
 import torch

@@ -26,9 +26,10 @@ from kerngen.problems.load import load_problem
 from kerngen.problems.ref import parse_problem_ref
 from tests.agent.family_checks import matmul_problem
 from tests.cli_output import stderr_of
+from tests.resources import kernelbench
 
 runner = CliRunner()
-SHARED = Path("/work/shared/kernelbench/level1")
+SHARED = kernelbench("level1")
 COPIES = Path(__file__).parents[1] / "data" / "kernelbench" / "level1"
 SM90 = limits_for("sm_90")
 

@@ -110,3 +110,22 @@ def test_every_cheat_names_itself() -> None:
     """Each source says in a comment which cheat (or correct kernel) it is."""
     for c in CASES.values():
         assert "Cheat" in c.spec.source or "Correct" in c.spec.source or "Bug" in c.spec.source, c.name
+
+
+def test_a_device_side_launch_is_refused_by_nvrtc_and_by_the_cubin_check():
+    """The harness compiles whole programs: NVRTC refuses ``<<<...>>>`` in a kernel outright. Were a
+    module to carry a device-side launch anyway (relocatable device code, which the harness never
+    asks for), the cubin check refuses the device runtime's launch functions by name."""
+    from kerngen.harness.compile.cubin import check_cubin, read_cubin
+    from kerngen.harness.compile.sandbox import cubin_of, sandbox
+
+    source = CASES["gelu_dynamic_parallelism"].spec.source
+    whole = sandbox().compile(source, [f"--gpu-architecture={ARCH}"], ARCH)
+    assert not whole.ok and "device-side kernel launch" in whole.log, whole.log
+    rdc = sandbox().compile(source, [f"--gpu-architecture={ARCH}", "--relocatable-device-code=true"], ARCH)
+    assert rdc.ok, rdc.log
+    cubin = cubin_of(rdc)
+    assert any("CDP" in f for f in read_cubin(cubin).undefined_functions)
+    with pytest.raises(CompileError, match=r"^forbidden: dynamic parallelism \('__cudaCDP2\w+'\): kernels may not "
+                                           r"launch kernels"):
+        check_cubin(cubin, ["gelu"], source=source)
