@@ -191,17 +191,25 @@ class Tree:
     def next_id(self) -> int:
         return max(self.nodes, default=-1) + 1
 
-    def figures(self, node: Node) -> dict[str, float | None]:
-        """Speedups of a node vs eager and torch.compile, and its % of the roofline floor."""
+    def figures(self, node: Node) -> dict[str, Any]:
+        """Speedups of a node vs eager and torch.compile in true fp32 (``speedup_eager``,
+        ``speedup_compile``) and at PyTorch's defaults (``*_defaults``, labelled ``defaults_label``;
+        None for a baseline recorded before they were measured), and its % of the roofline floor."""
         ms = node.ms
-        out: dict[str, float | None] = {"ms": None if math.isinf(ms) else ms, "speedup_eager": None,
-                                        "speedup_compile": None, "pct_roofline": None}
+        out: dict[str, Any] = {"ms": None if math.isinf(ms) else ms, "speedup_eager": None,
+                               "speedup_compile": None, "speedup_eager_defaults": None,
+                               "speedup_compile_defaults": None, "defaults_label": None, "pct_roofline": None}
         if math.isinf(ms) or ms <= 0 or self.baseline is None:
             return out
         b = self.baseline
         out["speedup_eager"] = b.eager.median_ms / ms
         if b.compiled is not None:
             out["speedup_compile"] = b.compiled.median_ms / ms
+        if b.eager_defaults is not None:
+            out["defaults_label"] = b.defaults_label or None
+            out["speedup_eager_defaults"] = b.eager_defaults.median_ms / ms
+            if b.compiled_defaults is not None:
+                out["speedup_compile_defaults"] = b.compiled_defaults.median_ms / ms
         if b.floor_ms:
             out["pct_roofline"] = b.floor_ms / ms * 100
         return out

@@ -200,13 +200,22 @@ class EvalResult(_Record):
 
 
 class Baseline(_Record):
-    """PyTorch's own times for a problem on one GPU, and the roofline floor."""
+    """PyTorch's own times for a problem on one GPU, and the roofline floor. ``eager`` and
+    ``compiled`` run in true fp32 (TF32 off everywhere: "vs PyTorch (true fp32)"); the
+    ``*_defaults`` ones at PyTorch's default settings (cuDNN convolutions in TF32, matmuls as a fresh
+    process has them; TF32 matmuls too for a problem checked at --precision tf32), labelled
+    ``defaults_label``. ``defaults_same``: the outputs at the defaults were bitwise those of true
+    fp32 (no op of the problem uses TF32), so the same timings stand for both."""
 
     problem: str
     gpu: str
     eager: Timing
     compiled: Timing | None = None
     compile_error: str = ""
+    eager_defaults: Timing | None = None
+    compiled_defaults: Timing | None = None
+    defaults_label: str = ""
+    defaults_same: bool = False
     floor_ms: float | None = None
     floor_bound: str = ""  # "memory" | "compute"
     # what the floor is made of (the data sheet's rate or bandwidth, named: FFMA, 3xTF32, tensor cores;
@@ -221,6 +230,36 @@ class Baseline(_Record):
 
 
 Timing.model_rebuild()
+
+
+OP_GAP_WARN_PCT = 3.0  # the exported op slower than its kernel by more than this: a warning with the number
+
+
+class OpTiming(_Record):
+    """The exported op's path timed beside its kernel, side by side in one worker on the same inputs
+    (:mod:`kerngen.harness.gpu.op_bench`): ``kernel`` is the harness launching the plan on buffers it
+    holds, ``op`` is ``torch.ops`` calling the op as a user does (outputs allocated per call, the
+    launch path of :mod:`kerngen.harness.gpu.op_runtime`)."""
+
+    kernel: Timing
+    op: Timing
+    gap_pct: float  # (op - kernel) / kernel, in % of the kernel's median
+    host_us: float  # host time of one op call (no synchronisation), microseconds
+    matches: bool  # the op's output equals the kernel's on the same inputs (within the check's tolerance)
+    rounds: int = 2  # each path timed this many times, alternating; each figure is its best round's
+
+    @property
+    def slow(self) -> bool:
+        return self.gap_pct > OP_GAP_WARN_PCT
+
+    def warning(self) -> str:
+        """"" or one line: the op's gap over the kernel (or an output that differs)."""
+        if not self.matches:
+            return "the exported op's output differs from its kernel's on the same inputs"
+        if not self.slow:
+            return ""
+        return (f"the exported op is {self.gap_pct:.1f}% slower than its kernel ({self.op.median_ms:.4f} ms against "
+                f"{self.kernel.median_ms:.4f}; host {self.host_us:.0f} us a call)")
 
 
 class GpuFacts(_Record):

@@ -10,7 +10,11 @@ import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-KERNELBENCH = ROOT.parent / "shared" / "kernelbench"
+# beside the project (a developer's checkout, CI), else inside it (a copy of the tree sent to a GPU host
+# carries its own shared/), or where KERNGEN_KERNELBENCH points
+_PLACES = [Path(p) for p in (os.environ.get("KERNGEN_KERNELBENCH", ""),) if p]
+_PLACES += [ROOT.parent / "shared" / "kernelbench", ROOT / "shared" / "kernelbench"]
+KERNELBENCH = next((p for p in _PLACES if (p / "level1").is_dir()), _PLACES[0])
 REQUIRE_ALL = os.environ.get("KERNGEN_REQUIRE_ALL", "") not in ("", "0")
 
 

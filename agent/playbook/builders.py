@@ -20,6 +20,7 @@ from kerngen.agent.playbook.build_tf32 import PADDED_VARIANT, sgemm_tf32x3, sgem
 from kerngen.agent.playbook.builders_rows import elementwise_vec, layernorm_coop, layernorm_split, rmsnorm_two_pass, rows_reg, softmax_long
 from kerngen.agent.playbook.match import FamilyMatch
 from kerngen.agent.playbook.registry import REGISTRY
+from kerngen.agent.playbook.wgmma_variants import VARIANT as WGMMA, matmul_wgmma
 from kerngen.agent.playbook.render import COOP_NB, render
 
 __all__ = ["COOP_NB", "VARIANTS", "build", "render"]
@@ -34,7 +35,8 @@ VARIANTS: dict[str, dict[str, Builder]] = {
     "conv2d": {"direct": conv2d_direct, "igemm": conv2d_igemm, "tf32x3": conv2d_tf32x3},
     "conv_relu_maxpool": {"fused": conv_relu_pool},
     "matmul": {"tiled": sgemm_tiled, "simple": sgemm_simple, "tf32x3": sgemm_tf32x3,
-               PADDED_VARIANT: sgemm_tf32x3_padded},
+               PADDED_VARIANT: sgemm_tf32x3_padded,
+               WGMMA: matmul_wgmma},  # hook (issue 35): the Hopper core, 3xTF32; offered on sm_90 only
 }
 VARIANTS.update({f.name: dict(f.variants) for f in REGISTRY})
 

@@ -9,6 +9,7 @@ from kerngen.agent.playbook.entry import A, C, CF, Entry, M, PAR
 from kerngen.agent.playbook.build_conv_tf32 import CONV2D_IDEAS
 from kerngen.agent.playbook.build_tf32 import TF32_IDEAS
 from kerngen.agent.playbook.registry import REGISTRY
+from kerngen.agent.playbook.wgmma_variants import MATMUL_IDEAS
 
 __all__ = ["CATALOG", "Entry"]
 
@@ -183,5 +184,6 @@ CATALOG: dict[str, list[Entry]] = {
 }
 
 CATALOG["matmul"] += TF32_IDEAS  # fp32 on the tensor cores, split precision (build_tf32)
+CATALOG["matmul"] = [*MATMUL_IDEAS, *CATALOG["matmul"]]  # hook (issue 35): the Hopper core first in round 0
 CATALOG["conv2d"] += CONV2D_IDEAS  # the same for the convolution (build_conv_tf32)
 CATALOG.update({f.name: list(f.ideas) for f in REGISTRY})

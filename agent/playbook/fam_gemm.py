@@ -30,6 +30,7 @@ from kerngen.agent.playbook.family import Family
 from kerngen.agent.playbook.forward_source import UNKNOWN, kwarg, module_of
 from kerngen.agent.playbook.match import FamilyMatch, Read
 from kerngen.agent.playbook.not_covered import NotCovered
+from kerngen.agent.playbook import wgmma_variants  # the Hopper core's hook (issue 35)
 
 __all__ = ["FAMILY"]
 
@@ -288,7 +289,7 @@ def _graph(r: Read) -> Any | None:
         return None
 
 
-def _contraction(r: Read) -> FamilyMatch | None:
+def _contraction(r: Read, keep_plain: bool = False) -> FamilyMatch | None:
     g = _graph(r)
     if g is None:
         return None  # nothing to read the operands from: the built-in matmul family says what it can
@@ -328,7 +329,7 @@ def _contraction(r: Read) -> FamilyMatch | None:
     plain = (op != "einsum" and not mask and not a.trans and not b.trans and len(shapes[a.name]) == 2
              and len(shapes[b.name]) == 2 and facts["shape"][2] != 1 and {a.name, b.name} <= inputs
              and len(inputs) == 2)
-    if plain:
+    if plain and not keep_plain:
         return None  # plain 2-D A @ B: the built-in matmul family's
     r.match.facts = facts
     r.match.message = f"gemm: {facts['what']}" + (f", {mask} triangle" if mask else "")
@@ -375,17 +376,37 @@ def _rowscale(r: Read) -> FamilyMatch | None:
 
 
 # ---------------------------------------------------------------------------------------------
-def recognise(r: Read) -> FamilyMatch | None:
-    linears = [(k, c, n) for k, c, n in r.kinds if k == "Linear"]
+def _linears(r: Read) -> list:
+    return [(k, c, n) for k, c, n in r.kinds if k == "Linear"]
+
+
+def _gemm_like(r: Read) -> bool:
+    """nn.Linear, a contraction call or the @ operator in the forward, and no convolution."""
     names = set(r.names)
-    if not linears and not (names & set(CONTRACTIONS)) and "MatMult" not in r.fwd.binops:
+    return (bool(_linears(r) or names & set(CONTRACTIONS) or "MatMult" in r.fwd.binops)
+            and not any(k.startswith(("Conv", "conv")) for k in names))
+
+
+def read_gemm(r: Read, *, keep_plain: bool = False) -> FamilyMatch | None:
+    """The gemm facts of a GEMM (+ elementwise epilogue) forward whatever its dtype, None for another forward
+    (the 16-bit family, :mod:`.fam_gemm16`, reads its problems through it); ``keep_plain``: a plain 2-D A @ B of
+    two inputs too (at fp32 the built-in matmul family's)."""
+    if not _gemm_like(r):
+        return None
+    linears = _linears(r)
+    return _linear(r, linears) if linears else _contraction(r, keep_plain)
+
+
+def recognise(r: Read) -> FamilyMatch | None:
+    names = set(r.names)
+    if not _linears(r) and not (names & set(CONTRACTIONS)) and "MatMult" not in r.fwd.binops:
         return _rowscale(r)
-    if any(k.startswith(("Conv", "conv")) for k in names):
+    if not _gemm_like(r):
         return None  # a convolution's problem: the conv families say what they cover
     if r.dtypes != {"float32"}:
         raise NotCovered(f"the playbook's gemm family is fp32 only (no TF32, no 16-bit inputs); got "
                          f"{', '.join(sorted(r.dtypes))}")
-    return _linear(r, linears) if linears else _contraction(r)
+    return read_gemm(r)
 
 
 _AFTER_TILED = frozenset({"tiled"})
@@ -446,5 +467,6 @@ IDEAS = (
 
 FAMILY = Family(name="gemm", recognise=recognise,
                 variants={"tiled": gemm_tiled, build_gemm_tf32.VARIANT: build_gemm_tf32.gemm_tf32x3,
-                          "gemv": gemm_gemv, "rowscale": gemm_rowscale},
-                ideas=IDEAS + build_gemm_tf32.IDEAS)
+                          "gemv": gemm_gemv, "rowscale": gemm_rowscale,
+                          wgmma_variants.VARIANT: wgmma_variants.gemm_wgmma},  # hook: Hopper only (coverage)
+                ideas=wgmma_variants.GEMM_IDEAS + IDEAS + build_gemm_tf32.IDEAS)  # hook: wgmma first in round 0

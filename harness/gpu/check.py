@@ -21,6 +21,7 @@ from kerngen.harness.gpu.compare import Comparison, compare, rel_err_limit
 from kerngen.harness.gpu.integrity import Seal, digest, new_key
 from kerngen.harness.gpu.memory_plan import HarnessMemoryError
 from kerngen.harness.gpu.launcher import Launcher
+from kerngen.harness.gpu.precision import Tolerance, tolerance_for
 from kerngen.harness.spec.plan import ResolvedPlan
 from kerngen.harness.results import CheckEvidence, CheckFailure, MemoryPlan
 
@@ -222,9 +223,9 @@ def run_check(
     checked input sets, with their references, are appended to ``keep`` for the timed runs (they
     are as fresh and as unknown to the kernel as new ones, and cost nothing more to make); the
     last ones checked, so that the memory plan's count of what waits during a check holds."""
-    atol, rtol = state.info.atol, state.info.rtol
-    limits = [rel_err_limit(torch_dtype(o.dtype)) for o in state.info.outputs]
-    evidence = CheckEvidence(seeds=seeds, atol=atol, rtol=rtol, max_rel_err=max(limits, default=0.0))
+    tol = tolerance_for(state)  # the problem's, or measured at --precision tf32 (precision.py)
+    limits = [_rel_limit(tol, o.dtype) for o in state.info.outputs]
+    evidence = CheckEvidence(seeds=seeds, atol=tol.atol, rtol=tol.rtol, max_rel_err=max(limits, default=0.0))
     try:
         for i, seed in enumerate(seeds):
             bound = _check_one_set(state, module, plan, stream, seed, i, sync, evidence, memory)
@@ -258,13 +259,15 @@ def _check_one_set(state, module, plan, stream, seed, i, sync, evidence: CheckEv
     names = [o.name for o in state.info.outputs]
     for name, (out1, p1), (out2, p2), ref in zip(names, first, second, refs):
         for out, pois, when in ((out1, p1, "before"), (out2, p2, "after")):
-            c = compare(out, ref, atol=evidence.atol, rtol=evidence.rtol, poison=pois, name=name, device=state.device)
+            c = compare(out, ref, atol=evidence.atol, rtol=evidence.rtol, poison=pois, name=name, device=state.device,
+                        rel_limit=tolerance_for(state).rel_limit(ref.dtype))
             _record(evidence, c, name)
             if not c.ok:
                 _fail(evidence, c.failed, f"seed {seed}, run {when} the reference: {c.message}", c.pattern)
         if not _equal(out1, out2):
             evidence.deterministic = False
-            c = compare(out2, out1, atol=evidence.atol, rtol=evidence.rtol, name=name, device=state.device)
+            c = compare(out2, out1, atol=evidence.atol, rtol=evidence.rtol, name=name, device=state.device,
+                        rel_limit=tolerance_for(state).rel_limit(out1.dtype))
             if not c.ok:
                 # the pattern reads the first run as the reference: where the second one differs
                 _fail(evidence, CheckFailure.nondeterministic, f"seed {seed}: two runs disagree: {c.message}",
@@ -334,6 +337,11 @@ def _record(evidence: CheckEvidence, c: Comparison, name: str) -> None:
     evidence.mismatches = max(evidence.mismatches, c.mismatches)
 
 
+def _rel_limit(tol: Tolerance, dtype: str) -> float:
+    limit = tol.rel_limit(dtype)
+    return rel_err_limit(torch_dtype(dtype)) if limit is None else limit
+
+
 def _fail(evidence: CheckEvidence, failed: CheckFailure | None, message: str, pattern: str = "") -> None:
     """End the check with this evidence. ``pattern`` is the failed comparison's (where the wrong
     elements are and how wrong, :mod:`.error_pattern`): the repair prompt shows it."""
@@ -346,13 +354,15 @@ def _fail(evidence: CheckEvidence, failed: CheckFailure | None, message: str, pa
 def verify_timed_outputs(state: ProblemState, sets: list[BoundSet]) -> CheckEvidence | None:
     """After the timed runs: each set's last output must still match its reference, and no guard,
     input or parameter may have changed. Returns failing evidence or None."""
-    evidence = CheckEvidence(atol=state.info.atol, rtol=state.info.rtol)
+    tol = tolerance_for(state)
+    evidence = CheckEvidence(atol=tol.atol, rtol=tol.rtol)
     names = [o.name for o in state.info.outputs]
     try:
         for k, bound in enumerate(sets):
             _verify_untouched(state, bound, evidence, "during the timed runs")
             for name, buf, ref in zip(names, bound.outputs.values(), bound.refs):
-                c = compare(buf.view, ref, atol=evidence.atol, rtol=evidence.rtol, name=name)
+                c = compare(buf.view, ref, atol=evidence.atol, rtol=evidence.rtol, name=name,
+                            rel_limit=tol.rel_limit(ref.dtype))
                 if not c.ok:
                     _fail(evidence, CheckFailure.timed_output_mismatch, f"timed input set {k}: {c.message}", c.pattern)
     except CandidateFailed as failure:

@@ -125,7 +125,8 @@ class PlanRunner:
         assert arg.box is not None and arg.swizzle is not None
         what = f"step {index}: kernel '{step.kernel}' argument {pos}: tensormap of '{arg.name}'"
         box_rows, box_cols = arg.box
-        buf = tensormap.device_map(tensor, box_rows, box_cols, arg.swizzle, what)
+        buf = tensormap.device_map(tensor, box_rows, box_cols, arg.swizzle, what, full_width=arg.full_width,
+                                   view=arg.view)
         self._tensormaps.append(buf)
         return buf.data_ptr()
 

@@ -15,8 +15,8 @@ from kerngen.problems.ref import ProblemRef
 from kerngen.errors import KerngenError, NoGPUError
 from kerngen.harness.evaluator import Candidate, EvalOptions, OnResult
 from kerngen.harness.pool.static_stage import Ready, cancelled, prepare
-from kerngen.harness.pool.protocol import BaselineRequest, EvaluateRequest, HelloRequest
-from kerngen.harness.results import Baseline, EvalResult, GpuFacts, ProfileOutcome, Verdict
+from kerngen.harness.pool.protocol import BaselineRequest, EvaluateRequest, HelloRequest, OpTimeRequest
+from kerngen.harness.results import Baseline, EvalResult, GpuFacts, OpTiming, ProfileOutcome, Verdict
 from kerngen.harness.pool.worker_proc import WorkerDied, WorkerProcess, WorkerTimeout
 from kerngen.harness.gpu.profile import NCU_TIMEOUT_S, ProfileRequest, find_ncu, run_ncu
 from kerngen.harness.spec.spec import KernelSpec
@@ -141,6 +141,23 @@ class WorkerPool:
             return self._run_ncu(worker, request, arch, timeout_s)
         finally:
             self._free.put(worker)
+
+    def time_op(self, problem: ProblemRef, spec: KernelSpec, config: dict[str, int] | None = None, *,
+                budget_ms: float = 300.0, timeout_s: float = BASELINE_TIMEOUT_S) -> OpTiming:
+        """The exported op's path timed beside its kernel in one worker (:mod:`kerngen.harness.gpu.op_bench`).
+        KerngenError when the kernel does not compile or the worker fails."""
+        results: list[EvalResult | None] = [None]
+        ready = self._compile_all(problem, [Candidate(spec=spec, config=dict(config or {}))], self.gpu_facts().arch,
+                                  results, None)
+        if not ready:
+            why = results[0].message if results[0] is not None else "no plan"
+            raise KerngenError(f"the op path was not timed: {why}")
+        request = OpTimeRequest(problem=problem, spec=spec, plan=ready[0].plan,
+                                cubin_b64=EvaluateRequest.encode(ready[0].compiled.cubin), budget_ms=budget_ms)
+        reply = self._ask(request, timeout_s)
+        if reply.op_timing is None:
+            raise KerngenError(f"the op path was not timed: {reply.error or 'no answer'}")
+        return reply.op_timing
 
     def _find_ncu(self) -> str:
         """ncu on this host ("": none). A Ray pool asks its actors' hosts instead."""

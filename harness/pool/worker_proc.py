@@ -15,6 +15,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from kerngen.harness import lifeline
 from kerngen.harness.pool.protocol import Envelope, Reply
 
 
@@ -54,17 +55,18 @@ class WorkerProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def start(self) -> None:
-        env = dict(os.environ, CUDA_VISIBLE_DEVICES=self.device, PYTHONUNBUFFERED="1")
+        # KERNGEN_PARENT_PID: the worker dies with this process, however it is killed (lifeline)
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES=self.device, PYTHONUNBUFFERED="1", KERNGEN_PARENT_PID=str(os.getpid()))
         env.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)
         log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
+        self.proc = lifeline.spawn(lambda: subprocess.Popen(
             [sys.executable, "-m", self.module],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=log,
             env=env,
             start_new_session=True,  # its own process group: a kill takes any children too
-        )
+        ))
         log.close()
         self._lines = queue.Queue()
         threading.Thread(target=self._read, args=(self.proc, self._lines), daemon=True).start()

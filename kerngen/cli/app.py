@@ -21,7 +21,9 @@ from rich.console import Console
 from typer.core import TyperCommand, TyperGroup
 
 from kerngen.errors import KerngenError
+from kerngen.redact import redact
 from kerngen.cli.guard import error_line, guard
+from kerngen.harness.compile.sandbox import ALLOW_UNCONFINED_ENV
 from kerngen.text import one_line
 
 
@@ -111,8 +113,14 @@ def _version(value: bool) -> None:
 def _root(
     version: Optional[bool] = typer.Option(None, "--version", "-V", callback=_version, is_eager=True,
                                            help="print kerngen's version and exit"),
+    allow_unconfined_compile: bool = typer.Option(
+        False, "--allow-unconfined-compile",
+        help="compile even where the kernel can confine no compile process (no Landlock, no seccomp): "
+             "model-written source could then make NVRTC read host files past the source policy"),
 ) -> None:
     """kerngen's options (the app's help text is the one shown)."""
+    if allow_unconfined_compile:  # read where the compile workers start (harness/compile/sandbox.py)
+        os.environ[ALLOW_UNCONFINED_ENV] = "1"
 
 
 # command -> its "Examples:" (shown at the end of `kerngen COMMAND --help`)
@@ -216,6 +224,13 @@ def _build(name: str) -> Any:
     return typer.main.get_command(one)
 
 
+class _RedactingFormatter(logging.Formatter):
+    """Log lines pass the same filter as journals: no key, no password of a URL."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
+
+
 def _configure_logging() -> None:
     """kerngen's own log lines (retries, torch.compile failures...) stay quiet unless asked for
     with KERNGEN_LOG_LEVEL=INFO|WARNING: the terminal shows results and one-line errors."""
@@ -223,7 +238,7 @@ def _configure_logging() -> None:
     logger = logging.getLogger("kerngen")
     logger.setLevel(getattr(logging, level, logging.ERROR))
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(_RedactingFormatter("%(levelname)s %(name)s: %(message)s"))
     logger.addHandler(handler)
     logger.propagate = False
 

@@ -32,7 +32,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from kerngen.problems.torch_modes import DEFAULTS_LABEL
+from kerngen.results.speedups import SHORT_NOTE
 from kerngen.agent.journal import has_journal, write_atomic
+from kerngen.agent.safe_paths import UnsafePathError, inside, refuse_symlinks, regular_file, shown
 from kerngen.agent.tree import Run, load_run
 from kerngen.errors import JournalError, KerngenError
 from kerngen.results.show import no_kernel_why
@@ -40,6 +43,7 @@ from kerngen.results.suite import reference_metrics
 from kerngen.text import one_line, strict_json
 
 BATCHES = "batches"
+MAX_BATCH_BYTES = 16 << 20  # a state file of thousands of problems is well under 1 MB
 
 
 class Status(str, Enum):
@@ -76,17 +80,40 @@ def batch_path(problems: Sequence[str], runs_dir: Path, kind: str = "") -> Path:
 
 def open_batch(problems: Sequence[str], runs_dir: Path, minutes: float | None, fresh: bool,
                kind: str = "") -> tuple[Batch, Path]:
-    """The batch of these problems (continued unless ``fresh``); a corrupt state file is refused."""
+    """The batch of these problems (continued unless ``fresh``); a corrupt or unsafe state file is
+    refused (:func:`check_entries`)."""
     path = batch_path(problems, runs_dir, kind)
     if path.is_file() and not fresh:
         try:
-            batch = Batch.model_validate_json(path.read_bytes())
+            batch = Batch.model_validate_json(regular_file(path, "batch state", MAX_BATCH_BYTES).read_bytes())
+        except UnsafePathError as exc:
+            raise JournalError(f"{exc}; use --fresh") from None
         except (ValidationError, OSError, ValueError) as exc:
             raise JournalError(f"batch state {path} is unreadable ({type(exc).__name__}); use --fresh") from None
         if sorted(batch.problems) == sorted(problems):
+            check_entries(batch, path, runs_dir)
             return batch, path
     batch = Batch(problems=list(problems), minutes=minutes, entries=[Entry(problem=p) for p in problems])
     return batch, path
+
+
+def check_entries(batch: Batch, path: Path, runs_dir: Path) -> None:
+    """A state file in a runs folder someone handed over names the run folders the batch resumes
+    and appends to: each must be a plain name inside ``runs_dir``, neither it nor what a search
+    writes in it a symbolic link (as a single resume checks), and each entry one of the batch's
+    problems. :class:`JournalError` (one line) otherwise."""
+    problems = set(batch.problems)
+    for e in batch.entries:
+        try:
+            if e.problem not in problems:
+                raise UnsafePathError(f"entry {shown(e.problem)} is not one of the batch's problems")
+            if e.run is not None:
+                folder = inside(runs_dir, e.run, "run folder")
+                if folder.is_symlink():
+                    raise UnsafePathError(f"run folder {shown(e.run)} is a symbolic link")
+                refuse_symlinks(folder)
+        except UnsafePathError as exc:
+            raise JournalError(f"batch state {path}: {exc}; refused (use --fresh)") from None
 
 
 def save(batch: Batch, path: Path) -> None:
@@ -208,7 +235,7 @@ def summary_rows(batch: Batch, runs_dir: Path) -> list[dict]:
     for e in batch.entries:
         row = {"problem": e.problem, "status": e.status.value, "run": e.run, "reason": e.reason,
                "wall_min": round(e.wall_s / 60, 3), "best_ms": None, "eager_ms": None, "compile_ms": None,
-               "vs_eager": None, "vs_compile": None}
+               "vs_eager": None, "vs_compile": None, "vs_compile_defaults": None}
         run: Run | None = None
         if e.run and has_journal(runs_dir / e.run):
             try:
@@ -224,6 +251,7 @@ def summary_rows(batch: Batch, runs_dir: Path) -> list[dict]:
                 row["best_ms"] = _finite(best.ms)
                 row["vs_eager"] = row["eager_ms"] / best.ms if row["eager_ms"] and row["best_ms"] else None
                 row["vs_compile"] = row["compile_ms"] / best.ms if row["compile_ms"] and row["best_ms"] else None
+                row["vs_compile_defaults"] = run.tree.figures(best)["speedup_compile_defaults"]
             elif e.status is Status.finished and not run.started.dry_run:
                 row["reason"] = f"{e.reason}; " + no_kernel_why(run)
         rows.append(row)
@@ -245,18 +273,20 @@ def render_summary(rows: list[dict], minutes: float | None, wall_s: float, *, dr
               title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=0)  # the box puts a space between
     t.add_column("problem\nstop / why", overflow="fold", ratio=1, min_width=20)
     t.add_column("status", no_wrap=True)
-    for col in ("best\nms", "eager\nms", "compile\nms", "vs\neager", "vs\ncompile", "min"):
+    for col in ("best\nms", "eager\nms", "compile\nms", "fp32\neager", "fp32\ncompile", "dflt\ncompile", "min"):
         t.add_column(col, justify="right", no_wrap=True)
     for r in rows:
         name = Text(Path(r["problem"]).stem, style="bold")
         name.append("\n" + one_line(r["reason"], 300), style="dim")
         t.add_row(name, r["status"], ms(r["best_ms"]), ms(r["eager_ms"]), ms(r["compile_ms"]), x(r["vs_eager"]),
-                  x(r["vs_compile"]), f"{r['wall_min']:.2f}")
+                  x(r["vs_compile"]), x(r["vs_compile_defaults"]), f"{r['wall_min']:.2f}")
     with_kernel = sum(1 for r in rows if r["best_ms"] is not None)
     budget = f" (budget {minutes * len(rows):.1f} = {len(rows)} x {minutes:g})" if minutes else ""
     done = (f"{sum(1 for r in rows if r['status'] == Status.finished.value)} of {len(rows)} problems searched"
             if dry_run else f"{with_kernel} of {len(rows)} problems have a correct kernel")
     t.caption = f"{done}; wall {wall_s / 60:.2f} min this session{budget}"
+    if not dry_run:
+        t.caption += "\n" + SHORT_NOTE.format(label=DEFAULTS_LABEL)
     t.caption_justify = "left"
     ran = [r for r in rows if r["status"] != Status.pending.value]
     if ran and not dry_run:

@@ -34,6 +34,10 @@ def bench(
     config: Optional[str] = typer.Option(None, "--config", help="tunables, e.g. BLOCK=256,VEC=4"),
     shape: Optional[str] = typer.Option(None, "--shape", help="built-ins: shape, e.g. 8192x1024"),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="built-ins: fp32 | fp16 | bf16"),
+    precision: Optional[str] = typer.Option(None, "--precision", help="fp32 (true fp32, the default) | tf32 "
+                                            "(PyTorch's TF32 reference, a measured tolerance)"),
+    op: bool = typer.Option(True, "--op/--no-op", help="with --kernel: time the exported op's path beside the "
+                            "kernel (torch.ops, as kerngen.load gives it)"),
     seeds: int = typer.Option(3, "--seeds", min=1, help="random input sets for the correctness check"),
     budget_ms: float = typer.Option(300.0, "--budget-ms", min=1.0, help="time budget of each timed series"),
     no_compile: bool = typer.Option(False, "--no-compile", help="skip torch.compile"),
@@ -44,8 +48,8 @@ def bench(
         "and timed beside it. It is your own Python: kerngen imports and runs it, in a process of its own, "
         "only because you name it here; name only files you trust"),
 ) -> None:
-    """Time PyTorch eager, torch.compile and a kernel spec (or your own KernelBench ModelNew, with
-    --solution) on this GPU."""
+    """Time PyTorch eager and torch.compile (in true fp32 and at PyTorch's defaults), a kernel spec, and
+    the exported op's path beside the kernel, on this GPU; or your own KernelBench ModelNew (--solution)."""
     from kerngen.harness.evaluator import Candidate, EvalOptions
     from kerngen.harness.spec.plan import resolve
     from kerngen.harness.pool.local import WorkerPool
@@ -53,7 +57,7 @@ def bench(
     from kerngen.problems.load import load_problem
     from kerngen.problems.ref import parse_problem_ref
 
-    ref = parse_problem_ref(problem, shape=shape, dtype=dtype)
+    ref = parse_problem_ref(problem, shape=shape, dtype=dtype, precision=precision)
     info = load_problem(ref).info  # a malformed problem fails here, before any GPU work
     spec = KernelSpec.load(kernel) if kernel else None
     cfg = parse_config(config)
@@ -64,10 +68,12 @@ def bench(
     with WorkerPool(timeout_s=timeout_s) as pool:
         facts = pool.gpu_facts()
         base = pool.baseline(ref, budget_ms=budget_ms, with_compile=not no_compile)
-        result = None
+        result = op_timing = None
         if spec is not None:
             opts = EvalOptions(seeds=seeds, budget_ms=budget_ms, timeout_s=timeout_s)
             result = pool.evaluate(ref, [Candidate(spec=spec, config=cfg)], opts)[0]
+            if op and result.ok:
+                op_timing = pool.time_op(ref, spec, result.config or cfg, budget_ms=budget_ms)
     from kerngen.results.bench_table import bench_rows, print_bench
 
     # the user's ModelNew (--solution), in a process of its own, once the pool's worker is closed
@@ -78,13 +84,14 @@ def bench(
             "gpu": facts.model_dump(mode="json"),
             "baseline": base.model_dump(mode="json"),
             "kernel": result.model_dump(mode="json") if result else None,
-            "rows": bench_rows(base, result),
+            "op": op_timing.model_dump(mode="json") if op_timing else None,
+            "rows": bench_rows(base, result, op_timing),
         }
         if sol is not None:
             payload["solution"] = sol
         typer.echo(json.dumps(payload, indent=2))
     else:
-        print_bench(ref.label(), facts, base, result)
+        print_bench(ref.label(), facts, base, result, op_timing)
         if sol is not None:
             _print_solution(sol)
     if (result is not None and not result.ok) or (sol is not None and sol["verdict"] != "ok"):

@@ -62,6 +62,10 @@ def _arg_json(arg) -> dict[str, Any]:
         out["name"] = arg.name
     elif arg.kind == "tensormap":
         out.update(name=arg.name, box=list(arg.box), swizzle=arg.swizzle)
+        if not arg.full_width:  # a k-tile box (and a view): shown where used, older reports unchanged
+            out["full_width"] = False
+        if arg.view is not None:
+            out["view"] = list(arg.view)
     else:
         out["value"] = arg.value
     return out
@@ -237,7 +241,9 @@ def _cfg_text(cfg: dict[str, int] | None) -> str:
 
 def _arg_text(arg: dict[str, Any]) -> str:
     if arg["kind"] == "tensormap":
-        return f"tensormap {arg['name']} box {arg['box'][0]}x{arg['box'][1]} swizzle {arg['swizzle']}"
+        tile = "" if arg.get("full_width", True) else " (k tile)"
+        view = f" of view {'x'.join(map(str, arg['view']))}" if "view" in arg else ""
+        return f"tensormap {arg['name']}{view} box {arg['box'][0]}x{arg['box'][1]}{tile} swizzle {arg['swizzle']}"
     return arg.get("name") or f"{arg['kind']} {arg['value']}"
 
 

@@ -12,11 +12,14 @@ from rich.console import Console
 from rich.markup import escape
 
 from kerngen.errors import KerngenError
+from kerngen.redact import redact
 from kerngen.text import one_line
 
 
 def error_line(text: str) -> None:
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(text)}", markup=True)
+    """One error line on stderr, secrets (an API key, a password in a URL) redacted."""
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(redact(text))}",
+                                                                markup=True)
 
 
 def warn_torn(run: Any) -> None:

@@ -27,8 +27,14 @@ def problems(
         None, "--dtype", help="built-ins only: bf16, fp16, fp32 (or bfloat16, float16, float32)"
     ),
     as_json: bool = typer.Option(False, "--json", help="print a JSON list of problem descriptions"),
+    to_dtype: Optional[str] = typer.Option(
+        None, "--to-dtype", help="KernelBench files: write a copy of each that runs in this dtype (bf16, fp16, fp32) "
+        "into --out, then describe the copies"
+    ),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="the folder --to-dtype writes its copies into"),
 ) -> None:
-    """List the built-in problems, or describe problems: tensors, sizes, FLOPs, bytes, tolerance."""
+    """List the built-in problems, or describe problems: tensors, sizes, FLOPs, bytes, tolerance; with --to-dtype,
+    first write a copy of each KernelBench file that runs in another dtype (--dtype reaches built-ins only)."""
     from rich.console import Console
 
     from kerngen.problems import describe, registry
@@ -41,6 +47,8 @@ def problems(
     dtype_s = canonical_dtype(dtype) if dtype is not None else None
     # a folder: its .py files (a missing file stays one line below, beside the good ones)
     sources = [s for p in paths or [] for s in (expand_problems([p]) if Path(p).is_dir() else [p])]
+    if to_dtype is not None or out is not None:
+        sources = _copies(sources, to_dtype, out)
     if not sources and (shape_t is not None or dtype_s is not None):
         raise ProblemError("--shape/--dtype need a built-in name, e.g. kerngen problems softmax --shape 8192x1024")
     if not sources and not as_json:
@@ -64,3 +72,25 @@ def problems(
     if bad:
         raise ProblemError(f"{bad} of {len(sources)} problems could not be described (see above)")
 
+
+
+def _copies(sources: list[str], to_dtype: str | None, out: Path | None) -> list[str]:
+    """Write the dtype copies of ``sources`` (KernelBench files) into ``out``; their paths."""
+    from kerngen.errors import ProblemError
+    from kerngen.problems.dtype_copy import dtype_copy, dtype_copy_name
+    from kerngen.problems.registry import is_builtin
+
+    if to_dtype is None or out is None or not sources:
+        raise ProblemError("--to-dtype and --out go together, with one or more KernelBench files")
+    texts = []
+    for source in sources:
+        if is_builtin(source):
+            raise ProblemError(f"{source} is a built-in: it takes --dtype itself")
+        texts.append((dtype_copy_name(Path(source), to_dtype), dtype_copy(Path(source), to_dtype)))
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in texts:
+        (out / name).write_text(text)
+        written.append(str(out / name))
+    typer.echo(f"wrote {len(written)} cop{'y' if len(written) == 1 else 'ies'} in {to_dtype} to {out}", err=True)
+    return written

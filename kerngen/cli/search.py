@@ -21,7 +21,7 @@ from kerngen.agent.budget import SearchConfig, Usage, make_budget
 from kerngen.agent.journal import ensure_unlocked, has_journal, new_run_id
 from kerngen.agent.problem_data import rerun_ref
 from kerngen.agent.safe_paths import refuse_symlinks
-from kerngen.agent.search_records import budget_for_resume
+from kerngen.agent.search_records import budget_for_resume, resume_note
 from kerngen.agent.search_settings import SearchSettings
 from kerngen.agent.tree import load_run
 from kerngen.cli import batch as batch_mod
@@ -30,11 +30,12 @@ from kerngen.cli.guard import warn_torn
 from kerngen.errors import KerngenError
 from kerngen.harness.spec.spec import KernelSpec
 from kerngen.problems.load import load_problem
-from kerngen.problems.ref import parse_problem_ref
+from kerngen.problems.ref import parse_problem_ref, parse_shapes
 from kerngen.results.live import LiveView
 from kerngen.results.suite import expand_problems
 from kerngen.results.dry_run import dry_run_summary, render_dry_run
 from kerngen.results.show import list_runs, no_kernel_why, render, render_header, render_runs, run_json
+from kerngen.results.speedups import speedup_line
 from kerngen.text import one_line
 
 # The search engine (kerngen.agent.search, .replay) and the composition root (kerngen.cli.compose:
@@ -46,8 +47,13 @@ def generate(
     problems: Optional[List[str]] = typer.Argument(
         None, metavar="PROBLEM",
         help="built-in problem name or a KernelBench .py file; several, or a folder: one search each"),
-    shape: Optional[str] = typer.Option(None, "--shape", help="sizes of a built-in problem, e.g. 8192x1024"),
+    shape: Optional[str] = typer.Option(None, "--shape", help="sizes of a built-in problem, e.g. 8192x1024; "
+                                        "several (1x4096,8x4096,64x4096): one search each, one export"),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="fp32 | fp16 | bf16 (built-in problems)"),
+    precision: Optional[str] = typer.Option(None, "--precision", help="fp32 (true fp32, the default) | tf32 "
+                                            "(PyTorch's TF32 reference, a tolerance measured against fp64)"),
+    export_dir: Optional[Path] = typer.Option(None, "--export", help="export the best kernel (of every --shape: "
+                                              "one op, one shape bucket each) into this folder"),
     kernel: Optional[Path] = typer.Option(None, "--kernel", help="seed kernel spec (JSON/YAML) to start from"),
     proposer: str = typer.Option("auto", "--proposer", help="auto | llm | playbook | scripted"),
     model: Optional[str] = typer.Option(None, "--model", help="LLM model name (implies --proposer llm under auto)"),
@@ -127,7 +133,17 @@ def generate(
                                        branches=branches or defaults.branches,
                                        repairs=repairs if repairs is not None else defaults.repairs,
                                        tune=not no_tune))
-    if not resume and (len(problems) > 1 or (problem is not None and Path(problem).is_dir())):
+    shapes = parse_shapes(shape) if shape else []
+    many = len(problems) > 1 or (problem is not None and Path(problem).is_dir())
+    if len(shapes) > 1:
+        if resume or many or problem is None:
+            raise KerngenError("several --shape values take one built-in PROBLEM (each shape's run resumes alone: "
+                               "kerngen generate --resume RUN)")
+        return _generate_shapes(problem, shapes, dtype, precision, asked, evaluator_kind, export_dir)
+    if not resume and many:
+        if precision or export_dir:
+            raise KerngenError("--precision and --export take one problem (several: one search each, then "
+                               "kerngen export RUN)")
         return _generate_many(problems, asked, fresh=fresh, as_json=as_json, evaluator_kind=evaluator_kind)
     if resume:
         rec = load_run(resume, runs_dir)  # JournalError for a missing or corrupt run, before anything else
@@ -143,7 +159,7 @@ def generate(
     else:
         if not problem:
             raise KerngenError("generate needs a PROBLEM (or --resume RUN)")
-        ref = parse_problem_ref(problem, shape, dtype)
+        ref = parse_problem_ref(problem, shape, dtype, precision)
         _check_problem(ref, evaluator_kind)
         seed = KernelSpec.load(kernel) if kernel else None
     from kerngen.agent.search import Search
@@ -153,6 +169,8 @@ def generate(
     evaluator = compose.make_evaluator(evaluator_kind, **asked.where())
     try:
         prop, settings = _resume_settings(rec, ref, asked, usage) if resume else _new_settings(ref, asked, usage, seed)
+        if resume:
+            out.print(resume_note(rec, settings.budget), markup=False, soft_wrap=True)
         run_dir = settings.run_dir
         try:
             tuner = compose.make_search_tuner(evaluator_kind, evaluator, ref, no_tune or not settings.config.tune)
@@ -176,8 +194,63 @@ def generate(
         out.print(render_dry_run(dry_run_summary(run)))
     elif run.best is not None:
         out.print(f"best kernel: {result.run_dir / 'best' / 'spec.json'}")
+        if export_dir is not None:
+            _export([run], export_dir, out)
     else:
         out.print(one_line(no_kernel_why(run)), markup=False)
+
+
+def _generate_shapes(problem: str, shapes: list[tuple[int, ...]], dtype: str | None, precision: str | None,
+                     asked: "_Asked", evaluator_kind: str, export_dir: Path | None) -> None:
+    """``--shape A,B,C``: one search per shape, one after the other on one evaluator (--minutes each),
+    then a line per shape and one export holding the best kernel of each (a shape bucket each)."""
+    out = Console(highlight=False)
+    refs = [parse_problem_ref(problem, "x".join(map(str, s)), dtype, precision) for s in shapes]
+    for ref in refs:
+        _check_problem(ref, evaluator_kind)  # every shape fails fast, before any GPU work
+    from kerngen.agent.search import Search
+    from kerngen.cli import compose
+
+    done = []
+    evaluator = compose.make_evaluator(evaluator_kind, **asked.where())
+    try:
+        for ref in refs:
+            usage = Usage()
+            prop, settings = _new_settings(ref, asked, usage, None)
+            tuner = compose.make_search_tuner(evaluator_kind, evaluator, ref, not settings.config.tune)
+            view = LiveView(total_rounds=settings.budget.rounds)
+            search = Search(settings, prop, evaluator, tuner=tuner, usage=usage, listeners=[view],
+                            context_factory=compose.make_context_factory(evaluator_kind))
+            out.print(f"[bold]run[/] {settings.run_dir} ({ref.label()})")
+            with view:
+                result = search.run()
+            done.append(load_run(result.run_dir))
+    except KeyboardInterrupt:
+        Console(stderr=True, highlight=False, soft_wrap=True).print(one_line(
+            f"interrupted after {len(done)} of {len(refs)} shapes; each finished run is kept"), markup=False)
+        raise typer.Exit(130) from None
+    finally:
+        evaluator.close()
+    for run in done:
+        best = run.tree.best()
+        what = (f"{best.ms:.4f} ms; {speedup_line(run.tree.figures(best))}" if best is not None
+                else one_line(no_kernel_why(run)))
+        out.print(one_line(f"{run.tree.problem.label() if run.tree.problem else '?'}: {what} (run {run.id})"),
+                  markup=False)
+    ready = [r for r in done if r.best is not None]
+    if export_dir is not None and ready:
+        _export(ready, export_dir, out)
+    elif ready:
+        out.print(one_line("one op for every shape: kerngen export " + " ".join(shlex.quote(r.id) for r in ready)
+                           + " --out DIR"), markup=False)
+
+
+def _export(runs: list[Any], out_dir: Path, out: Console) -> None:
+    from kerngen.results.export import export_runs
+
+    res = export_runs(runs, out_dir)
+    out.print(one_line(f"exported {res.op} to {res.dir} ({res.buckets + 1} shape bucket(s)); "
+                       f"use it: op = kerngen.load({str(res.dir)!r})"), markup=False)
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,7 @@ def _compile(spec, resolved) -> None:
     ]
     (res,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[:1]
     _, n = nvrtc.nvrtcGetProgramLogSize(prog)
-    log = b" " * n
+    log = b" " * max(n, 2)  # never the shared one-byte b" ", which NVRTC would overwrite
     nvrtc.nvrtcGetProgramLog(prog, log)
     assert res == nvrtc.nvrtcResult.NVRTC_SUCCESS, log.decode(errors="replace")
 
