@@ -64,7 +64,7 @@ class Memo:
                 return tunables
 
         self.constraints = [(text, tuple(sorted(reads(text)))) for text in spec.constraints]
-        plan_texts = [text for where, text in spec._expressions() if not where.startswith("constraints.")]
+        plan_texts = [text for where, text in spec.expressions() if not where.startswith("constraints.")]
         self.plan_reads = tuple(sorted(set().union(*(reads(t) for t in plan_texts)) if plan_texts else set()))
         self.verdicts: dict[tuple, tuple[str, str]] = {}
         self.plans: dict[tuple, tuple[ResolvedPlan | None, str, str]] = {}

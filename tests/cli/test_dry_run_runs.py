@@ -39,7 +39,7 @@ def test_a_dry_run_is_listed_marked_and_latest(tmp_path):
     run_dir = _dry_run(tmp_path)
     assert load_run(run_dir).started.dry_run == "h100"
     res = invoke("runs", "--runs-dir", str(tmp_path), "--width", "120")
-    assert res.exit_code == 0 and run_dir.name in res.output and "(dry run," in res.output
+    assert res.exit_code == 0 and run_dir.name in res.output and "none (dry" in res.output
     (row,) = json.loads(invoke("runs", "--runs-dir", str(tmp_path), "--json").output)
     assert row["dry_run"] == "h100" and row["best_ms"] is None
     res = invoke("show", "latest", "--runs-dir", str(tmp_path))
@@ -95,7 +95,7 @@ def test_the_batch_summary_folds_long_names_at_80_columns():
     name = "20_ConvTranspose3d_Sum_ResidualAdd_Multiply_ResidualAdd"
     rows = [{"problem": f"/kb/level2/{name}.py", "status": "finished", "run": "r", "reason": "budget: 0.42 wall "
              "minutes (max 0.4)", "wall_min": 0.42, "best_ms": 1.2345, "eager_ms": 122.0, "compile_ms": 1.5,
-             "vs_eager": 98.83, "vs_compile": 1.21}]
+             "vs_eager": 98.83, "vs_compile": 1.21, "vs_compile_defaults": None}]
     console = Console(width=80, record=True)
     console.print(render_summary(rows, 0.4, 60))
     text = console.export_text()
