@@ -111,6 +111,12 @@ class Usage:
     def wall_s(self) -> float:
         return self.prior_wall_s + (time.monotonic() - self.t0)
 
+    def start_clock(self) -> None:
+        """The wall clock counts from now (after what earlier sessions spent): a search calls it once
+        its baseline is known, so that starting GPU workers, measuring the GPU and timing PyTorch
+        (torch.compile's first compile in a fresh worker above all) are charged to no problem."""
+        self.t0 = time.monotonic()
+
     def on_call(self, call: "LLMCall") -> None:
         """Callback for the LLM proposer: one LLM call happened (answered, unreadable or failed),
         with ``call.attempts`` HTTP requests; one at least is counted, so that a call that failed
@@ -193,6 +199,12 @@ def remaining_wall_s(budget: SearchBudget, usage: Usage) -> float | None:
     return budget.wall_minutes * 60.0 - usage.wall_s
 
 
+# a budget's field -> the command-line option that sets it (what an error names)
+BUDGET_OPTIONS = {"rounds": "--rounds", "max_llm_calls": "--max-llm-calls", "max_tokens": "--max-tokens",
+                  "max_cost_usd": "--max-cost", "wall_minutes": "--minutes", "gpu_minutes": "--gpu-minutes",
+                  "patience": "--patience"}
+
+
 def make_budget(base: SearchBudget | None = None, given: Mapping[str, Any] | None = None) -> SearchBudget:
     """``base`` (else the defaults) with the fields ``given`` (None values ignored), validated:
     an out-of-range value is a one-line :class:`~kerngen.errors.KerngenError`."""
@@ -203,7 +215,8 @@ def make_budget(base: SearchBudget | None = None, given: Mapping[str, Any] | Non
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err.get("loc", ())) or "budget"
-        raise KerngenError(f"bad budget {field}={err.get('input')!r}: {err.get('msg', 'invalid')}") from None
+        option = BUDGET_OPTIONS.get(field, field)  # what the user typed: --minutes, not wall_minutes
+        raise KerngenError(f"bad {option} {err.get('input')!r}: {err.get('msg', 'invalid')}") from None
 
 
 # CLI option names of the budgets that count time: given on a resume, they are for that session

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from kerngen.agent.proposer import SearchContext
 from kerngen.harness.evaluator import EvalOptions
-from kerngen.harness.gpu.compare import REL_ERR_LIMITS
 from kerngen.harness.results import Baseline, GpuFacts
 from kerngen.problems.ref import ProblemRef
 
 
 def default_context(problem: ProblemRef, gpu: GpuFacts, baseline: Baseline | None) -> SearchContext:
     """SearchContext from :func:`kerngen.problems.load.load_problem` (its info and source)."""
+    # here, not at the top: the comparison imports torch, which the CLI's start (--help, runs, show) never needs
+    from kerngen.harness.gpu.compare import REL_ERR_LIMITS
     from kerngen.problems.load import load_problem
 
     prob = load_problem(problem)

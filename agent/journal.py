@@ -2,8 +2,9 @@
 
 Every event is a pydantic model with a ``type`` field. Each append is written, flushed and
 ``os.fsync``'d, so a kill -9 at any moment loses at most the event being written. Reading
-tolerates a truncated last line (the write a kill interrupted); a corrupt line anywhere else,
-or a missing ``events.jsonl``, is a :class:`JournalError`.
+tolerates a truncated or unreadable last line (the write a kill interrupted: skipped, counted in
+bytes, and cut off by a resume); a corrupt line anywhere else, or a missing ``events.jsonl``, is a
+:class:`JournalError`.
 
 Derived files (``tree.json``, ``best/``) are rewritten atomically (tmp file + ``os.replace``);
 they can always be rebuilt from the events.
@@ -82,6 +83,9 @@ class RunStarted(_Event):
     # a scripted demo (toy kernels, made-up times, no GPU): every view of the run says so; older
     # journals are recognized by their scripted proposer or evaluator
     demo: bool = False
+    # a dry run (--dry-run): the GPU preset it compiled for (``h100``); nothing was run or timed.
+    # None: a run on a GPU (or the scripted demo)
+    dry_run: str | None = None
 
     @model_validator(mode="after")
     def _scripted_is_a_demo(self) -> "RunStarted":
@@ -269,6 +273,7 @@ def read_events(run_dir: str | Path) -> tuple[list[Any], int]:
     limit = max_journal_bytes()
     events: list[Any] = []
     truncated = 0
+    bad: tuple[JournalError, int] | None = None  # an unreadable line, and the bytes from it to here
     try:
         with file.open("rb") as fh:
             size = os.fstat(fh.fileno()).st_size
@@ -283,12 +288,25 @@ def read_events(run_dir: str | Path) -> tuple[list[Any], int]:
                     if len(line) > MAX_EVENT_BYTES:
                         raise JournalError(f"run {name}: {file} line {n} is longer than the {MAX_EVENT_BYTES} bytes an "
                                            "event may have: refused")
+                    if bad is not None:
+                        raise bad[0]
                     truncated = len(line)  # a write a kill cut short: that event is lost, nothing else
                     break
-                if line.strip():
-                    events.append(_parse_line(name, n, line))
+                if bad is not None:
+                    if line.strip():
+                        raise bad[0]  # a bad line with events after it: corrupt
+                    bad = (bad[0], bad[1] + len(line))
+                elif line.strip():
+                    try:
+                        events.append(_parse_line(name, n, line))
+                    except JournalError as exc:
+                        if n == 1:
+                            raise
+                        bad = (exc, len(line))
     except OSError as exc:
         raise JournalError(f"run {name}: cannot read {EVENTS}: {exc}") from None
+    if bad is not None:  # a bad LAST line (a write cut short, then a newline): lost like a cut write
+        truncated = bad[1]
     if not events or not isinstance(events[0], RunStarted):
         raise JournalError(f"run {name}: {EVENTS} does not start with a run_started event")
     return events, truncated

@@ -150,12 +150,14 @@ class Search:
         replay_of, proposer = None, getattr(self.proposer, "name", type(self.proposer).__name__)
         if self.strict and self.record is not None:  # the answers come from the record, not a proposer
             replay_of, proposer = f"{self.record.id} ({self.record.path})", "replay"
+        dry = getattr(self.evaluator, "dry_run", None)  # the GPU preset a dry run compiles for
         self._write(RunStarted(
             run_id=self.run_dir.name, problem=self.problem, config=self.config, budget=self.budget,
             proposer=proposer, model=s.model, versions=versions(), gpu=gpu, seed_spec=s.seed_spec,
             replay_of=replay_of, argv=list(s.argv), problem_info=problem_info,
             demo=(not self.strict and getattr(self.proposer, "demo", False) is True)
             or getattr(self.evaluator, "demo", False) is True,
+            dry_run=dry if isinstance(dry, str) else None,
         ))
 
     # ----- the run ----------------------------------------------------------------------------
@@ -209,6 +211,7 @@ class Search:
         if baseline is None:
             baseline = self.evaluator.baseline(self.problem)
             self._write(BaselineEvent(baseline=baseline))
+        self.usage.start_clock()  # the wall-clock budget is the search's: nothing before this point counts
         if baseline.degenerate and not self.settings.force:
             why = baseline.degenerate_reason or "its output barely depends on its input"
             raise DegenerateProblemError(f"problem {self.problem.label()} is degenerate ({why}); "

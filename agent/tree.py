@@ -23,9 +23,11 @@ from kerngen.agent.journal import (
 )
 from kerngen.agent.proposer import Branch, Idea, NodeSummary, TriedIdea
 from kerngen.errors import JournalError
+from kerngen.harness.gpu.roofline import refloor
 from kerngen.harness.results import Baseline, EvalResult, GpuFacts, Verdict
 from kerngen.harness.spec.spec import KernelSpec
 from kerngen.problems.ref import ProblemRef
+from kerngen.problems.registry import builtin_facts, is_builtin
 
 FAILED = (Verdict.invalid_spec, Verdict.compile_error, Verdict.incorrect, Verdict.runtime_error, Verdict.timeout)
 
@@ -124,7 +126,8 @@ class Tree:
         elif isinstance(ev, RunResumed):
             self.finished = None
         elif isinstance(ev, BaselineEvent):
-            self.baseline = ev.baseline
+            # an older run's floor came from the measured ceilings, which kernels beat: the peaks' one
+            self.baseline = refloor(ev.baseline, self.gpu, self.dtype())
         elif isinstance(ev, RoundStarted):
             self.beams[ev.round] = list(ev.beam)
         elif isinstance(ev, IdeasEvent):
@@ -145,6 +148,17 @@ class Tree:
             self.tried.extend(ev.tried)
         elif isinstance(ev, RunFinished):
             self.finished = ev
+
+    def dtype(self) -> str | None:
+        """The problem's dtype as the run recorded it (a built-in's default when it gave none)."""
+        st = self.started
+        if st is not None and st.problem_info is not None:
+            return st.problem_info.info.dtype
+        if self.problem is None:
+            return None
+        if self.problem.dtype or not is_builtin(self.problem.source):
+            return self.problem.dtype
+        return builtin_facts(self.problem.source)["dtype"]
 
     def _node(self, node_id: int, ev: Any) -> Node:
         if node_id not in self.nodes:
@@ -352,12 +366,16 @@ class Run:
         return 1 + sum(isinstance(e, RunResumed) for e in self.events)
 
     def elapsed_s(self) -> float:
-        """Wall seconds spent over all sessions (start of each session to its last event)."""
+        """Wall seconds the search spent over all sessions: from the start of each session (from
+        its baseline, where the session measured it: the budget's clock starts there) to its last
+        event."""
         total, start, last = 0.0, None, None
         for ev in self.events:
             if isinstance(ev, (RunStarted, RunResumed)):
                 if start is not None and last is not None:
                     total += max(0.0, last - start)
+                start = ev.t
+            elif isinstance(ev, BaselineEvent) and start is not None:
                 start = ev.t
             last = ev.t
         if start is not None and last is not None:

@@ -218,6 +218,10 @@ class Baseline(_Record):
     defaults_same: bool = False
     floor_ms: float | None = None
     floor_bound: str = ""  # "memory" | "compute"
+    # what the floor is made of (the data sheet's rate or bandwidth, named: FFMA, 3xTF32, tensor cores;
+    # kerngen.harness.gpu.roofline), and the floor the measured ceilings give, beside it; "" / None in older runs
+    floor_basis: str = ""
+    floor_measured_ms: float | None = None
     flops: float | None = None
     min_bytes: int | None = None
     degenerate: bool = False

@@ -79,7 +79,12 @@ def parse_shape(text: str | Sequence[int]) -> tuple[int, ...]:
     if not isinstance(text, str):
         dims = tuple(text)
     else:
-        parts = [p for p in re.split(r"[x,*\s]+", text.strip().strip("()[]").lower()) if p]
+        body = text.strip().strip("()[]").strip().lower()
+        body = body[:-1] if body.endswith(",") else body  # "(8192,)": a Python tuple of one
+        parts = re.split(r"\s*[x,*]\s*|\s+", body)
+        if body and any(not p for p in parts):  # "4096x", "x4096", "4096xx8": a size is missing
+            raise ProblemError(f"cannot read shape {text!r}: a size is missing (expected e.g. 8192x1024)")
+        parts = [p for p in parts if p]
         try:
             dims = tuple(int(p.replace("_", "")) for p in parts)
         except ValueError:

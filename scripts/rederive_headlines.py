@@ -1,4 +1,4 @@
-"""Re-derive the README's KernelBench level headlines from the per-file tables in docs/measurements.md.
+"""Re-derive the README's KernelBench level headlines from the per-file tables in docs/measurements/README.md.
 
 Level 1: the session-9 per-file table ("**Level 1 per file**"), with the conv_nd rows measured since
 ("conv_nd per file, level 1") and file 8's later figure (1.23x torch.compile, the padded 3xTF32
@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "measurements.md"
+DOC = Path(__file__).resolve().parent.parent / "docs" / "measurements" / "README.md"
 FILE_8 = "8_Matmul_with_irregular_shapes_"
 REPORTED = {1: (96, 0.86, 0.83, 1.74, 1.51), 2: (63, 0.61, 0.59, 1.51, 1.32)}  # correct, fast_1 e/c, geomean e/c
 

@@ -19,7 +19,7 @@ from kerngen.harness.gpu.clocks import ClockMonitor
 from kerngen.harness.gpu.evaluate import ROTATE_SETS, fresh_seeds
 from kerngen.harness.results import Baseline, GpuFacts, Timing
 from kerngen.harness.gpu.integrity import digest, new_key
-from kerngen.harness.gpu.roofline import floor_ms
+from kerngen.harness.gpu.roofline import roof
 from kerngen.problems.torch_modes import pytorch_defaults, set_precision, strict_fp32
 from kerngen.harness.gpu.timing import L2Flusher, bench
 
@@ -64,7 +64,7 @@ def measure_baseline(
                     compiled_d, _ = _time_compiled(state.model, sets, stream, flusher, device_index, budget_ms)
         set_precision(precision)  # the reference's settings again
         del sets
-    floor, bound = floor_ms(info.flops, info.min_bytes, info.dtype, facts)
+    floor = roof(info.flops, info.min_bytes, info.dtype, facts, precision)  # TF32's full rate at --precision tf32
     return Baseline(
         problem=info.name,
         gpu=facts.name,
@@ -75,13 +75,15 @@ def measure_baseline(
         compiled_defaults=compiled_d,
         defaults_label=label,
         defaults_same=same,
-        floor_ms=floor,
-        floor_bound=bound,
+        floor_ms=floor.ms,
+        floor_bound=floor.bound,
+        floor_basis=floor.basis,
+        floor_measured_ms=floor.measured_ms,
         flops=info.flops,
         min_bytes=info.min_bytes,
         degenerate=report.degenerate,
         degenerate_reason=report.reason,
-        launch_bound=(floor is not None and floor < LAUNCH_BOUND_FLOOR_MS) or eager.median_ms < LAUNCH_BOUND_EAGER_MS,
+        launch_bound=(floor.ms is not None and floor.ms < LAUNCH_BOUND_FLOOR_MS) or eager.median_ms < LAUNCH_BOUND_EAGER_MS,
     )
 
 

@@ -34,6 +34,7 @@ class DryRunEvaluator:
 
     def __init__(self, gpu: str = "h100") -> None:
         self.facts = preset(gpu)
+        self.dry_run = gpu.strip()  # the preset, as the run's journal records it (a resume compiles for it)
         self.concurrency = max(1, os.cpu_count() or 1)  # compiles run on every core
 
     def gpu_facts(self) -> GpuFacts:

@@ -22,6 +22,8 @@ from kerngen.harness.gpu.profile import NCU_TIMEOUT_S, ProfileRequest, find_ncu,
 from kerngen.harness.spec.spec import KernelSpec
 
 BASELINE_TIMEOUT_S = 900.0  # torch.compile of a new problem can take minutes
+NO_GPU = ("no CUDA device visible: this command needs an NVIDIA GPU (without one, kerngen generate PROBLEM --dry-run "
+          "runs a search that compiles its kernels and runs none, and kerngen check SPEC PROBLEM vets a spec)")
 
 
 def visible_devices() -> list[str]:
@@ -30,7 +32,7 @@ def visible_devices() -> list[str]:
 
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if count == 0:
-        raise NoGPUError("no CUDA device visible: this command needs an NVIDIA GPU")
+        raise NoGPUError(NO_GPU)
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     ids = [d.strip() for d in env.split(",") if d.strip()] if env else [str(i) for i in range(count)]
     return ids[:count]
@@ -62,7 +64,7 @@ class WorkerPool:
         else:
             self.devices = list(devices) if devices is not None else visible_devices()
         if not self.devices:
-            raise NoGPUError("no CUDA device visible: this command needs an NVIDIA GPU")
+            raise NoGPUError(NO_GPU)
         self.timeout_s = timeout_s
         extra = {"module": worker_module} if worker_module else {}  # tests: a fake worker, no GPU
         self.workers: list[WorkerHandle] = (list(workers) if workers is not None else

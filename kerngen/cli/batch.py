@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import threading
 import time
@@ -70,17 +71,19 @@ class Batch(BaseModel):
         return next(e for e in self.entries if e.problem == problem)
 
 
-def batch_path(problems: Sequence[str], runs_dir: Path) -> Path:
+def batch_path(problems: Sequence[str], runs_dir: Path, kind: str = "") -> Path:
+    """``kind``: "dry-run" keeps a dry run's batch apart from the one that measures the same problems."""
     digest = hashlib.sha256("\n".join(sorted(problems)).encode()).hexdigest()[:10]
     first = Path(problems[0]).parent.name if len({str(Path(p).parent) for p in problems}) == 1 else "mixed"
     slug = re.sub(r"[^a-z0-9_-]+", "-", (first or "problems").lower()).strip("-")[:40] or "problems"
-    return runs_dir / BATCHES / f"{slug}-{digest}.json"
+    return runs_dir / BATCHES / f"{slug}{'-' + kind if kind else ''}-{digest}.json"
 
 
-def open_batch(problems: Sequence[str], runs_dir: Path, minutes: float | None, fresh: bool) -> tuple[Batch, Path]:
+def open_batch(problems: Sequence[str], runs_dir: Path, minutes: float | None, fresh: bool,
+               kind: str = "") -> tuple[Batch, Path]:
     """The batch of these problems (continued unless ``fresh``); a corrupt or unsafe state file is
     refused (:func:`check_entries`)."""
-    path = batch_path(problems, runs_dir)
+    path = batch_path(problems, runs_dir, kind)
     if path.is_file() and not fresh:
         try:
             batch = Batch.model_validate_json(regular_file(path, "batch state", MAX_BATCH_BYTES).read_bytes())
@@ -267,6 +270,11 @@ def _in_threads(work: Callable[[Any], None], slots: Sequence[Any], *, stop: Call
         raise interrupts[0]
 
 
+def _finite(value: Any) -> float | None:
+    """A time or ratio for a table: None for what was not measured (a dry run's NaN) or is not a number."""
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) and value > 0 else None
+
+
 def summary_rows(batch: Batch, runs_dir: Path) -> list[dict]:
     rows = []
     for e in batch.entries:
@@ -282,41 +290,51 @@ def summary_rows(batch: Batch, runs_dir: Path) -> list[dict]:
         if run is not None:
             base, best = run.baseline, run.best
             if base is not None:
-                row["eager_ms"] = base.eager.median_ms
-                row["compile_ms"] = base.compiled.median_ms if base.compiled else None
+                row["eager_ms"] = _finite(base.eager.median_ms)
+                row["compile_ms"] = _finite(base.compiled.median_ms) if base.compiled else None
             if best is not None:
-                row["best_ms"] = best.ms
-                row["vs_eager"] = row["eager_ms"] / best.ms if row["eager_ms"] else None
-                row["vs_compile"] = row["compile_ms"] / best.ms if row["compile_ms"] else None
+                row["best_ms"] = _finite(best.ms)
+                row["vs_eager"] = row["eager_ms"] / best.ms if row["eager_ms"] and row["best_ms"] else None
+                row["vs_compile"] = row["compile_ms"] / best.ms if row["compile_ms"] and row["best_ms"] else None
                 row["vs_compile_defaults"] = run.tree.figures(best)["speedup_compile_defaults"]
-            elif e.status is Status.finished:
+            elif e.status is Status.finished and not run.started.dry_run:
                 row["reason"] = f"{e.reason}; " + no_kernel_why(run)
         rows.append(row)
     return rows
 
 
-def render_summary(rows: list[dict], minutes: float | None, wall_s: float) -> Table:
+def render_summary(rows: list[dict], minutes: float | None, wall_s: float, *, dry_run: bool = False) -> Table:
+    """The batch's table: a problem's name whole (folded, never cut: ``--json`` has every field),
+    with why it stopped under it, then its times. A dry run measured nothing: no fast_p line."""
+    from rich import box
+
     def ms(v):
         return "-" if v is None else f"{v:.4f}"
 
     def x(v):
         return "-" if v is None else f"{v:.2f}x"
 
-    t = Table(title="generate: one search per problem")
-    for col, just in (("problem", "left"), ("status", "left"), ("best ms", "right"), ("eager ms", "right"),
-                      ("compile ms", "right"), ("fp32 eager", "right"), ("fp32 compile", "right"),
-                      ("dflt compile", "right"), ("min", "right"), ("stop / why", "left")):
-        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    t = Table(title="generate: one search per problem" + (" (dry run: compiled, nothing run)" if dry_run else ""),
+              title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=0)  # the box puts a space between
+    t.add_column("problem\nstop / why", overflow="fold", ratio=1, min_width=20)
+    t.add_column("status", no_wrap=True)
+    for col in ("best\nms", "eager\nms", "compile\nms", "fp32\neager", "fp32\ncompile", "dflt\ncompile", "min"):
+        t.add_column(col, justify="right", no_wrap=True)
     for r in rows:
-        t.add_row(Text(Path(r["problem"]).stem), r["status"], ms(r["best_ms"]), ms(r["eager_ms"]),
-                  ms(r["compile_ms"]), x(r["vs_eager"]), x(r["vs_compile"]), x(r["vs_compile_defaults"]),
-                  f"{r['wall_min']:.2f}", Text(one_line(r["reason"], 160)))
+        name = Text(Path(r["problem"]).stem, style="bold")
+        name.append("\n" + one_line(r["reason"], 300), style="dim")
+        t.add_row(name, r["status"], ms(r["best_ms"]), ms(r["eager_ms"]), ms(r["compile_ms"]), x(r["vs_eager"]),
+                  x(r["vs_compile"]), x(r["vs_compile_defaults"]), f"{r['wall_min']:.2f}")
     with_kernel = sum(1 for r in rows if r["best_ms"] is not None)
     budget = f" (budget {minutes * len(rows):.1f} = {len(rows)} x {minutes:g})" if minutes else ""
-    t.caption = (f"{with_kernel} of {len(rows)} problems have a correct kernel; "
-                 f"wall {wall_s / 60:.2f} min this session{budget}\n{SHORT_NOTE.format(label=DEFAULTS_LABEL)}")
+    done = (f"{sum(1 for r in rows if r['status'] == Status.finished.value)} of {len(rows)} problems searched"
+            if dry_run else f"{with_kernel} of {len(rows)} problems have a correct kernel")
+    t.caption = f"{done}; wall {wall_s / 60:.2f} min this session{budget}"
+    if not dry_run:
+        t.caption += "\n" + SHORT_NOTE.format(label=DEFAULTS_LABEL)
+    t.caption_justify = "left"
     ran = [r for r in rows if r["status"] != Status.pending.value]
-    if ran:
+    if ran and not dry_run:
         t.caption += "\n" + metrics_line(ran)
     return t
 

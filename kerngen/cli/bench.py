@@ -4,11 +4,12 @@ in one run on one GPU, with verdict, median ms, speedups and % of the roofline f
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Optional
 
 import typer
 
-from kerngen.errors import SpecError
+from kerngen.errors import KerngenError, SpecError
 
 
 def parse_config(text: str | None) -> dict[str, int]:
@@ -42,9 +43,13 @@ def bench(
     no_compile: bool = typer.Option(False, "--no-compile", help="skip torch.compile"),
     timeout_s: float = typer.Option(120.0, "--timeout", help="per-candidate timeout in seconds"),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
+    solution: Optional[Path] = typer.Option(
+        None, "--solution", help="your KernelBench solution (a .py with class ModelNew), checked against PROBLEM "
+        "and timed beside it. It is your own Python: kerngen imports and runs it, in a process of its own, "
+        "only because you name it here; name only files you trust"),
 ) -> None:
     """Time PyTorch eager and torch.compile (in true fp32 and at PyTorch's defaults), a kernel spec, and
-    the exported op's path beside the kernel, on this GPU."""
+    the exported op's path beside the kernel, on this GPU; or your own KernelBench ModelNew (--solution)."""
     from kerngen.harness.evaluator import Candidate, EvalOptions
     from kerngen.harness.spec.plan import resolve
     from kerngen.harness.pool.local import WorkerPool
@@ -56,6 +61,8 @@ def bench(
     info = load_problem(ref).info  # a malformed problem fails here, before any GPU work
     spec = KernelSpec.load(kernel) if kernel else None
     cfg = parse_config(config)
+    if solution is not None and not solution.is_file():
+        raise KerngenError(f"--solution {solution}: no such file")
     if spec is not None:
         resolve(spec, sizes=info.sizes, tensors=info.tensor_facts(), config=cfg)  # fail fast on a bad plan
     with WorkerPool(timeout_s=timeout_s) as pool:
@@ -69,6 +76,8 @@ def bench(
                 op_timing = pool.time_op(ref, spec, result.config or cfg, budget_ms=budget_ms)
     from kerngen.results.bench_table import bench_rows, print_bench
 
+    # the user's ModelNew (--solution), in a process of its own, once the pool's worker is closed
+    sol = _solution_row(ref, solution, base, seeds, budget_ms) if solution is not None else None
     if as_json:
         payload = {
             "problem": info.model_dump(mode="json"),
@@ -78,11 +87,40 @@ def bench(
             "op": op_timing.model_dump(mode="json") if op_timing else None,
             "rows": bench_rows(base, result, op_timing),
         }
+        if sol is not None:
+            payload["solution"] = sol
         typer.echo(json.dumps(payload, indent=2))
     else:
         print_bench(ref.label(), facts, base, result, op_timing)
-    if result is not None and not result.ok:
+        if sol is not None:
+            _print_solution(sol)
+    if (result is not None and not result.ok) or (sol is not None and sol["verdict"] != "ok"):
         raise typer.Exit(1)
+
+
+def _solution_row(ref, path: Path, base, seeds: int, budget_ms: float) -> dict:
+    """``--solution``: the user's ModelNew checked and timed (:mod:`kerngen.harness.gpu.solution`),
+    its speedups over the baseline the pool measured."""
+    from kerngen.harness.gpu.solution import SolutionRequest, run_solution
+    from kerngen.results.bench_table import ratio
+
+    res = run_solution(SolutionRequest(problem=ref, solution=str(path), seeds=seeds, budget_ms=budget_ms))
+    ms = res.timing.median_ms if res.timing else None
+    return {"name": f"solution {path.name}", "verdict": res.verdict.value, "median_ms": ms, "message": res.message,
+            "speedup_vs_eager": ratio(base.eager.median_ms, ms),
+            "speedup_vs_compile": ratio(base.compiled.median_ms if base.compiled else None, ms),
+            "eager_ms_same_process": res.eager.median_ms if res.eager else None}
+
+
+def _print_solution(row: dict) -> None:
+    from rich.console import Console
+
+    ms = row["median_ms"]
+    figures = "" if ms is None else (f": {ms:.4f} ms, {row['speedup_vs_eager']:.2f}x eager" + (
+        f", {row['speedup_vs_compile']:.2f}x torch.compile" if row["speedup_vs_compile"] else "") +
+        f" (the reference beside it in its own process: {row['eager_ms_same_process']:.4f} ms)")
+    Console(highlight=False, soft_wrap=True).print(f"{row['name']}: {row['verdict']}{figures}; {row['message']}",
+                                                   markup=False)
 
 
 def calibrate(

@@ -136,6 +136,10 @@ def run_check(spec_path: str, problem: str, *, config: str | None = None, arch: 
         except (ArithmeticError, ValueError, TypeError, RecursionError, MemoryError) as exc:
             return False, fail(stage, f"{type(exc).__name__}: {exc}")
 
+    # what the command line gets wrong is a usage error (exit 2), not a check the spec fails
+    if not Path(spec_path).is_file():
+        raise KerngenError(f"kernel spec not found: {spec_path}")
+    wanted = parse_config(config)
     ok, spec = guarded("spec", lambda: KernelSpec.load(spec_path))
     if not ok:
         return report
@@ -148,14 +152,11 @@ def run_check(spec_path: str, problem: str, *, config: str | None = None, arch: 
         report["configs"] = {"error": report["error"]}
         report["stage"] = report["error"] = None
 
-    def the_config() -> dict[str, int]:
-        cfg = parse_config(config)
-        spec.check_config(cfg)
-        return spec.full_config(cfg)
-
-    ok, cfg = guarded("config", the_config)
-    if not ok:
-        return report
+    try:
+        cfg = spec.full_config(wanted)
+    except KerngenError as exc:  # --config names a tunable the spec lacks, or a value it does not offer
+        raise KerngenError(f"--config does not fit {spec_path}: {exc} (its tunables: "
+                           f"{', '.join(f'{k}={v}' for k, v in spec.tunables.items()) or 'none'})") from None
     report["config"] = cfg
     report["passed"].append("config")
     def the_plan():

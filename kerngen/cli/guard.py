@@ -22,6 +22,15 @@ def error_line(text: str) -> None:
                                                                 markup=True)
 
 
+def warn_torn(run: Any) -> None:
+    """A run whose last journal line is unreadable (a write cut short) is read without it: say so
+    on stderr (show, report and export go on; a resume cuts the line off)."""
+    if getattr(run, "truncated", 0):
+        Console(stderr=True, highlight=False, soft_wrap=True).print(one_line(
+            f"warning: run {run.id}: the last line of its journal ({run.truncated} bytes) is unreadable, a write cut "
+            "short: it is skipped (kerngen generate --resume cuts it off)"), markup=False)
+
+
 def guard(fn: Callable[..., Any], *, data: bool = False) -> Callable[..., Any]:
     """KerngenError -> one line on stderr, exit 2. ``data``: a command that reads run or export
     folders (which may come from anyone): any other error is one line too, never a traceback."""

@@ -17,7 +17,8 @@ from kerngen.text import one_line
 
 def problems(
     paths: Optional[List[str]] = typer.Argument(
-        None, metavar="[PATH|NAME]...", help="KernelBench-format files or built-in names; none lists the built-ins"
+        None, metavar="[PATH|NAME]...",
+        help="KernelBench-format files, folders of them, or built-in names; none lists the built-ins"
     ),
     shape: Optional[str] = typer.Option(
         None, "--shape", help="built-ins only: shape override, e.g. 8192x1024 (its meaning is per problem)"
@@ -40,10 +41,12 @@ def problems(
     from kerngen.problems.load import load_problem
     from kerngen.problems.ref import ProblemRef, canonical_dtype, parse_shape
     from kerngen.errors import ProblemError
+    from kerngen.results.suite import expand_problems
 
     shape_t = parse_shape(shape) if shape is not None else None
     dtype_s = canonical_dtype(dtype) if dtype is not None else None
-    sources = list(paths or [])
+    # a folder: its .py files (a missing file stays one line below, beside the good ones)
+    sources = [s for p in paths or [] for s in (expand_problems([p]) if Path(p).is_dir() else [p])]
     if to_dtype is not None or out is not None:
         sources = _copies(sources, to_dtype, out)
     if not sources and (shape_t is not None or dtype_s is not None):

@@ -17,8 +17,8 @@ import typer
 from rich.console import Console
 
 from kerngen.cli import cluster
+from kerngen.cli.guard import warn_torn
 from kerngen.errors import KerngenError
-from kerngen.cli.compose import make_evaluator
 from kerngen.problems.torch_modes import DEFAULTS_LABEL
 
 
@@ -90,6 +90,8 @@ def _suite_evaluator(kind: str, ray: str | None = None, ray_gpu_model: str | Non
     the Ray cluster), so that a problem's baseline and its kernel are measured in the same worker
     process on the same GPU (the suite measures one thing at a time: a second worker would only
     ever idle)."""
+    from kerngen.cli.compose import make_evaluator  # here: the composition root imports torch (seconds)
+
     if kind != "pool":
         return make_evaluator(kind)
     if ray or ray_gpu_model:
@@ -160,7 +162,9 @@ def print_suite(rep: Any) -> None:
     cols = ("problem", "eager ms", "compile ms", "kernel ms (IQR)", "op ms (gap)", "floor ms", "fp32 eager",
             "fp32 compile", "dflt compile", "% of floor", "verdict / why")
     for col in cols:
-        table.add_column(col, justify="left" if col in (cols[0], cols[-1]) else "right")
+        # a problem's name is folded over lines, never cut (--json has every field too)
+        table.add_column(col, justify="left" if col in (cols[0], cols[-1]) else "right",
+                         overflow="fold" if col == cols[0] else "ellipsis")
     for e in rep.entries:
         k = e.kernel
         compile_ms = _f(_ms(e.compiled), ".4f") if not e.compile_missing else "failed"
@@ -210,7 +214,9 @@ def report(
     from kerngen.results.report import write_report
     from kerngen.agent.tree import load_run
 
-    path = write_report(load_run(run, runs_dir), out)
+    loaded = load_run(run, runs_dir)
+    warn_torn(loaded)
+    path = write_report(loaded, out)
     Console(highlight=False).print(f"report written to {_say(path)}")
 
 
@@ -225,8 +231,11 @@ def export(
 ) -> None:
     """Export the best kernel of a run (or of several runs at other shapes): .cu, launch plan + config
     (JSON), cubin and a PyTorch op module."""
+    from kerngen.agent.tree import load_run
     from kerngen.results.export import export_runs
 
+    for one in runs:  # a journal's unreadable last line: said, and skipped
+        warn_torn(load_run(one, runs_dir))
     res = export_runs(list(runs), out, runs_dir=runs_dir, name=name, arch=arch)
     console = Console(highlight=False)
     if res.name.startswith("demo_") and name is None:

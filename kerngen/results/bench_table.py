@@ -88,7 +88,11 @@ def print_bench(label: str, facts: GpuFacts, base: Baseline, result: EvalResult 
         )
     if base.floor_ms is not None:
         table.add_row(f"roofline floor ({base.floor_bound})", "", f"{base.floor_ms:.4f}", "", "", "", "", "", "100.0%")
+    if base.floor_measured_ms is not None:
+        table.add_row("  from the measured ceilings", "", f"{base.floor_measured_ms:.4f}", "", "", "", "", "", "")
     console.print(table)
+    if base.floor_basis:
+        console.print(f"roofline floor: {base.floor_basis}", markup=False)
     if base.defaults_same:
         console.print(f"{base.defaults_label}: the same outputs bit for bit as true fp32 (no op of the problem uses "
                       "TF32): the true fp32 times stand for both")

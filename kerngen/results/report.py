@@ -112,21 +112,27 @@ def _problem_counts(run: Run) -> tuple[float | None, float | None]:
         if info is not None:
             flops = flops if flops is not None else info.flops
             nbytes = nbytes if nbytes is not None else float(info.min_bytes)
-    if nbytes is None and b and b.floor_ms and b.floor_bound == "memory" and gpu and gpu.copy_gbps:
+    measured_floor = b is not None and not b.floor_basis  # an older run's floor: from the measured copy
+    if nbytes is None and measured_floor and b.floor_ms and b.floor_bound == "memory" and gpu and gpu.copy_gbps:
         nbytes = b.floor_ms * 1e-3 * gpu.copy_gbps * 1e9
     return flops, nbytes
 
 
 def roofline_data(run: Run) -> RooflineData | None:
-    from kerngen.harness.gpu.roofline import compute_rate_tflops
+    from kerngen.harness.gpu.roofline import compute_rate_tflops, peak_bandwidth, peak_rate
 
     flops, nbytes = _problem_counts(run)
     if not nbytes:
         return None
     gpu, b = run.tree.gpu, run.baseline
-    dtype = run.tree.problem.dtype if run.tree.problem and run.tree.problem.dtype else "float32"
-    data = RooflineData(flops=flops, min_bytes=nbytes, copy_gbps=gpu.copy_gbps if gpu else None,
-                        peak_tflops=compute_rate_tflops(dtype, gpu) if gpu else None)
+    dtype = run.tree.dtype() or "float32"
+    rate = peak_rate(dtype, gpu) if gpu else None
+    bw = peak_bandwidth(gpu) if gpu else None
+    data = RooflineData(flops=flops, min_bytes=nbytes, copy_gbps=bw[0] if bw else None,
+                        peak_tflops=rate[0] if rate else None,
+                        roof_label="; ".join(x[1] for x in (bw, rate) if x) or "unknown",
+                        measured_gbps=gpu.copy_gbps if gpu else None,
+                        measured_tflops=compute_rate_tflops(dtype, gpu) if gpu else None)
     data.kernels = [Point(x=n.id, y=n.ms, label=f"#{n.id}") for n in run.tree.ranked()]
     if b is not None:
         data.references.append(Point(x=0, y=b.eager.median_ms, label="PyTorch eager"))

@@ -159,6 +159,8 @@ def render_header(run: Run) -> Table:
     t.add_row("run", _say(f"{run.id} ({run.path})"))
     if st.demo:
         t.add_row("[bold red]DEMO[/]", f"[bold red]{DEMO_LABEL}[/]: toy kernels, made-up times")
+    if st.dry_run:
+        t.add_row("[bold yellow]DRY RUN[/]", _say(f"compiled for {st.dry_run}, nothing run: no times, no baseline"))
     t.add_row("problem", _say(tree.problem.label() if tree.problem else "?"))
     info = st.problem_info.info if st.problem_info is not None else None
     if info is not None and info.description:
@@ -172,10 +174,12 @@ def render_header(run: Run) -> Table:
                         f"tune {'on' if c.tune else 'off'}")
     t.add_row("checked at", _say(precision_line(tree.problem.precision if tree.problem else None)))
     b = tree.baseline
-    if b is not None:
+    if b is not None and math.isfinite(b.eager.median_ms):  # a dry run's baseline holds no time
         comp = f"{b.compiled.median_ms:.4f} ms" if b.compiled else _say(_short(f"n/a {b.compile_error}", 110))
         sheet = ", data-sheet rates" if tree.gpu is not None and tree.gpu.datasheet else ""  # a dry run's preset
-        floor = f"{b.floor_ms:.4f} ms ({_say(b.floor_bound)}{sheet})" if b.floor_ms else "n/a"
+        floor = f"{b.floor_ms:.4f} ms ({_say(b.floor_basis or b.floor_bound)}{sheet})" if b.floor_ms else "n/a"
+        if b.floor_measured_ms:
+            floor += f"; {b.floor_measured_ms:.4f} ms from the measured ceilings"
         t.add_row("baseline", f"true fp32: eager {b.eager.median_ms:.4f} ms, torch.compile {comp}, floor {floor}")
         if b.eager_defaults is not None:
             same = " (the same kernels: no op of the problem uses TF32)" if b.defaults_same else ""
@@ -252,6 +256,7 @@ def run_row(path: Path) -> dict[str, Any]:
         row["run"] = run.id
         row["problem"] = tree.problem.label() if tree.problem else None
         row["gpu"] = tree.gpu.name if tree.gpu else None
+        row["dry_run"] = run.started.dry_run  # the GPU preset a dry run compiled for (nothing measured)
         best = tree.best()
         if best is not None:
             f = tree.figures(best)
@@ -286,7 +291,7 @@ def render_runs(rows: list[dict[str, Any]], runs_dir: str | Path = "runs") -> Gr
     table = Table(title=f"runs under {_say(runs_dir)}, oldest first (the last is 'latest')", title_justify="left",
                   box=box.SIMPLE_HEAD, pad_edge=False, padding=0,  # the box puts a space between columns
                   caption=SHORT_NOTE.format(label=DEFAULTS_LABEL), caption_justify="left")
-    table.add_column("run\nproblem", min_width=30)
+    table.add_column("run\nproblem", min_width=30, overflow="fold")  # folded, never cut
     table.add_column("GPU", min_width=8, max_width=12)
     for col in ("best\nms", "fp32\neager", "fp32\ncomp.", "dflt\ncomp."):
         table.add_column(col, justify="right", no_wrap=True)
@@ -298,6 +303,8 @@ def render_runs(rows: list[dict[str, Any]], runs_dir: str | Path = "runs") -> Gr
         gpu = r["gpu"] or "?"
         if gpu.startswith("scripted evaluator"):
             gpu = "none (scripted demo)"
+        if r.get("dry_run"):
+            gpu = f"none (dry run, {r['dry_run']})"
         table.add_row(f"{_say(r['run'])}\n[dim]{_say(r['problem'] or '?')}[/]", _say(gpu), _num(r["best_ms"], ".4f"),
                       _num(r["speedup_eager"], ".2f", "x"), _num(r["speedup_compile"], ".2f", "x"),
                       _num(r["speedup_compile_defaults"], ".2f", "x"), status)

@@ -201,7 +201,7 @@ def _wait_for_batch_threads() -> None:
 
 
 def test_a_batch_runs_one_problem_per_actor_side_by_side_and_resumes(gpus_free, tmp_path, monkeypatch):
-    import kerngen.cli.search as search_cli
+    from kerngen.cli import compose
 
     d, runs = tmp_path / "kb", tmp_path / "runs"
     d.mkdir()
@@ -214,7 +214,7 @@ def test_a_batch_runs_one_problem_per_actor_side_by_side_and_resumes(gpus_free, 
         made.append(kw)
         return _Spread(fake_pool(), log)
 
-    monkeypatch.setattr(search_cli, "make_evaluator", make)
+    monkeypatch.setattr(compose, "make_evaluator", make)
     real_run = Search.run
     first_done = threading.Event()
 
@@ -252,7 +252,7 @@ def test_a_batch_runs_one_problem_per_actor_side_by_side_and_resumes(gpus_free, 
         return real_run(self)
 
     monkeypatch.setattr(Search, "run", recorded)
-    monkeypatch.setattr(search_cli, "make_evaluator", lambda kind, **kw: _Spread(None, log))
+    monkeypatch.setattr(compose, "make_evaluator", lambda kind, **kw: _Spread(None, log))
     res = CliRunner().invoke(kerngen.cli.app.app, [*args, "--json"], env={"COLUMNS": "220"})
     _wait_for_batch_threads()
     assert res.exit_code == 0, res.output
@@ -262,7 +262,7 @@ def test_a_batch_runs_one_problem_per_actor_side_by_side_and_resumes(gpus_free, 
     def no_cluster(kind, **kw):
         raise AssertionError("a finished batch needs no evaluator")
 
-    monkeypatch.setattr(search_cli, "make_evaluator", no_cluster)  # once more: the summary only
+    monkeypatch.setattr(compose, "make_evaluator", no_cluster)  # once more: the summary only
     res = CliRunner().invoke(kerngen.cli.app.app, [*args, "--json"], env={"COLUMNS": "220"})
     assert res.exit_code == 0 and len(json.loads(res.stdout)) == 2, res.output
 

@@ -115,7 +115,7 @@ def test_the_local_pool_splits_into_one_shard_per_gpu_too(tmp_path, monkeypatch)
 
 # ----- the command line ------------------------------------------------------------------------------
 def test_suite_and_tune_take_the_cluster_from_the_option_or_the_environment(monkeypatch):
-    import kerngen.cli.results as results_cli
+    from kerngen.cli import compose
 
     made: list[tuple[str, dict]] = []
 
@@ -123,7 +123,7 @@ def test_suite_and_tune_take_the_cluster_from_the_option_or_the_environment(monk
         made.append((kind, kw))
         raise KerngenError("no cluster here")
 
-    monkeypatch.setattr(results_cli, "make_evaluator", refuse)
+    monkeypatch.setattr(compose, "make_evaluator", refuse)
     runner = CliRunner()
     res = runner.invoke(kerngen.cli.app.app, ["suite", "softmax"], env={"KERNGEN_RAY_ADDRESS": "auto"})
     assert res.exit_code == 2 and made[-1] == ("pool", {"ray": "auto", "ray_gpu_model": None, "gpus": 1})

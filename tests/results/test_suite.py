@@ -362,10 +362,10 @@ def test_suite_cli_table(recorded):
 
 
 def test_suite_cli_compile_missing_is_said(tmp_path, monkeypatch):
-    import kerngen.cli.results as cli
+    from kerngen.cli import compose
 
     ev = FakeEvaluator(problems={"softmax": (1.0, None, 0.4, 0.5)})
-    monkeypatch.setattr(cli, "make_evaluator", lambda kind, **kw: ev)
+    monkeypatch.setattr(compose, "make_evaluator", lambda kind, **kw: ev)
     spec = tmp_path / "spec.json"
     spec.write_text(scripted_spec(1.0).model_dump_json())
     res = runner.invoke(kerngen.cli.app.app, ["suite", "softmax", "gelu", "--kernel", str(spec), "--evaluator",
@@ -378,11 +378,12 @@ def test_suite_cli_compile_missing_is_said(tmp_path, monkeypatch):
 
 def test_suite_pool_is_one_worker_on_the_first_gpu(monkeypatch):
     import kerngen.cli.results as cli
+    from kerngen.cli import compose
     import kerngen.harness.pool.local as local
 
     made: list[tuple[str, dict]] = []
     monkeypatch.setattr(local, "visible_devices", lambda: ["3", "5"])
-    monkeypatch.setattr(cli, "make_evaluator", lambda kind, **kw: made.append((kind, kw)) or FakeEvaluator())
+    monkeypatch.setattr(compose, "make_evaluator", lambda kind, **kw: made.append((kind, kw)) or FakeEvaluator())
     cli._suite_evaluator("pool")
     cli._suite_evaluator("scripted")
     assert made == [("pool", {"devices": ["3"]}), ("scripted", {})]
