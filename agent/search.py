@@ -10,8 +10,7 @@ nodes of the round (up to ``B``) are autotuned; their tuned config and result ar
 node. Budgets and patience stop it, with a typed :class:`~kerngen.agent.budget.StopReason`.
 
 What a search is (problem, run folder, mode, shape, budget, seed, the record it follows ...) is one
-:class:`~kerngen.agent.search_settings.SearchSettings`; the search is
-``Search(settings, proposer, evaluator, tuner=...).run()``.
+:class:`~kerngen.agent.search_settings.SearchSettings`; the search is ``Search(settings, proposer, evaluator).run()``.
 
 Every proposer answer and every result goes to the journal first (:mod:`kerngen.agent.journal`)
 and the tree is rebuilt from it (:mod:`kerngen.agent.tree`), so:
@@ -24,8 +23,7 @@ and the tree is rebuilt from it (:mod:`kerngen.agent.tree`), so:
   has no answer for is not asked) and re-evaluates every node on the current GPU
   (:mod:`kerngen.agent.replay`).
 
-Entry points: :func:`run_search`, :func:`resume_search` (and :func:`kerngen.agent.replay.replay_run`).
-"""
+Entry points: :func:`run_search`, :func:`resume_search` (and :func:`kerngen.agent.replay.replay_run`)."""
 
 from __future__ import annotations
 
