@@ -9,8 +9,8 @@ Failed nodes get up to ``R`` repairs (each a child node, each wave one batch). T
 nodes of the round (up to ``B``) are autotuned; their tuned config and result are recorded on the
 node. Budgets and patience stop it, with a typed :class:`~kerngen.agent.budget.StopReason`.
 
-What a search is (problem, run folder, mode, shape, budget, seed, the record it follows ...) is one
-:class:`~kerngen.agent.search_settings.SearchSettings`; the search is ``Search(settings, proposer, evaluator, tuner=...).run()``.
+What a search is (problem, run folder, mode, shape, budget, seed, the record it follows ...) is one settings
+object (:mod:`kerngen.agent.search_settings`); the search is ``Search(settings, proposer, evaluator, tuner=...).run()``.
 
 Every proposer answer and every result goes to the journal first (:mod:`kerngen.agent.journal`)
 and the tree is rebuilt from it (:mod:`kerngen.agent.tree`), so:
