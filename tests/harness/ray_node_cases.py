@@ -214,7 +214,7 @@ class _Spread:
 
 
 def test_a_batch_hands_the_problem_of_a_lost_node_to_the_surviving_gpu(two_nodes, tmp_path, monkeypatch):
-    import kerngen.cli.search as search_cli
+    from kerngen.cli import compose  # the composition root the batch asks for its evaluator
 
     d, runs = tmp_path / "kb", tmp_path / "runs"
     d.mkdir()
@@ -228,7 +228,7 @@ def test_a_batch_hands_the_problem_of_a_lost_node_to_the_surviving_gpu(two_nodes
         made.append(_Spread(fake_pool(), log, two_nodes))
         return made[-1]
 
-    monkeypatch.setattr(search_cli, "make_evaluator", make)
+    monkeypatch.setattr(compose, "make_evaluator", make)
     real_run = Search.run
     searched: list[tuple[str, str]] = []
 
@@ -264,7 +264,7 @@ def test_a_batch_hands_the_problem_of_a_lost_node_to_the_surviving_gpu(two_nodes
     def no_cluster(kind, **kw):
         raise AssertionError("a finished batch needs no evaluator")
 
-    monkeypatch.setattr(search_cli, "make_evaluator", no_cluster)  # again: nothing is searched
+    monkeypatch.setattr(compose, "make_evaluator", no_cluster)  # again: nothing is searched
     searched.clear()
     res = CliRunner().invoke(kerngen.cli.app.app, args, env={"COLUMNS": "220"})
     assert res.exit_code == 0 and not searched, res.output
