@@ -4,8 +4,8 @@
 # Every stage has its own time limit; the whole script stays under 8 minutes on one H100:
 #   1. the GPU tests of the op path (op vs kernel for attention, softmax, layernorm; descriptor cache
 #      and no sync per call; CUDA graph capture and replay; torch.compile fullgraph)       <= 150 s
-#   2. short runs of every built-in problem and 10 KernelBench files (scripts/device/i33_kb/ and two of
-#      tests/data/kernelbench/: KernelBench's own files at their own sizes; attention included) <= 210 s
+#   2. short runs of every built-in problem and 10 KernelBench files (tests/data/kernelbench/: KernelBench's
+#      own files at their own sizes; attention included)                                        <= 210 s
 #   3. kerngen suite over those runs: each kernel and its exported op's path side by side in one
 #      worker (eager baselines only: --no-compile)                                          <= 150 s
 #   4. each run exported (kerngen export) and loaded (kerngen.load) in one process, timed with
@@ -17,8 +17,11 @@ mkdir -p "$OUT"
 W=$(mktemp -d)
 log() { echo "[i33 $(date -u +%T)] $*"; }
 PROBLEMS="softmax layernorm rmsnorm gelu conv2d conv2d_wide conv_relu_maxpool matmul matmul_wide attention"
-PROBLEMS="$PROBLEMS $(ls scripts/device/i33_kb/*.py | tr '\n' ' ')"
-PROBLEMS="$PROBLEMS tests/data/kernelbench/level1/40_LayerNorm.py tests/data/kernelbench/level2/12_Gemm_Multiply_LeakyReLU.py"
+KB=tests/data/kernelbench
+for f in level1/2_Standard_matrix_multiplication_.py level1/42_Max_Pooling_2D.py level1/47_Sum_reduction_over_a_dimension.py \
+    level1/82_conv_depthwise_2D_square_input_square_kernel.py level1/89_cumsum.py level1/94_MSELoss.py \
+    level1/97_ScaledDotProductAttention.py level2/17_Conv2d_InstanceNorm_Divide.py level1/40_LayerNorm.py \
+    level2/12_Gemm_Multiply_LeakyReLU.py; do PROBLEMS="$PROBLEMS $KB/$f"; done
 
 log "1/4 GPU tests"
 timeout 150 python3 -m pytest -q -s -m gpu -p no:cacheprovider tests/results/test_exported_op_gpu.py \
