@@ -195,16 +195,18 @@ def arch_limits(arch: str) -> dict[str, Any] | None:
 
 
 def fp32_bounds(flops: float | None, min_bytes: int | None, gpu: Any) -> dict[str, float] | None:
-    """For an fp32 problem with a FLOP count: the bound in ms at the FFMA rate and that of a
-    3xTF32 kernel on the tensor cores (three TF32 products per fp32 one, TF32 at half the bf16
-    rate as on A100/H100/L40S), each no lower than the memory term; None without the rates."""
+    """For an fp32 problem with a FLOP count: the bound in ms at the FFMA rate, that of a 3xTF32
+    kernel on the tensor cores (three TF32 products per fp32 one, TF32 at half the bf16 rate as on
+    A100/H100/L40S) and that of a 1xTF32 one (admissible at ``--precision tf32``), each no lower
+    than the memory term; None without the rates."""
     fp32, bf16, gbps = getattr(gpu, "fp32_tflops", None), getattr(gpu, "bf16_tflops", None), getattr(gpu, "copy_gbps", None)
     if not flops or flops <= 0 or not fp32 or not bf16:
         return None
     mem = (min_bytes / (gbps * 1e9) * 1e3) if (min_bytes and gbps) else 0.0
-    tf32x3 = bf16 / 2 / 3
+    tf32 = bf16 / 2
     return {"ffma_ms": max(mem, flops / (fp32 * 1e12) * 1e3), "ffma_tflops": fp32,
-            "tf32x3_ms": max(mem, flops / (tf32x3 * 1e12) * 1e3), "tf32x3_tflops": tf32x3}
+            "tf32x3_ms": max(mem, flops / (tf32 / 3 * 1e12) * 1e3), "tf32x3_tflops": tf32 / 3,
+            "tf32_ms": max(mem, flops / (tf32 * 1e12) * 1e3), "tf32_tflops": tf32}
 
 
 __all__ = ["LOG_LIMIT", "SOURCE_LIMIT", "TEMPLATES", "arch_limits", "clip", "fp32_bounds", "reference_source",
