@@ -29,7 +29,11 @@ from typing import Any
 import jinja2
 from pydantic import BaseModel
 
+from kerngen import expr
 from kerngen.agent.llm.source_fold import FOLD_MARK, fold_repeats
+from kerngen.errors import ExprError
+from kerngen.expr import TensorFacts
+from kerngen.harness.spec.plan import build_env
 
 TEMPLATES = ("system", "ideas", "implement", "repair", "repair_answer")
 LOG_LIMIT = 4000  # characters of a compile / runtime log a prompt shows
@@ -94,13 +98,21 @@ def _plan(spec: BaseModel) -> str:
     return "{\n" + ",\n".join(lines) + "\n}"
 
 
-def shown_source(spec: Any, config: dict[str, int] | None = None) -> str:
+def shown_source(spec: Any, config: dict[str, int] | None = None, ctx: Any = None) -> str:
     """A spec's source as a prompt shows it: repeated variants of a helper folded
     (:mod:`.source_fold`); in full the one ``config`` (over the spec's defaults: a kernel under
-    repair, the configuration that failed) selects, else (None: a kernel to improve) the shortest."""
+    repair, the configuration that failed; with ``ctx``, the defines its sizes give too) selects,
+    else (None: a kernel to improve) the shortest."""
     if spec is None:
         return ""
     values = None if config is None else {**spec.default_config(), **config}
+    if values is not None and ctx is not None:
+        env = build_env(ctx.sizes, {n: TensorFacts(tuple(s)) for n, s in ctx.tensors.items()}, values)
+        for name, text in spec.defines.items():
+            try:
+                values.setdefault(name, int(expr.evaluate(text, env)))
+            except (ExprError, ValueError, OverflowError):  # a define of the model's that does not resolve
+                continue
     return fold_repeats((spec.source or "").strip(), values)
 
 

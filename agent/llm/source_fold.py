@@ -10,9 +10,11 @@ write them out again from the one shown. Definitions are folded only where they 
 but for their numbers and the length of their comma-separated lists; the kernels (``__global__``),
 the tunables, the launch plan and every other line are kept as written. Comments stay: they say why.
 
-Only the kernel to improve is folded: a failed kernel sent back for repair is shown whole (its
-fault may lie in any variant). Pure text; a source this scanner cannot follow (unbalanced braces,
-an unterminated string or comment) is returned unchanged.
+Which variant is shown in full: for a kernel to improve, the shortest (any one shows the pattern);
+for a failed kernel sent back for repair, the one its failing configuration selected (its tunables
+and the defines the problem's sizes give, by the ``#if NAME == N`` right before it), where the
+fault it showed lies. Pure text; a source this scanner cannot follow (unbalanced braces, an
+unterminated string or comment) is returned unchanged.
 """
 
 from __future__ import annotations

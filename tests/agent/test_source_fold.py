@@ -113,3 +113,26 @@ def test_a_not_run_result_has_no_config_and_still_folds(wgmma):
     text = LLMProposer(client=None).messages_for(context, "ideas", parent=parent, k=3,  # type: ignore[arg-type]
                                                  categories=[])(True)[1]["content"]
     assert text.count(FOLD_MARK) == 3
+
+
+def test_a_repair_shows_the_variant_the_problems_own_sizes_select():
+    """The attention seed defines fw_pv per HEAD_DIM, a define of the problem's shape (q.shape[3] = 128):
+    a kernel under repair shows that variant in full, though another is shorter."""
+    from kerngen.agent.context import default_context
+    from kerngen.agent.llm.prompting import shown_source
+    from kerngen.harness.gpu.presets import preset
+
+    ref = parse_problem_ref("attention")
+    spec = playbook_seed(ref)
+    assert spec is not None and spec.defines.get("HEAD_DIM") == "q.shape[3]"
+    ctx = default_context(ref, preset("h100"), None)
+    assert ctx.tensors["q"][3] == 128
+    pv = {m.group(1): m.group(2) for m in re.finditer(r"#if HEAD_DIM == (\d+)\n__device__[^\n]*fw_pv\([^\n]*\) "
+                                                      r"(\{.*?\n\})\n", spec.source, re.S)}
+    assert set(pv) == {"64", "128"} and len(pv["64"]) < len(pv["128"])
+    repair = shown_source(spec, {}, ctx)
+    assert pv["128"] in repair and pv["64"] not in repair
+    parent = shown_source(spec)  # a kernel to improve: the shortest variant
+    assert pv["64"] in parent and pv["128"] not in parent
+    broken = spec.model_copy(update={"defines": {"HEAD_DIM": "nope.shape[3]"}})  # a define that does not resolve
+    assert pv["64"] in shown_source(broken, {}, ctx)
