@@ -23,6 +23,7 @@ from kerngen.agent.journal import (
 )
 from kerngen.agent.proposer import Branch, Idea, NodeSummary, TriedIdea
 from kerngen.errors import JournalError
+from kerngen.harness.gpu.presets import PRESET_SUFFIX, PRESETS
 from kerngen.harness.gpu.roofline import refloor
 from kerngen.harness.results import Baseline, EvalResult, GpuFacts, Verdict
 from kerngen.harness.spec.spec import KernelSpec
@@ -337,7 +338,7 @@ class Run:
         self.truncated = truncated
         self.tree = Tree.from_events(events)
         self.book = AnswerBook.from_events(events)
-        self.started: RunStarted = events[0]
+        self.started: RunStarted = _mark_legacy_dry_run(path, events[0])
         self.evaluated: dict[int, EvalResult] = {e.id: e.result for e in events if isinstance(e, NodeEvaluated)}
         self.tuned: dict[int, NodeTuned] = {e.id: e for e in events if isinstance(e, NodeTuned)}
 
@@ -384,31 +385,49 @@ class Run:
 
 
 LATEST = "latest"  # names the newest run under runs_dir wherever a RUN is taken
+# where kerngen before issue 37 wrote its dry runs (runs/dry-run/<id>): still listed, reached by id and
+# as latest, and marked as dry runs though their journals predate RunStarted.dry_run
+LEGACY_DRY_RUNS = "dry-run"
 
 
 def resolve_run(run: str | Path, runs_dir: str | Path = "runs") -> Path:
-    """RUN as a path to a run folder, a run id under ``runs_dir``, or ``latest``: the newest run
-    there (:func:`latest_run`; a folder of that name comes first)."""
+    """RUN as a path to a run folder, a run id under ``runs_dir`` (or under its old dry-run folder),
+    or ``latest``: the newest run there (:func:`latest_run`; a folder of that name comes first)."""
     p = Path(run)
     if p.is_dir():
         return p
     q = Path(runs_dir) / str(run)
     if q.is_dir():
         return q
+    if has_journal(old := Path(runs_dir) / LEGACY_DRY_RUNS / str(run)):
+        return old
     if str(run) == LATEST:
         return latest_run(runs_dir)
     raise JournalError(f"run {run}: not found (neither a folder nor a run id under {runs_dir}/)")
 
 
 def run_folders(runs_dir: str | Path = "runs") -> list[Path]:
-    """The folders under ``runs_dir`` that hold a journal, oldest first (by the start time the
-    journal records, else the journal's mtime; then by name). Nothing is parsed beyond that."""
-    root = Path(runs_dir)
-    try:
-        found = [d for d in root.iterdir() if d.is_dir() and has_journal(d)]
-    except OSError:
-        return []
+    """The folders under ``runs_dir`` (and under its old dry-run folder, :data:`LEGACY_DRY_RUNS`)
+    that hold a journal, oldest first (by the start time the journal records, else the journal's
+    mtime; then by name). Nothing is parsed beyond that."""
+    found: list[Path] = []
+    for root in (Path(runs_dir), Path(runs_dir) / LEGACY_DRY_RUNS):
+        try:
+            found += [d for d in root.iterdir() if d.is_dir() and has_journal(d)]
+        except OSError:
+            continue
     return sorted(found, key=lambda d: (started_at(d), d.name))
+
+
+def _mark_legacy_dry_run(path: Path, started: RunStarted) -> RunStarted:
+    """A run in the old dry-run folder, journaled before ``dry_run`` was recorded: marked as one,
+    with the preset its GPU facts name (``h100``; the preset's name where none matches)."""
+    if started.dry_run is not None or path.parent.name != LEGACY_DRY_RUNS or started.gpu is None:
+        return started
+    if not started.gpu.name.endswith(PRESET_SUFFIX):
+        return started
+    preset = next((k for k, f in PRESETS.items() if f.name == started.gpu.name), started.gpu.name)
+    return started.model_copy(update={"dry_run": preset})
 
 
 def latest_run(runs_dir: str | Path = "runs") -> Path:

@@ -7,8 +7,13 @@ pydantic model. Times are milliseconds everywhere.
 from __future__ import annotations
 
 from enum import Enum
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from kerngen.problems.torch_modes import Precision
+
+TF32_MARGIN = 4.0  # a tf32 check's tolerance: this many times PyTorch's own TF32 error (harness/gpu/precision.py)
 
 
 class _Record(BaseModel):
@@ -199,6 +204,33 @@ class EvalResult(_Record):
         return self.timing.median_ms if (self.ok and self.timing) else float("inf")
 
 
+class Tolerance(_Record):
+    """What a check compares with: allclose's atol and rtol, and per output dtype the limit on
+    ``||out - ref|| / ||ref||`` where it differs from :data:`kerngen.harness.gpu.compare.REL_ERR_LIMITS`
+    (kerngen.harness.gpu.precision chooses it)."""
+
+    precision: Precision = Precision.fp32
+    atol: float
+    rtol: float
+    rel_limits: dict[str, float] = Field(default_factory=dict)
+    measured_abs: float | None = None  # tf32: max |PyTorch TF32 - fp64| over the fp32 outputs
+    measured_rel: float | None = None  # tf32: ||PyTorch TF32 - fp64|| / ||fp64||, the worst output
+    against: str = ""  # tf32: "fp64" or "true fp32 (...)" when the model does not run in fp64
+
+    def rel_limit(self, dtype: Any) -> float | None:
+        """The limit for an output of ``dtype`` when it is not the dtype's default, else None."""
+        return self.rel_limits.get(str(dtype).removeprefix("torch."))
+
+    def note(self) -> str:
+        """One line: how the tolerance was chosen (shown with a tf32 check)."""
+        if self.precision is Precision.fp32:
+            return f"true fp32: atol {self.atol:g}, rtol {self.rtol:g}"
+        limit = self.rel_limits.get("float32")
+        return (f"TF32: PyTorch's TF32 output is off by {self.measured_abs:.3g} at most ({self.measured_rel:.3g} "
+                f"relative) against {self.against}; tolerance {TF32_MARGIN:g}x that: atol {self.atol:.3g}, "
+                f"||out-ref||/||ref|| <= {limit:.3g}")
+
+
 class Baseline(_Record):
     """PyTorch's own times for a problem on one GPU, and the roofline floor. ``eager`` and
     ``compiled`` run in true fp32 (TF32 off everywhere: "vs PyTorch (true fp32)"); the
@@ -227,6 +259,9 @@ class Baseline(_Record):
     degenerate: bool = False
     degenerate_reason: str = ""
     launch_bound: bool = False
+    # the tolerance the check applies (at --precision tf32: measured on this GPU before the baseline,
+    # harness/gpu/precision.py); None in older runs and where nothing was measured (a dry run)
+    tolerance: Tolerance | None = None
 
 
 Timing.model_rebuild()

@@ -408,7 +408,8 @@ class LLMClient:
             self._count_request(None)
             # may wait for requests in flight to settle: not under the client's lock
             reservation = self._meter.reserve({**kwargs, **self._extra_body})
-            deadline = self._count_request(reservation)
+            deadline, by_search = self._count_request(reservation)
+            sent = time.monotonic()
             call.attempts += 1  # before the request is in the book: an interrupt counts it
             if not self._book.sending(call, kwargs):  # interrupted since: not sent
                 call.attempts -= 1
@@ -422,8 +423,10 @@ class LLMClient:
                         **kwargs, extra_body=self._extra_body or None, timeout=self.config.timeout_s)
                 reply = read_reply(response, self.config.base_url)
                 return reply
-            except openai.APITimeoutError:
+            except openai.APITimeoutError as exc:
                 billed = True
+                if by_search:  # the search's end came before --llm-timeout's: --minutes cut it
+                    exc.kerngen_cut_by_search = time.monotonic() - sent  # type: ignore[attr-defined]
                 raise
             except openai.OpenAIError:
                 raise
@@ -439,10 +442,11 @@ class LLMClient:
                 self._book.sending(call, None)
                 self._settle(call, kwargs, reservation, reply, billed)
 
-    def _count_request(self, reservation: Reservation | None) -> float:
+    def _count_request(self, reservation: Reservation | None) -> tuple[float, bool]:
         """Raise :class:`BudgetSpent` when the request budget is spent, :class:`NotSent` when
         the search's time is up or the client was abandoned (then a reservation made is given
-        back); with a reservation, count the request as sent. Returns its deadline."""
+        back); with a reservation, count the request as sent. Returns its deadline, and whether it
+        is the search's (before ``--llm-timeout``'s)."""
         with self._lock:
             refusal: Exception | None = None
             if self._book.closed:
@@ -459,7 +463,8 @@ class LLMClient:
             deadline = time.monotonic() + self.config.timeout_s
             if reservation is not None:
                 self._requests += 1
-            return deadline if self._deadline is None else min(deadline, self._deadline)
+            by_search = self._deadline is not None and self._deadline < deadline
+            return (self._deadline if by_search and self._deadline is not None else deadline), by_search
 
     def _settle(self, call: LLMCall, body: dict[str, Any], reservation: Reservation, reply: Reply | None,
                 billed: bool) -> None:

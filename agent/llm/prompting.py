@@ -5,7 +5,9 @@ Templates are loaded with :mod:`importlib.resources` (they are package data) and
 empty string in a prompt. Filters: ``json`` (pretty JSON, not HTML-escaped like jinja's
 ``tojson``), ``ms`` (a time), ``num`` (a large count with thousands separators), ``trim_log``
 (the error lines, head and tail of a long compile log), ``clip`` (head and tail of a long
-source), ``plan`` (a spec's JSON without its source). Every cut says truly how much was cut.
+source), ``plan`` (a spec's JSON without its source), ``shown_source`` (a spec's source with the
+repeated variants of a helper folded: :mod:`.source_fold`). Every cut and fold says truly how much
+it left out.
 
 What the prompts state besides the problem's own facts is computed here: the limits of the GPU's
 architecture that no device query gave (:func:`arch_limits`), the bound of a 3xTF32 kernel beside
@@ -26,6 +28,12 @@ from typing import Any
 
 import jinja2
 from pydantic import BaseModel
+
+from kerngen import expr
+from kerngen.agent.llm.source_fold import FOLD_MARK, fold_repeats
+from kerngen.errors import ExprError
+from kerngen.expr import TensorFacts
+from kerngen.harness.spec.plan import build_env
 
 TEMPLATES = ("system", "ideas", "implement", "repair", "repair_answer")
 LOG_LIMIT = 4000  # characters of a compile / runtime log a prompt shows
@@ -58,6 +66,8 @@ def _env() -> jinja2.Environment:
     env.filters["trim_log"] = trim_log
     env.filters["clip"] = clip
     env.filters["plan"] = _plan
+    env.filters["shown_source"] = shown_source
+    env.globals["FOLD_MARK"] = FOLD_MARK
     return env
 
 
@@ -86,6 +96,24 @@ def _plan(spec: BaseModel) -> str:
     data = spec.model_dump(mode="json", exclude={"source"}, exclude_defaults=True)
     lines = [f"  {json.dumps(k)}: {json.dumps(v, ensure_ascii=False)}" for k, v in data.items()]
     return "{\n" + ",\n".join(lines) + "\n}"
+
+
+def shown_source(spec: Any, config: dict[str, int] | None = None, ctx: Any = None) -> str:
+    """A spec's source as a prompt shows it: repeated variants of a helper folded
+    (:mod:`.source_fold`); in full the one ``config`` (over the spec's defaults: a kernel under
+    repair, the configuration that failed; with ``ctx``, the defines its sizes give too) selects,
+    else (None: a kernel to improve) the shortest."""
+    if spec is None:
+        return ""
+    values = None if config is None else {**spec.default_config(), **config}
+    if values is not None and ctx is not None:
+        env = build_env(ctx.sizes, {n: TensorFacts(tuple(s)) for n, s in ctx.tensors.items()}, values)
+        for name, text in spec.defines.items():
+            try:
+                values.setdefault(name, int(expr.evaluate(text, env)))
+            except (ExprError, ValueError, OverflowError):  # a define of the model's that does not resolve
+                continue
+    return fold_repeats((spec.source or "").strip(), values)
 
 
 def _num(value: float | int | None) -> str:
@@ -123,8 +151,9 @@ def clip(text: str | None, limit: int = SOURCE_LIMIT) -> str:
     return f"{text[:head_end]}\n/* ... {tail_start - head_end:,} of {len(text):,} characters cut ... */\n{text[tail_start:]}"
 
 
-# kerngen's own lines in a built-in problem file: for the loader, not the model
-_LOADER_NAMES = {"SHAPE_NAMES", "SHAPE_DOC", "KERNGEN_META"}
+# kerngen's own lines in a built-in problem file: for the loader (problems/load.py), not the model
+_LOADER_NAMES = {"SHAPE_NAMES", "SHAPE_DOC", "SHAPE_ARITY", "KERNGEN_META"}
+_LOADER_FUNCTIONS = {"shape_of_inputs"}  # an exported op's fallback at another shape
 _LOADER_COMMENT = re.compile(r"^\s*#\s*kerngen built-in\b.*$", re.M)
 
 
@@ -134,7 +163,8 @@ _PARSE = threading.Lock()  # CPython 3.11's parser is not safe in several thread
 @functools.lru_cache(maxsize=32)
 def reference_source(text: str) -> str:
     """The problem's Python source without kerngen's loader metadata (``KERNGEN_META``,
-    ``SHAPE_NAMES``, ``SHAPE_DOC`` and the built-in marker comment); as is when it does not parse."""
+    ``SHAPE_NAMES``, ``SHAPE_DOC``, ``SHAPE_ARITY``, ``shape_of_inputs`` and the built-in marker
+    comment); as is when it does not parse."""
     try:
         with _PARSE:
             tree = ast.parse(text)
@@ -143,8 +173,10 @@ def reference_source(text: str) -> str:
     drop: set[int] = set()
     for node in tree.body:
         names = [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)]
-        if isinstance(node, ast.Assign) and names and all(n in _LOADER_NAMES for n in names):
-            drop.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+        loader = isinstance(node, ast.Assign) and names and all(n in _LOADER_NAMES for n in names)
+        if loader or (isinstance(node, ast.FunctionDef) and node.name in _LOADER_FUNCTIONS):
+            first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+            drop.update(range(first, (node.end_lineno or node.lineno) + 1))
     if not drop:
         return _LOADER_COMMENT.sub("", text)
     kept = [line for i, line in enumerate(text.splitlines(), 1) if i not in drop]
@@ -175,16 +207,18 @@ def arch_limits(arch: str) -> dict[str, Any] | None:
 
 
 def fp32_bounds(flops: float | None, min_bytes: int | None, gpu: Any) -> dict[str, float] | None:
-    """For an fp32 problem with a FLOP count: the bound in ms at the FFMA rate and that of a
-    3xTF32 kernel on the tensor cores (three TF32 products per fp32 one, TF32 at half the bf16
-    rate as on A100/H100/L40S), each no lower than the memory term; None without the rates."""
+    """For an fp32 problem with a FLOP count: the bound in ms at the FFMA rate, that of a 3xTF32
+    kernel on the tensor cores (three TF32 products per fp32 one, TF32 at half the bf16 rate as on
+    A100/H100/L40S) and that of a 1xTF32 one (admissible at ``--precision tf32``), each no lower
+    than the memory term; None without the rates."""
     fp32, bf16, gbps = getattr(gpu, "fp32_tflops", None), getattr(gpu, "bf16_tflops", None), getattr(gpu, "copy_gbps", None)
     if not flops or flops <= 0 or not fp32 or not bf16:
         return None
     mem = (min_bytes / (gbps * 1e9) * 1e3) if (min_bytes and gbps) else 0.0
-    tf32x3 = bf16 / 2 / 3
+    tf32 = bf16 / 2
     return {"ffma_ms": max(mem, flops / (fp32 * 1e12) * 1e3), "ffma_tflops": fp32,
-            "tf32x3_ms": max(mem, flops / (tf32x3 * 1e12) * 1e3), "tf32x3_tflops": tf32x3}
+            "tf32x3_ms": max(mem, flops / (tf32 / 3 * 1e12) * 1e3), "tf32x3_tflops": tf32 / 3,
+            "tf32_ms": max(mem, flops / (tf32 * 1e12) * 1e3), "tf32_tflops": tf32}
 
 
 __all__ = ["LOG_LIMIT", "SOURCE_LIMIT", "TEMPLATES", "arch_limits", "clip", "fp32_bounds", "reference_source",

@@ -165,6 +165,10 @@ def describe(exc: BaseException | None, config: LLMConfig) -> str:
     if refused is not None:
         return one_line(str(refused)) or f"the reply is larger than {MAX_BODY_BYTES:,} bytes: refused"
     if isinstance(exc, openai.APITimeoutError):
+        waited = getattr(exc, "kerngen_cut_by_search", None)  # set by the client: the search's deadline came first
+        if waited is not None:
+            return (f"cut after {waited:.1f}s, unanswered, at the end of the search's time budget (--minutes), "
+                    f"before --llm-timeout's {config.timeout_s:g}s")
         return f"timed out after {config.timeout_s:g}s (--llm-timeout: the most one request may take)"
     if isinstance(exc, openai.APIConnectionError):
         return scrub(root_cause(exc), config.api_key)
@@ -217,7 +221,8 @@ def to_llm_error(exc: BaseException, attempts: int, config: LLMConfig) -> LLMErr
         "context_length": f"prompt too long for model {model!r} (context length exceeded): {what}",
         "bad_request": f"bad request to {url}: {what}",
         "unreachable": f"cannot reach {url}: {what}",
-        "gave_up": f"LLM endpoint {url} failing: {what}",
+        "gave_up": (f"no answer from {url}: {what}" if hasattr(exc, "kerngen_cut_by_search")
+                    else f"LLM endpoint {url} failing: {what}"),
         "bad_reply": what if what.startswith(url) else f"{url} sent a malformed reply: {what}",
         "too_large": f"{url} sent a reply too large to read: {what}",
         "budget": what,
@@ -240,7 +245,7 @@ def cause_label(kind: str, status: int | None, exc: BaseException | None = None)
     """A few words for why a call got no answer, as "no answer" counts list them (``HTTP 429``,
     ``timeout``, ``context length``...)."""
     if isinstance(exc, openai.APITimeoutError):
-        return "timeout"
+        return "timeout (--minutes)" if hasattr(exc, "kerngen_cut_by_search") else "timeout"
     if kind == "gave_up" and status:
         return f"HTTP {status}"
     return {"auth": "authentication", "not_found": "model not found", "no_endpoint": "no such endpoint",

@@ -19,6 +19,7 @@ from kerngen.harness.gpu.clocks import ClockMonitor
 from kerngen.harness.gpu.evaluate import ROTATE_SETS, fresh_seeds
 from kerngen.harness.results import Baseline, GpuFacts, Timing
 from kerngen.harness.gpu.integrity import digest, new_key
+from kerngen.harness.gpu.precision import tolerance_for
 from kerngen.harness.gpu.roofline import roof
 from kerngen.problems.torch_modes import pytorch_defaults, set_precision, strict_fp32
 from kerngen.harness.gpu.timing import L2Flusher, bench
@@ -84,6 +85,7 @@ def measure_baseline(
         degenerate=report.degenerate,
         degenerate_reason=report.reason,
         launch_bound=(floor.ms is not None and floor.ms < LAUNCH_BOUND_FLOOR_MS) or eager.median_ms < LAUNCH_BOUND_EAGER_MS,
+        tolerance=tolerance_for(state),  # what every check of this problem applies (measured at --precision tf32)
     )
 
 

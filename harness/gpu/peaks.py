@@ -5,7 +5,8 @@ copy, cuBLAS matmuls: :mod:`.ceilings`) are shown beside it and are often beaten
 reads faster than a copy moves; a 3xTF32 GEMM does fp32 faster than cuBLAS's fp32 path). Pure.
 
 A device is matched by the name CUDA gives it (``NVIDIA H100 80GB HBM3``); a model not listed has
-no data-sheet floor (the roofline then falls back to the measured ceilings and says so)."""
+no data-sheet floor (the roofline then falls back to the measured ceilings and says so). The dry
+run's GPU presets (:mod:`.presets`) take their rates from here too."""
 
 from __future__ import annotations
 
@@ -21,6 +22,14 @@ class Peaks:
     fp32_tflops: float  # FFMA on the CUDA cores, 2 FLOP per FMA
     tf32_tflops: float | None  # dense TF32 tensor cores
     half_tflops: float  # dense fp16/bf16 tensor cores, the faster accumulation where a card has two
+    # dense bf16 with fp32 accumulation (bf16 has no other) where it is slower than half_tflops: GeForce
+    # cards run it at half the rate of fp16 with fp16 accumulation
+    bf16_f32acc_tflops: float | None = None
+
+    @property
+    def bf16_tflops(self) -> float:
+        """Dense bf16 tensor cores with fp32 accumulation: what a bf16 matmul (cuBLAS's) can reach."""
+        return self.bf16_f32acc_tflops or self.half_tflops
 
 
 # (every word a device name must contain, peaks), most specific first
@@ -37,8 +46,8 @@ _MODELS: tuple[tuple[tuple[str, ...], Peaks], ...] = (
     (("L40S",), Peaks("L40S", 864, 91.6, 183.0, 362.0)),
     (("L4",), Peaks("L4", 300, 30.3, 60.0, 121.0)),
     (("A10",), Peaks("A10", 600, 31.2, 62.5, 125.0)),
-    (("RTX", "4090"), Peaks("GeForce RTX 4090", 1008, 82.6, 82.6, 330.3)),
-    (("RTX", "3090"), Peaks("GeForce RTX 3090", 936, 35.6, 35.6, 142.0)),
+    (("RTX", "4090"), Peaks("GeForce RTX 4090", 1008, 82.6, 82.6, 330.3, 165.2)),
+    (("RTX", "3090"), Peaks("GeForce RTX 3090", 936, 35.6, 35.6, 142.0, 71.0)),
     (("V100",), Peaks("V100", 900, 15.7, None, 125.0)),
 )
 

@@ -27,39 +27,12 @@ import weakref
 from typing import Any, Callable
 
 import torch
-from pydantic import BaseModel, Field
 
 from kerngen.harness.gpu.compare import REL_ERR_LIMITS
+from kerngen.harness.results import TF32_MARGIN, Tolerance  # the record: it travels in a Baseline
 from kerngen.problems.torch_modes import Precision, precision_of, set_precision, strict_fp32
 
-TF32_MARGIN = 4.0
 MEASURE_SEED = 7
-
-
-class Tolerance(BaseModel):
-    """What a check compares with: allclose's atol and rtol, and per output dtype the limit on
-    ``||out - ref|| / ||ref||`` where it differs from :data:`~.compare.REL_ERR_LIMITS`."""
-
-    precision: Precision = Precision.fp32
-    atol: float
-    rtol: float
-    rel_limits: dict[str, float] = Field(default_factory=dict)
-    measured_abs: float | None = None  # tf32: max |PyTorch TF32 - fp64| over the fp32 outputs
-    measured_rel: float | None = None  # tf32: ||PyTorch TF32 - fp64|| / ||fp64||, the worst output
-    against: str = ""  # tf32: "fp64" or "true fp32 (...)" when the model does not run in fp64
-
-    def rel_limit(self, dtype: Any) -> float | None:
-        """The limit for an output of ``dtype`` when it is not the dtype's default, else None."""
-        return self.rel_limits.get(str(dtype).removeprefix("torch."))
-
-    def note(self) -> str:
-        """One line: how the tolerance was chosen (shown with a tf32 check)."""
-        if self.precision is Precision.fp32:
-            return f"true fp32: atol {self.atol:g}, rtol {self.rtol:g}"
-        limit = self.rel_limits.get("float32")
-        return (f"TF32: PyTorch's TF32 output is off by {self.measured_abs:.3g} at most ({self.measured_rel:.3g} "
-                f"relative) against {self.against}; tolerance {TF32_MARGIN:g}x that: atol {self.atol:.3g}, "
-                f"||out-ref||/||ref|| <= {limit:.3g}")
 
 
 def default_tolerance(info: Any) -> Tolerance:

@@ -117,11 +117,15 @@ def test_a_body_trickling_in_stops_at_the_search_deadline():
         client = make_test_client(server.url, timeout_s=30.0, max_retries=3)
         client.limit_time(1.2)
         t0 = time.monotonic()
-        with pytest.raises(LLMError):
+        with pytest.raises(LLMError) as cut:
             client.complete(user_messages(), None, purpose="chat")
         elapsed = time.monotonic() - t0
         assert elapsed < 2.5, elapsed
         assert server.requests == 1  # no retry once the deadline has passed
+        # the cause named is the one that cut it: --minutes, not --llm-timeout (30 s had not passed)
+        text = str(cut.value)
+        assert "--minutes" in text and "before --llm-timeout's 30s" in text and "timed out after 30s" not in text
+        assert "failing" not in text and cut.value.cause == "timeout (--minutes)"
         with pytest.raises(LLMError) as info:  # and nothing is sent after it
             client.complete(user_messages(), None, purpose="chat")
     assert info.value.kind == "deadline" and "--minutes" in str(info.value) and server.requests == 1

@@ -166,3 +166,43 @@ def test_trim_log():
     out = trim_log(log, limit=1000)
     assert len(out) < 1200 and "error: bad thing" in out and "characters cut" in out and out.endswith("tail")
     assert trim_log("short") == "short" and trim_log(None) == ""
+
+
+def _matmul_system(precision: str | None, tolerance=None) -> str:
+    """The system prompt of a 1024^3 matmul on an H200 at ``precision`` (default_context, as a search builds it)."""
+    from kerngen.agent.context import default_context
+    from kerngen.harness.results import Baseline, GpuFacts, Timing
+    from kerngen.problems.ref import parse_problem_ref
+
+    t = Timing(median_ms=2.0, q25_ms=2.0, q75_ms=2.0, min_ms=2.0, max_ms=2.0, mean_ms=2.0, reps=10, warmup=1)
+    gpu = GpuFacts(name="NVIDIA H200", arch="sm_90", sm_count=132, copy_gbps=4280.0, fp32_tflops=51.0,
+                   bf16_tflops=800.0)
+    b = Baseline(problem="matmul", gpu=gpu.name, eager=t, floor_ms=0.01, floor_bound="compute", flops=2 * 1024**3,
+                 min_bytes=3 * 4 * 1024**2, tolerance=tolerance)
+    ctx = default_context(parse_problem_ref("matmul", shape="1024", precision=precision), gpu, b)
+    return LLMProposer(client=None).system_prompt(ctx)  # type: ignore[arg-type]
+
+
+def test_the_check_is_stated_at_the_precision_and_tolerance_the_harness_applies():
+    from kerngen.harness.results import Tolerance
+    from kerngen.problems.torch_modes import Precision
+
+    fp32 = _matmul_system(None)
+    assert "with atol = 0.0001, rtol = 0.0001" in fp32 and "(1e-05 for float32)" in fp32
+    assert "for fp32 this rules out TF32" in fp32 and "TF32 precision" not in fp32 and "1xTF32 kernel" not in fp32
+    # --precision tf32, the tolerance measured on the GPU (the baseline carries it)
+    measured = Tolerance(precision=Precision.tf32, atol=3e-3, rtol=1e-4, rel_limits={"float32": 2e-3},
+                         measured_abs=7.5e-4, measured_rel=5e-4, against="fp64")
+    tf32 = _matmul_system("tf32", measured)
+    check = tf32.split("# The correctness check")[1].split("# The launch plan")[0]
+    assert "checked at TF32 precision (`--precision tf32`)" in check and "off by 0.00075 at most" in check
+    assert "with atol = 0.003, rtol = 0.0001" in check and "(0.002 for float32)" in check
+    assert "rules out TF32" not in tf32 and "atol = 0.0001" not in tf32 and "tolerance: atol=" not in tf32
+    assert "1xTF32 on the tensor cores" in check
+    # 2*1024^3 FLOP at TF32's 400 TFLOP/s (half the measured bf16 rate): the bound TF32 allows, beside FFMA's
+    assert "a 1xTF32 kernel (400 TFLOP/s) at least 0.005369 ms" in tf32
+    # a dry run measured nothing: it says so, and that the problem's numbers are the least the tolerance can be
+    dry = _matmul_system("tf32")
+    check = dry.split("# The correctness check")[1].split("# The launch plan")[0]
+    assert "not known here (a dry run measures nothing)" in check and "the least it can be" in check
+    assert "rules out TF32" not in dry and "atol = 0.0001" in check

@@ -69,6 +69,33 @@ def test_dry_run_does_not_continue_a_run_that_measured(tmp_path):
     assert res.exit_code == 2 and "ran on a GPU" in err and "leave --dry-run out" in err
 
 
+def test_a_dry_run_left_in_the_old_dry_run_folder_is_listed_marked_and_reached(tmp_path):
+    """Before issue 37 dry runs went to runs/dry-run/<id>, and their journals had no ``dry_run``:
+    such a run is listed by `runs` (marked, its preset read from its GPU facts), reached by id and
+    as latest, shown as a dry run and resumed as one."""
+    fresh = _dry_run(tmp_path / "made")
+    old = tmp_path / "runs" / "dry-run" / fresh.name
+    old.parent.mkdir(parents=True)
+    shutil.move(str(fresh), old)
+    journal = old / "events.jsonl"
+    lines = journal.read_text().splitlines(keepends=True)
+    first = json.loads(lines[0])
+    del first["dry_run"]  # as the old versions wrote it
+    journal.write_text(json.dumps(first) + "\n" + "".join(lines[1:]))
+    runs = tmp_path / "runs"
+    (row,) = json.loads(invoke("runs", "--runs-dir", str(runs), "--json").output)
+    assert row["dry_run"] == "h100" and row["path"] == str(old) and row["state"] == "finished"
+    res = invoke("runs", "--runs-dir", str(runs), "--width", "120")
+    assert res.exit_code == 0 and old.name in res.output and "none (dry" in res.output
+    for ref in ("latest", old.name):
+        res = invoke("show", ref, "--runs-dir", str(runs))
+        assert res.exit_code == 0 and old.name in res.output and "DRY RUN" in res.output, res.output
+    journal.write_text(journal.read_text().rsplit("\n", 2)[0] + "\n")  # its last event gone: unfinished
+    res = invoke("generate", "--resume", old.name, "--runs-dir", str(runs), "--rounds", "2")
+    assert res.exit_code == 0, res.output + stderr_of(res)
+    assert "dry run (no GPU" in res.output and load_run(old).started.dry_run == "h100"
+
+
 def test_a_suite_never_counts_a_dry_run(tmp_path):
     _dry_run(tmp_path)
     index = RunIndex(tmp_path)

@@ -11,7 +11,9 @@ import pytest
 
 from kerngen.agent.tree import load_run
 from kerngen.harness.gpu.peaks import peaks_of
-from kerngen.harness.gpu.roofline import compute_rate_tflops, floor_ms, pct_of_roofline, peak_rate, refloor, roof
+from kerngen.harness.gpu.presets import PRESETS
+from kerngen.harness.gpu.roofline import (compute_rate_tflops, floor_ms, pct_of_roofline, peak_bandwidth, peak_rate,
+                                          refloor, roof)
 from kerngen.harness.results import Baseline, GpuFacts, Timing
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,3 +131,19 @@ def test_pct_of_roofline():
     assert pct_of_roofline(math.inf, 0.5) == 0.0
     assert pct_of_roofline(0.0, 0.5) == 0.0
     assert pct_of_roofline(float("nan"), 0.5) == 0.0
+
+
+@pytest.mark.parametrize("key", sorted(PRESETS))
+def test_a_dry_run_preset_takes_its_rates_from_the_data_sheet_table(key):
+    """One table of data-sheet peaks (peaks.py): the dry run's presets show what the roofline uses."""
+    facts = PRESETS[key]
+    p = peaks_of(facts.name)
+    assert p is not None and facts.datasheet
+    assert (facts.copy_gbps, facts.fp32_tflops, facts.bf16_tflops) == (p.mem_gbps, p.fp32_tflops, p.bf16_tflops)
+    assert peak_bandwidth(facts)[0] == p.mem_gbps  # the roofline of a dry run: the same numbers
+
+
+def test_bf16_is_the_fp32_accumulating_rate_where_a_card_has_two():
+    p = peaks_of("NVIDIA GeForce RTX 4090")
+    assert p.bf16_tflops == 165.2 and p.half_tflops == 330.3  # the floor keeps the faster (fp16 accumulate)
+    assert peaks_of("NVIDIA H100 80GB HBM3").bf16_tflops == peaks_of("NVIDIA H100 80GB HBM3").half_tflops
