@@ -39,7 +39,7 @@ MUTANTS: dict[str, tuple[str, str, str]] = {
     ),
     "no timed-output verification": (
         "harness/gpu/evaluate.py",
-        "        failure = verify_timed_outputs(self.state, sets)\n",
+        "        failure = verify_timed_outputs(self.state, sets, rotation.sampler)\n",
         "        failure = None\n",
     ),
     "no input check": (
