@@ -30,7 +30,8 @@ import tempfile
 import tomllib
 from pathlib import Path
 
-BUILT_IN = ("softmax", "layernorm", "rmsnorm", "gelu", "conv2d", "conv_relu_maxpool", "matmul")
+BUILT_IN = ("softmax", "layernorm", "rmsnorm", "gelu", "conv2d", "conv2d_wide", "conv_relu_maxpool", "matmul", "matmul_wide",
+            "attention", "linear_gelu")
 
 
 def layout(root: Path, dst: Path) -> None:

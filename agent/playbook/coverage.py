@@ -1,7 +1,7 @@
 """Honest coverage: which variants of a recognised family the playbook offers for a problem.
 
 A variant is offered only when, built at the problem's shape, it admits at least one configuration
-for the GPU's limits: the same resolution as ``kerngen check``
+for the GPU's limits (and a ``wgmma`` variant only for Hopper, sm_90): the same resolution as ``kerngen check``
 (:func:`kerngen.harness.tune.admissible.admissible`, static pruning only: constraints, plans that
 resolve, threads and dynamic shared memory per block; compiling every configuration of every
 variant would cost seconds to minutes per problem, and the compiled resources are judged later on
@@ -34,6 +34,7 @@ from kerngen.agent.playbook.registry import by_name
 __all__ = ["DEFAULT_ARCH", "Offer", "VariantOffer", "closest", "default_limits", "offer"]
 
 DEFAULT_ARCH = "sm_90"  # whose limits count when no GPU is known
+WGMMA_ARCHS = ("sm_90", "sm_90a")  # wgmma exists on Hopper alone: variants named *wgmma* are offered there only
 
 
 def default_limits() -> GpuFacts:
@@ -164,6 +165,10 @@ def offer(
         except (KerngenError, TemplateError, KeyError, ValueError) as exc:
             why = f"cannot be rendered for this problem: {exc}"
             out.variants.append(VariantOffer(name, None, None, why=why, brief=one_line(why, 160)))
+            continue
+        if "wgmma" in name and gpu.arch not in WGMMA_ARCHS:
+            why = f"a Hopper kernel (sm_90a: wgmma, TMA), not offered for {gpu.arch}"
+            out.variants.append(VariantOffer(name, spec, None, why=why, brief=why))
             continue
         counted = admissible(spec, sizes=sizes, tensors=tensors, gpu=gpu)
         usable = [c for c in counted.configs if all(c.get(k) == v for k, v in pins.items())]

@@ -81,7 +81,7 @@ class PlaybookProposer:
         """The variants offered at the context's shape for its GPU's limits (cached)."""
         gpu, tensors, sizes = self._gpu_of(ctx), self._facts(ctx), self._sizes(ctx)
         pinned = {v: d for v in self.family.variants if (d := self._device_defaults(v, gpu))}
-        key = (gpu.max_threads_per_block, gpu.max_shared_per_block_optin,
+        key = (gpu.arch, gpu.max_threads_per_block, gpu.max_shared_per_block_optin,  # arch: wgmma on sm_90 only
                tuple(sorted((k, f.shape) for k, f in tensors.items())), tuple(sorted(sizes.items())),
                tuple(sorted((v, tuple(sorted(d.items()))) for v, d in pinned.items())))
         if key not in self._offers:

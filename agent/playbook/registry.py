@@ -15,6 +15,7 @@ from kerngen.agent.playbook.conv.nd import CONV_ND
 from kerngen.agent.playbook.conv.tail import CONV_TAIL
 from kerngen.agent.playbook.elementwise.family import ELEMENTWISE
 from kerngen.agent.playbook.gemm.gemm import GEMM
+from kerngen.agent.playbook.gemm.gemm16 import GEMM16
 from kerngen.agent.playbook.gemm.rows import GEMM_ROWS
 from kerngen.agent.playbook.loss.family import LOSS
 from kerngen.agent.playbook.gemm.matmul import MATMUL
@@ -32,7 +33,7 @@ from kerngen.agent.playbook.region import lead_of
 __all__ = ["FAMILIES", "by_name", "candidates", "choose"]
 
 FAMILIES: tuple[Family, ...] = (ELEMENTWISE, SOFTMAX, LAYERNORM, RMSNORM, CONV2D, CONV_RELU_MAXPOOL, MATMUL,
-                                ATTENTION, GEMM_ROWS, GEMM, CONV_TAIL, CONV_EPI, CONV_ND, REDUCE, NORM, LOSS, POOL,
+                                ATTENTION, GEMM_ROWS, GEMM16, GEMM, CONV_TAIL, CONV_EPI, CONV_ND, REDUCE, NORM, LOSS, POOL,
                                 SCAN)
 _BY_NAME = {f.name: f for f in FAMILIES}
 

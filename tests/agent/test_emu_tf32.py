@@ -7,24 +7,23 @@ divide evenly among the slices, an nn.Linear with bias and epilogue, and a batch
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
 from kerngen.agent.playbook import explain, family_of
 from tests.agent.family_checks import resized_copy
 from tests.emu import cases
-from tests.emu.runner import available, emulate
+from tests.emu.runner import emulate
+from tests.resources import kernelbench
 
 
 def _build(m, variant, defaults=None):
     return family_of(m).build(m, variant, defaults)
 
 
-
-KB = Path("/work/shared/kernelbench")
-pytestmark = [pytest.mark.skipif(not available(), reason="no C++ compiler (g++) for the CPU emulator"),
-              pytest.mark.skipif(not (KB / "level2").is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")]
+KB = kernelbench()
+pytestmark = [pytest.mark.needs_cxx,
+              pytest.mark.needs_kernelbench]
 
 # the smallest 3xTF32 tiles: 4 warps of 32 x 32, two k8 steps per tile
 TF32_GEMM = {"BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 32, "STAGES": 3}

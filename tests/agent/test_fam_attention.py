@@ -25,22 +25,18 @@ from kerngen.harness.gpu.compare import compare
 from kerngen.harness.spec import plan
 from kerngen.problems.load import load_problem
 from tests.agent.family_checks import resized_copy
+from tests.resources import kernelbench
+
+from tests.emu.runner import EmuError, emulate
 
 
 def _build(m, variant, defaults=None):
     return family_of(m).build(m, variant, defaults)
 
-
-try:  # the CPU emulator (tests/emu): runs the kernels' CUDA-C on CPU tensors
-    from tests.emu.runner import EmuError, emulate
-    from tests.emu.runner import available as emulator_available
-except ImportError:  # pragma: no cover - a tree without it
-    emulator_available, emulate, EmuError = (lambda: False), None, RuntimeError
-
 DATA = Path(__file__).parents[1] / "data" / "playbook"
-KB97 = Path("/work/shared/kernelbench/level1/97_ScaledDotProductAttention.py")
-needs_kb = pytest.mark.skipif(not KB97.is_file(), reason="no KernelBench copy at /work/shared/kernelbench")
-needs_emulator = pytest.mark.skipif(not emulator_available(), reason="no C++ compiler for the CPU emulator")
+KB97 = kernelbench("level1", "97_ScaledDotProductAttention.py")
+needs_kb = pytest.mark.needs_kernelbench
+needs_emulator = pytest.mark.needs_cxx
 LOG2E = math.log2(math.e)
 
 PROBLEM = '''

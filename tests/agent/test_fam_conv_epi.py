@@ -5,7 +5,6 @@ results at small shapes against PyTorch."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import torch
@@ -25,15 +24,16 @@ from kerngen.harness.spec import plan
 from tests.agent.family_checks import CONV_PROBLEM
 from tests.agent.spec_samples import sampled_plans
 from kerngen.problems.load import load_problem
+from tests.resources import kernelbench
+from tests.emu.runner import emulate
 
 
 def _build(m, variant, defaults=None):
     return family_of(m).build(m, variant, defaults)
 
 
-
-KB = Path("/work/shared/kernelbench")
-needs_kb = pytest.mark.skipif(not (KB / "level1").is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+KB = kernelbench()
+needs_kb = pytest.mark.needs_kernelbench
 
 
 # name -> (conv constructor, init lines, forward args, forward body, inputs): small shapes (the emulator runs them)
@@ -293,13 +293,6 @@ def test_proposer_starts_with_the_offered_variants_and_refines_its_parent(proble
 
 
 # ----- results on the CPU emulator ------------------------------------------------------------
-try:
-    from tests.emu.runner import available, emulate
-except ImportError:  # the emulator is not there: the tests below skip
-    def available() -> bool:
-        return False
-
-    emulate = None
 
 # per variant, configurations beyond the offered default: the igemm through its plain-load path (the
 # emulator cannot run cp.async's inline PTX)
@@ -314,7 +307,7 @@ EMU_VARIANTS = {n: ("depthwise",) if n.startswith("depthwise") else ("igemm",) i
 EMU_RUNS = [(n, v, cfg) for n in sorted(CASES) for v in EMU_VARIANTS[n] for cfg in EMU_CONFIGS[v]]
 
 
-@pytest.mark.skipif(not available(), reason="the CPU emulator (tests/emu) is not there or finds no C++ compiler")
+@pytest.mark.needs_cxx
 @pytest.mark.parametrize("name,variant,config", EMU_RUNS, ids=[f"{n}-{v}-{i % 2}" for i, (n, v, _) in
                                                                enumerate(EMU_RUNS)])
 def test_kernels_match_pytorch_on_the_emulator(problems, name, variant, config):

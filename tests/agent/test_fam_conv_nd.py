@@ -9,7 +9,6 @@ input channel a group."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import torch
@@ -23,10 +22,11 @@ from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.spec import plan
 from kerngen.problems.load import load_problem
 from tests.agent.family_checks import CONV_PROBLEM, problem_files
-from tests.emu.runner import available, emulate
+from tests.emu.runner import emulate
+from tests.resources import kernelbench
 
-KB = Path("/work/shared/kernelbench")
-needs_kb = pytest.mark.skipif(not (KB / "level1").is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+KB = kernelbench()
+needs_kb = pytest.mark.needs_kernelbench
 
 # name -> (constructor, init lines, forward body, input) of family_checks.CONV_PROBLEM with forward(self, x):
 # small shapes (the emulator runs them)
@@ -91,14 +91,14 @@ def test_claims_3d_and_transposed_convs_with_epilogues(problems, name):
     assert f.transposed == ("convT" in name)
 
 
-@pytest.mark.skipif(not available(), reason="the CPU emulator (tests/emu) is not there or finds no C++ compiler")
+@pytest.mark.needs_cxx
 @pytest.mark.parametrize("config", [{}, {"OCT": 2, "BLOCK": 128}])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_kernel_matches_pytorch_on_the_emulator(problems, name, config):
     _matches_pytorch(problems[name], "direct", config)
 
 
-@pytest.mark.skipif(not available(), reason="the CPU emulator (tests/emu) is not there or finds no C++ compiler")
+@pytest.mark.needs_cxx
 @pytest.mark.parametrize("name", TF32_CASES)
 def test_tf32x3_implicit_gemm_matches_pytorch_on_the_emulator(problems, name):
     _matches_pytorch(problems[name], "tf32x3", TF32_SMALL)

@@ -5,7 +5,6 @@ emulator is there) its kernels' results at small shapes against PyTorch."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import torch
@@ -22,14 +21,16 @@ from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.results import GpuFacts
 from kerngen.harness.spec import plan
 from kerngen.problems.load import load_problem
+from tests.resources import kernelbench
+from tests.emu.runner import emulate
 
 
 def _build(m, variant, defaults=None):
     return family_of(m).build(m, variant, defaults)
 
 
-KB = Path("/work/shared/kernelbench")
-needs_kb = pytest.mark.skipif(not (KB / "level2").is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+KB = kernelbench()
+needs_kb = pytest.mark.needs_kernelbench
 
 PROBLEM = '''
 import torch
@@ -283,13 +284,6 @@ def test_proposer_starts_with_the_offered_variants(problems):
 
 
 # ----- results on the CPU emulator ------------------------------------------------------------
-try:
-    from tests.emu.runner import available, emulate
-except ImportError:  # the emulator is not there: the tests below skip
-    def available() -> bool:
-        return False
-
-    emulate = None
 
 # the igemm through its plain-load path (the emulator cannot run cp.async's inline PTX); odd tail blocks
 EMU_CONFIGS = {
@@ -299,7 +293,7 @@ EMU_CONFIGS = {
 EMU_RUNS = [(n, v, cfg) for n in sorted(CASES) for v in EMU_CONFIGS for cfg in EMU_CONFIGS[v]]
 
 
-@pytest.mark.skipif(not available(), reason="the CPU emulator (tests/emu) is not there or finds no C++ compiler")
+@pytest.mark.needs_cxx
 @pytest.mark.parametrize("name,variant,config", EMU_RUNS, ids=[f"{n}-{v}-{len(c)}" for n, v, c in EMU_RUNS])
 def test_kernels_match_pytorch_on_the_emulator(problems, name, variant, config):
     p = problems[name]
@@ -314,7 +308,7 @@ def test_kernels_match_pytorch_on_the_emulator(problems, name, variant, config):
     torch.testing.assert_close(tensors["out"], ref, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.skipif(not available(), reason="the CPU emulator (tests/emu) is not there or finds no C++ compiler")
+@pytest.mark.needs_cxx
 def test_a_broken_tail_fails_the_check(problems):
     """The emulator check is not vacuous: a logsumexp that forgets its running max is wrong."""
     p = problems["groupnorm_residual_logsumexp"]

@@ -11,7 +11,6 @@ tf32 products exact in float64, one rounding to fp32 per k8 step, a fresh accumu
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -34,15 +33,16 @@ from kerngen.problems.registry import is_builtin
 from tests.agent.family_checks import CONV_PROBLEM, problem_files
 from tests.agent.spec_samples import sampled_plans
 from tests.agent.test_tf32 import _fp16_split_product, _row_fixed_point_product, split
+from tests.resources import kernelbench
+from tests.emu.runner import emulate
 
 
 def _build(m, variant, defaults=None):
     return family_of(m).build(m, variant, defaults)
 
 
-
-KB = Path("/work/shared/kernelbench")
-needs_kb = pytest.mark.skipif(not (KB / "level1").is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+KB = kernelbench()
+needs_kb = pytest.mark.needs_kernelbench
 SMALL = (2, 3, 48, 48)  # conv2d's geometry (k11 s4 p2, 96 channels) on a small input: M = 242, K = 363
 FP32_REL_LIMIT = 1e-5  # the harness's ||out - ref|| / ||ref|| limit for fp32 outputs
 
@@ -322,13 +322,6 @@ def test_sampled_configs_and_idea_branches_compile():
 
 
 # ----- results on the CPU emulator (tests/emu runs mma.sync, cvt and cp.async) ---------------------
-try:
-    from tests.emu.runner import available, emulate
-except ImportError:  # the emulator is not there: the tests below skip
-    def available() -> bool:
-        return False
-
-    emulate = None
 
 ODD = (2, 3, 23, 19)  # conv2d's geometry on an input whose every tile is partial
 SMALL_TILES = {"BM": 64, "WM": 32, "WN": 32, "BK": 16, "STAGES": 2, "FLUSH": 0}  # 4 warps, 23 k tiles, no flush
@@ -348,7 +341,7 @@ def _emulated(p, defaults: dict[str, int]) -> tuple[torch.Tensor, torch.Tensor]:
     return tensors["out"], ref
 
 
-needs_emu = pytest.mark.skipif(not available(), reason="no CPU emulator (tests/emu) or no C++ compiler for it")
+needs_emu = pytest.mark.needs_cxx
 
 
 @needs_emu

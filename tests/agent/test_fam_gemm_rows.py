@@ -23,54 +23,22 @@ from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.results import EvalResult, GpuFacts, Verdict
 from kerngen.harness.spec import plan
 from kerngen.problems.load import load_problem
-from tests.agent.family_checks import resized_copy
+from tests.agent.family_checks import forward_problem, resized_copy
+from tests.resources import kernelbench
+
+from tests.emu import cases
+from tests.emu.runner import emulate
 
 
 def _build(m, variant, defaults=None):
     return family_of(m).build(m, variant, defaults)
 
-
-try:  # the CPU emulator (tests/emu): runs the kernels' CUDA-C on CPU tensors
-    from tests.emu import cases
-    from tests.emu.runner import available as emulator_available
-    from tests.emu.runner import emulate
-except ImportError:  # pragma: no cover - a tree without it
-    emulator_available, emulate, cases = (lambda: False), None, None
-
-KB = Path("/work/shared/kernelbench")
-needs_kb = pytest.mark.skipif(not (KB / "level2").is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
-needs_emulator = pytest.mark.skipif(not emulator_available(), reason="no C++ compiler for the CPU emulator")
-
-PROBLEM = '''
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        {init}
-
-    def forward(self, {args}):
-        return {forward}
-
-
-def get_inputs():
-    return [{inputs}]
-
-
-def get_init_inputs():
-    return []
-'''
-
+KB = kernelbench()
+needs_kb = pytest.mark.needs_kernelbench
+needs_emulator = pytest.mark.needs_cxx
 
 def _problem(tmp_path: Path, forward: str, inputs: dict[str, tuple[int, ...]], init: str):
-    path = tmp_path / f"p{len(list(tmp_path.iterdir()))}.py"
-    made = ", ".join(f"torch.randn({s})" for s in inputs.values())
-    path.write_text(PROBLEM.format(init=init, args=", ".join(inputs), forward=forward, inputs=made))
-    return load_problem(str(path))
+    return forward_problem(tmp_path, forward, inputs, init=init, make="randn")
 
 
 def _kb(name: str) -> Path:

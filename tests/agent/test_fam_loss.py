@@ -11,6 +11,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from kerngen.errors import SpecError
 import torch
 import torch.nn.functional as F
 
@@ -26,13 +28,11 @@ from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.spec import plan
 from tests.agent.spec_samples import sampled_plans
 from kerngen.problems.load import load_problem
+from tests.resources import kernelbench
 
-try:  # the CPU emulator of tests/emu (another part of the tree; the tests below skip without it)
-    from tests.emu.runner import available as emu_available, emulate
-except ImportError:  # pragma: no cover - the emulator is not in this checkout
-    emu_available, emulate = (lambda: False), None
+from tests.emu.runner import emulate
 
-KB = Path("/work/shared/kernelbench/level1")
+KB = kernelbench("level1")
 KB_LOSSES = {  # file -> (kind, variant)
     "94_MSELoss.py": ("term", "term"),
     "95_CrossEntropyLoss.py": ("cross_entropy", "rows"),
@@ -41,7 +41,7 @@ KB_LOSSES = {  # file -> (kind, variant)
     "99_TripletMarginLoss.py": ("triplet", "rows"),
     "100_HingeLoss.py": ("term", "term"),
 }
-needs_kb = pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+needs_kb = pytest.mark.needs_kernelbench
 
 PROBLEM = '''
 import torch
@@ -362,16 +362,17 @@ def test_constraints_reject_other_shapes(tmp_path):
     spec = family_of(m).build(m, "term")
     plan.resolve(spec, sizes={}, tensors={"p": TensorFacts((96, 48)), "t": TensorFacts((48,)),
                                           "out": TensorFacts(())})
-    for bad in ({"p": (48, 48), "t": (47,)}, {"p": (48, 48), "t": (48, 1)}, {"p": (48, 48, 2), "t": (48,)}):
-        with pytest.raises(Exception):
+    for bad, why in (({"p": (48, 48), "t": (47,)}, r"t\.shape\[0\] == p\.shape\[1\]"),
+                     ({"p": (48, 48), "t": (48, 1)}, r"t\.ndim == 1"), ({"p": (48, 48, 2), "t": (48,)}, r"p\.ndim == 2")):
+        with pytest.raises(SpecError, match=f"^constraint violated: {why}$"):
             plan.resolve(spec, sizes={}, tensors={**{k: TensorFacts(v) for k, v in bad.items()},
                                                   "out": TensorFacts(())})
     ce = explain(_problem(tmp_path, "ce"))
     spec = family_of(ce).build(ce, "rows")
-    with pytest.raises(Exception):  # 16-byte row loads need rows of a multiple of 4 floats
+    with pytest.raises(SpecError, match=r"constraint violated: \(x\.shape\[1\]\) % 4 == 0"):  # 16-byte row loads
         plan.resolve(spec, sizes={}, tensors={"x": TensorFacts((64, 42)), "t": TensorFacts((64,)),
                                               "out": TensorFacts(())})
-    with pytest.raises(Exception):
+    with pytest.raises(SpecError, match=r"constraint violated: t\.shape\[0\] == x\.shape\[0\]"):
         plan.resolve(spec, sizes={}, tensors={"x": TensorFacts((64, 40)), "t": TensorFacts((63,)),
                                               "out": TensorFacts(())})
 
@@ -430,7 +431,7 @@ EMU_CASES = {  # name -> (args, body, inputs), configs besides the default: a fe
     "triplet_p3": (("a, p, n", "return F.triplet_margin_loss(a, p, n, p=3.0)",
                     "return [torch.rand(21, 64), torch.rand(21, 64), torch.rand(21, 64)]"), [{"TPR": 16, "HINT": 1}]),
 }
-needs_emu = pytest.mark.skipif(not emu_available(), reason="the CPU emulator (tests/emu) or a C++ compiler is missing")
+needs_emu = pytest.mark.needs_cxx
 
 
 def _emulated(p, m, config: dict, inputs: list) -> torch.Tensor:

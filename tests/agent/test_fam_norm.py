@@ -22,18 +22,13 @@ from kerngen.errors import SpecError
 from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.spec import plan
 from kerngen.problems.load import load_problem
+from tests.resources import kernelbench
 
-try:
-    from tests.emu.runner import available as emu_available, emulate
-except ImportError:  # the CPU emulator is another helper's work; until it lands those tests skip
-    emulate = None
-
-    def emu_available() -> bool:
-        return False
+from tests.emu.runner import emulate
 
 
-KB = Path("/work/shared/kernelbench")
-needs_kb = pytest.mark.skipif(not (KB / "level1").is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+KB = kernelbench()
+needs_kb = pytest.mark.needs_kernelbench
 LEVEL1 = {
     "33_BatchNorm.py": dict(kind="running", module="BatchNorm2d", weight="bn.weight", bias="bn.bias",
                             running_mean="bn.running_mean", running_var="bn.running_var", groups=None),
@@ -306,7 +301,7 @@ EMULATED = ["bn2d_running", "bn1d_rows", "bn2d_batch_odd", "in2d_affine", "in1d_
             "gn_affine", "gn_odd_plain", "bn3d_batch_stats", "gn_long", "bn_batch_long"]
 
 
-@pytest.mark.skipif(not emu_available(), reason="the CPU emulator (tests/emu) is not available")
+@pytest.mark.needs_cxx
 @pytest.mark.parametrize("name", EMULATED)
 def test_kernels_match_pytorch_on_the_emulator(tmp_path, name):
     entry = next(s for s in SMALL if s[0] == name)

@@ -27,15 +27,12 @@ from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.results import EvalResult, GpuFacts, Verdict
 from kerngen.harness.spec import plan
 from kerngen.problems.load import load_problem
+from tests.resources import kernelbench
 
-try:  # the CPU emulator (tests/emu): runs the kernels' CUDA-C on CPU tensors
-    from tests.emu.runner import available as emulator_available
-    from tests.emu.runner import emulate
-except ImportError:  # pragma: no cover - an older tree without it
-    emulator_available, emulate = (lambda: False), None
+from tests.emu.runner import emulate
 
-KB1 = Path("/work/shared/kernelbench/level1")
-needs_kb = pytest.mark.skipif(not KB1.is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+KB1 = kernelbench("level1")
+needs_kb = pytest.mark.needs_kernelbench
 
 KB_POOLS = {
     "41_Max_Pooling_1D.py": dict(mode="max", nd=1, kernel=(8,), stride=(1,), padding=(4,), dilation=(3,)),
@@ -280,7 +277,7 @@ def test_proposer_rounds(tmp_path):
 
 
 # ----- the kernels on the CPU emulator against PyTorch -------------------------------------------------
-needs_emulator = pytest.mark.skipif(not emulator_available(), reason="no C++ compiler for the CPU emulator")
+needs_emulator = pytest.mark.needs_cxx
 TORCH_POOL = {("max", 1): F.max_pool1d, ("max", 2): F.max_pool2d, ("max", 3): F.max_pool3d,
               ("avg", 1): F.avg_pool1d, ("avg", 2): F.avg_pool2d, ("avg", 3): F.avg_pool3d}
 

@@ -24,20 +24,14 @@ from kerngen.harness.results import EvalResult, GpuFacts, Verdict
 from kerngen.harness.spec import plan
 from tests.agent.spec_samples import sampled_plans
 from kerngen.problems.load import load_problem
+from tests.resources import kernelbench
 
-try:
-    from tests.emu.runner import available as emulator_available, emulate
-except ImportError:  # the emulator is another change; without it the emulated tests skip
-    emulate = None
-
-    def emulator_available() -> bool:
-        return False
+from tests.emu.runner import emulate
 
 ROOT = Path(__file__).resolve().parents[2]
-KB = next((p for p in (ROOT.parent / "shared" / "kernelbench", Path("/work/shared/kernelbench"))
-           if (p / "level1").is_dir()), None)
-needs_kb = pytest.mark.skipif(KB is None, reason="no KernelBench copy beside the project (../shared/kernelbench)")
-needs_emulator = pytest.mark.skipif(not emulator_available(), reason="the CPU emulator (tests/emu) is not ready")
+KB = kernelbench()
+needs_kb = pytest.mark.needs_kernelbench
+needs_emulator = pytest.mark.needs_cxx
 
 FILE = """
 import math

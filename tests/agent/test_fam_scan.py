@@ -23,15 +23,12 @@ from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.results import GpuFacts
 from kerngen.harness.spec import plan
 from kerngen.problems.load import load_problem
+from tests.resources import kernelbench
 
-try:  # the CPU emulator (tests/emu): runs the kernels' CUDA-C on CPU tensors
-    from tests.emu.runner import available as emulator_available
-    from tests.emu.runner import emulate
-except ImportError:  # pragma: no cover - an older tree without it
-    emulator_available, emulate = (lambda: False), None
+from tests.emu.runner import emulate
 
-KB1 = Path("/work/shared/kernelbench/level1")
-needs_kb = pytest.mark.skipif(not KB1.is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+KB1 = kernelbench("level1")
+needs_kb = pytest.mark.needs_kernelbench
 
 KB_SCANS = {
     "89_cumsum.py": dict(op="sum", reverse=False, exclusive=False, mask=None),
@@ -247,7 +244,7 @@ def test_proposer_rounds(tmp_path):
 
 
 # ----- the kernels on the CPU emulator against PyTorch -------------------------------------------------
-needs_emulator = pytest.mark.skipif(not emulator_available(), reason="no C++ compiler for the CPU emulator")
+needs_emulator = pytest.mark.needs_cxx
 
 
 def _at_shape(facts: dict | ScanFacts, shape: tuple[int, ...]) -> FamilyMatch:

@@ -8,7 +8,6 @@ are refused it). The numbers are the emulator's (tests/agent/test_emu_tf32.py) a
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
@@ -21,9 +20,10 @@ from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.spec import plan
 from kerngen.problems.load import load_problem
 from tests.agent.family_checks import resized_copy
+from tests.resources import kernelbench
 
-KB = Path("/work/shared/kernelbench")
-pytestmark = pytest.mark.skipif(not (KB / "level1").is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+KB = kernelbench()
+pytestmark = pytest.mark.needs_kernelbench
 
 CASES = {  # file: (TRANS_B, launch args by name, batch)
     "level2/76_Gemm_Add_ReLU.py": (1, ["x", "gemm.weight", "bias", "out"], 1),  # x @ W^T, then + bias, relu

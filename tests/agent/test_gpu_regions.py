@@ -7,16 +7,15 @@ followed by channel min and sum reductions and a broadcast add."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from kerngen.problems.ref import ProblemRef
 from tests.agent.family_checks import assert_all_pass, offered
+from tests.resources import kernelbench
 
 pytestmark = pytest.mark.gpu
 
-KB = Path("/work/shared/kernelbench")
+KB = kernelbench()
 FILES = [
     "level1/86_conv_depthwise_separable_2D.py",
     "level2/45_Gemm_Sigmoid_LogSumExp.py",
@@ -27,7 +26,7 @@ FILES = [
 ]
 
 
-@pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+@pytest.mark.needs_kernelbench
 @pytest.mark.parametrize("name", FILES, ids=lambda n: n.split("/")[1].split("_")[0] + "_" + n.split("/")[0][-1])
 def test_every_regions_variant_passes_at_the_files_own_size(pool, name):
     ref = ProblemRef(source=str(KB / name))

@@ -15,11 +15,10 @@ from kerngen.agent.playbook import PlaybookProposer
 from kerngen.agent.playbook.graph import Ref, trace
 from kerngen.problems.load import load_problem
 from kerngen.problems.registry import builtin_names
+from tests.resources import kernelbench
 
 ROOT = Path(__file__).resolve().parents[2]
-KB = next((p for p in (ROOT.parent / "shared" / "kernelbench", Path("/work/shared/kernelbench"))
-           if (p / "level1").is_dir()), None)
-FILES = sorted(glob.glob(str(KB / "level[12]" / "*.py"))) if KB else []
+FILES = sorted(glob.glob(str(kernelbench("level[12]", "*.py"))))
 
 
 def _check(problem, g) -> None:
@@ -35,6 +34,7 @@ def _check(problem, g) -> None:
         assert n.op and n.fn is not None
 
 
+@pytest.mark.needs_kernelbench
 def test_every_builtin_and_kernelbench_file_is_traced_once_and_fast():
     files = [load_problem(name) for name in builtin_names()] + [load_problem(f) for f in FILES]
     times = []
@@ -96,7 +96,6 @@ def get_init_inputs():
     assert torch.allclose(got, want, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.skipif(not FILES, reason="no KernelBench copy beside the project")
 def test_a_forward_that_changes_its_input_is_named(tmp_path):
     from kerngen.agent.playbook.not_covered import NotCovered
 

@@ -16,10 +16,10 @@ from kerngen.agent.playbook.region import Lead
 from kerngen.harness.spec import plan
 from kerngen.problems.load import load_problem
 from tests.emu import cases
-from tests.emu.runner import EmuError, available, emulate
+from tests.emu.runner import EmuError, emulate
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "playbook"
-needs_emulator = pytest.mark.skipif(not available(), reason="no C++ compiler for the CPU emulator")
+needs_emulator = pytest.mark.needs_cxx
 
 # problem -> each region's family and the nodes it computes
 COVERED = {

@@ -57,6 +57,7 @@ class GemmFacts(Facts):
     m: str = ""
     R: str = ""
     C: str = ""
+    dtype: str = "float32"  # the gemm16 family's bf16 / fp16 problems
 
 
 

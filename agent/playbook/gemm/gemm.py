@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kerngen.agent.playbook.gemm.build import GemmFacts, gemm_gemv, gemm_rowscale, gemm_tiled
-from kerngen.agent.playbook.gemm import build_tf32 as build_gemm_tf32
+from kerngen.agent.playbook.gemm import build_tf32 as build_gemm_tf32, wgmma
 from kerngen.agent.playbook.entry import A, C, CF, M, PAR, Entry
 from kerngen.agent.playbook.epilogue import trace_epilogue
 from kerngen.agent.playbook.family import Family, FamilyMatch
@@ -29,7 +29,7 @@ from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.ops import Kind, kind_of
 from kerngen.agent.playbook.region import Lead
 
-__all__ = ["GEMM", "GemmFacts", "operand_of"]
+__all__ = ["GEMM", "GemmFacts", "operand_of", "read_gemm"]
 
 CONTRACTIONS = ("linear", "matmul", "mm", "bmm", "einsum")
 _MATMULS = ("matmul", "mm", "bmm")
@@ -235,7 +235,7 @@ def _rowscale_match(g: Graph, d: str, mat: str) -> FamilyMatch:
     return FamilyMatch.of(g, facts, f"row scaling: diag({d}) @ {mat}")
 
 
-def _contraction(g: Graph) -> FamilyMatch | None:
+def _contraction(g: Graph, keep_plain: bool = False) -> FamilyMatch | None:
     res = g.node(g.output)
     mask, diag = "", 0
     if res is not None and res.op in _MASKS:
@@ -268,7 +268,7 @@ def _contraction(g: Graph) -> FamilyMatch | None:
     plain = (op != "einsum" and not mask and not a.trans and not b.trans and len(shapes[a.name]) == 2
              and len(shapes[b.name]) == 2 and facts.shape[2] != 1 and {a.name, b.name} <= inputs
              and len(inputs) == 2)
-    if plain:
+    if plain and not keep_plain:
         return None  # plain 2-D A @ B: the built-in matmul family's
     return FamilyMatch.of(g, facts, f"gemm: {facts.what}" + (f", {mask} triangle" if mask else ""))
 
@@ -303,20 +303,30 @@ def _rowscale(g: Graph) -> FamilyMatch | None:
 
 
 # ---------------------------------------------------------------------------------------------
-def _recognise(g: Graph) -> FamilyMatch | None:
+def read_gemm(g: Graph, *, keep_plain: bool = False) -> FamilyMatch | None:
+    """The gemm facts of a GEMM (+ elementwise epilogue) graph whatever its dtype, None for another graph (the
+    16-bit family, :mod:`.gemm.gemm16`, reads its problems through it); ``keep_plain``: a plain 2-D A @ B of two
+    inputs too (at fp32 the built-in matmul family's)."""
     live = g.live()
     products = [n for n in live if n.op in CONTRACTIONS]
-    if not products:
+    if not products or any(kind_of(n.op) == Kind.conv for n in live):
+        return None  # a convolution's problem: the conv families say what they cover
+    linears = [n for n in products if n.op == "linear"]
+    if len(products) > 1 and not linears:
+        raise NotCovered(f"{len(products)} matrix products (a chain of GEMMs): the playbook's gemm family computes one")
+    return _linear(g, linears) if linears else _contraction(g, keep_plain)
+
+
+def _recognise(g: Graph) -> FamilyMatch | None:
+    live = g.live()
+    if not any(n.op in CONTRACTIONS for n in live):
         return _rowscale(g)
     if any(kind_of(n.op) == Kind.conv for n in live):
         return None  # a convolution's problem: the conv families say what they cover
     if g.dtypes != {"float32"}:
         raise NotCovered(f"the playbook's gemm family is fp32 only (no TF32, no 16-bit inputs); got "
                          f"{', '.join(sorted(g.dtypes))}")
-    linears = [n for n in products if n.op == "linear"]
-    if len(products) > 1 and not linears:
-        raise NotCovered(f"{len(products)} matrix products (a chain of GEMMs): the playbook's gemm family computes one")
-    return _linear(g, linears) if linears else _contraction(g)
+    return read_gemm(g)
 
 
 _AFTER_TILED = frozenset({"tiled"})
@@ -379,5 +389,6 @@ GEMM = Family(name="gemm", leads=frozenset({Lead.contraction, Lead.map}), recogn
               constraints=("one matrix product or diag(d) @ M", "of graph tensors (transposes read in place)",
                            "elementwise after it"),
               variants={"tiled": gemm_tiled, build_gemm_tf32.VARIANT: build_gemm_tf32.gemm_tf32x3,
-                        "gemv": gemm_gemv, "rowscale": gemm_rowscale},
-              ideas=IDEAS + build_gemm_tf32.IDEAS)
+                        "gemv": gemm_gemv, "rowscale": gemm_rowscale,
+                        wgmma.VARIANT: wgmma.gemm_wgmma},  # Hopper only (coverage)
+              ideas=wgmma.GEMM_IDEAS + IDEAS + build_gemm_tf32.IDEAS)  # wgmma first in round 0

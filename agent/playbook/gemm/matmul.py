@@ -1,12 +1,13 @@
 """Playbook family ``matmul``: one plain 2-D ``A @ B`` of the two forward inputs (no transposes, batches or
 epilogues), fp32: the register-blocked SGEMM, its bounds-checked fallback, and the 3xTF32 tensor-core GEMM
-(padded for shapes it does not tile). Builders: :mod:`.conv.build_conv2d`, :mod:`.gemm.build_matmul_tf32`."""
+(padded for shapes it does not tile), and on Hopper the wgmma core (:mod:`.gemm.wgmma`). Builders: :mod:`.conv.build_conv2d`, :mod:`.gemm.build_matmul_tf32`."""
 
 from __future__ import annotations
 
 from kerngen.agent.playbook.gemm.build_matmul_tf32 import (PADDED_SPEC_NAME, PADDED_VARIANT, SPEC_NAME, TF32_IDEAS, sgemm_tf32x3,
                                                sgemm_tf32x3_padded)
 from kerngen.agent.playbook.gemm.build_matmul import sgemm_simple, sgemm_tiled
+from kerngen.agent.playbook.gemm.wgmma import MATMUL_IDEAS, VARIANT as WGMMA, matmul_wgmma
 from kerngen.agent.playbook.entry import A, C, CF, Entry, M, PAR
 from kerngen.agent.playbook.family import Facts, Family, FamilyMatch
 from kerngen.agent.playbook.graph import Graph
@@ -28,7 +29,7 @@ def _recognise(g: Graph) -> FamilyMatch | None:
     if b.shape[1] == 1:
         return None  # a matrix-vector product: the gemm family's gemv
     if g.dtypes != {"float32"}:
-        raise NotCovered("the playbook's matmul is fp32 only")
+        return None  # bf16 / fp16: the gemm16 family's; other dtypes: nobody's
     return FamilyMatch.of(g, Facts())
 
 
@@ -48,11 +49,12 @@ IDEAS = (
           "gives more blocks per SM.", PAR, "0-10%", "tiled",
           ({"BM": 128, "BN": 128}, {"BM": 64, "BN": 64}), after=frozenset({"tiled"})),
 ) + TF32_IDEAS
+IDEAS = MATMUL_IDEAS + IDEAS  # the Hopper core first in round 0
 
 MATMUL = Family(name="matmul", leads=frozenset({Lead.contraction}), recognise=_recognise,
                 constraints=("one matmul", "nothing else", "of the two forward inputs", "2-D", "no transposes"),
                 variants={"tiled": sgemm_tiled, "simple": sgemm_simple, "tf32x3": sgemm_tf32x3,
-                          PADDED_VARIANT: sgemm_tf32x3_padded},
+                          PADDED_VARIANT: sgemm_tf32x3_padded, WGMMA: matmul_wgmma},  # wgmma: Hopper only
                 ideas=IDEAS,
                 spec_names={"tiled": "playbook-matmul-sgemm", "simple": "playbook-matmul-simple", "tf32x3": SPEC_NAME,
                             PADDED_VARIANT: PADDED_SPEC_NAME})

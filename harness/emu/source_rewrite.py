@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from tests.emu.ptx_asm import NotEmulated, not_emulated_call, translate
+from kerngen.harness.emu.ptx_asm import NotEmulated, not_emulated_call, translate
 
 _ALIGN = re.compile(r"\b(?:__align__|alignas)\s*\([^()]*\)|__attribute__\s*\(\([^()]*(?:\([^()]*\))?[^()]*\)\)")
 _TOKENS = re.compile(

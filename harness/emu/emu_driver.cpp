@@ -18,6 +18,9 @@
 #include <unistd.h>
 #include <vector>
 
+// the sanitizer's options built in: a jailed run cannot read its environment from /proc/self/environ
+extern "C" const char *__ubsan_default_options() { return "abort_on_error=1:print_stacktrace=0:print_summary=0"; }
+
 extern "C" unsigned char __start_kg_shared[] __attribute__((weak));  // the static __shared__ variables
 extern "C" unsigned char __stop_kg_shared[] __attribute__((weak));
 
@@ -73,12 +76,13 @@ static std::string canary_damage(const Buffer &b) {
 
 struct Step {
   bool memset = false;
-  int buffer = 0, value = 0;  // memset
+  int buffer = 0, value = 0;  // memset: bytes [offset, offset + nbytes) of the buffer
+  size_t offset = 0, nbytes = 0;
   std::string kernel;
   unsigned grid[3], block[3];
   long long shared_mem = 0;
   bool cooperative = false;
-  std::vector<std::pair<ArgKind, std::string>> args;  // kind, buffer index or value
+  std::vector<std::pair<ArgKind, std::string>> args;  // kind, "buffer:byte offset" or value
 };
 
 std::vector<Buffer> g_buffers;
@@ -317,7 +321,13 @@ static void launch(const Step &s, int index) {
   std::vector<Arg> args;
   for (const auto &[kind, text] : s.args) {
     Arg a{kind, nullptr, 0, 0.f};
-    if (kind == A_TENSOR) a.ptr = g_buffers.at(std::stoul(text)).data;
+    if (kind == A_TENSOR) {  // a view: its buffer (the whole storage around it) and where it starts in it
+      const size_t colon = text.find(':');
+      Buffer &b = g_buffers.at(std::stoul(text.substr(0, colon)));
+      const size_t off = colon == std::string::npos ? 0 : std::stoull(text.substr(colon + 1));
+      if (off > b.nbytes) fail("a tensor argument at byte %zu of a buffer of %zu bytes", off, b.nbytes);
+      a.ptr = b.data + off;
+    }
     else if (kind == A_F32) a.f = kg_bits<float>((unsigned)std::stoul(text, nullptr, 16));
     else a.i = std::stoll(text);
     args.push_back(a);
@@ -397,7 +407,7 @@ static void read_job(const char *path) {
     } else if (word == "memset") {
       Step s;
       s.memset = true;
-      in >> s.buffer >> s.value;
+      in >> s.buffer >> s.value >> s.offset >> s.nbytes;
       g_steps.push_back(s);
     } else if (word == "launch") {
       Step s;
@@ -436,7 +446,11 @@ int main(int argc, char **argv) {
   }
   for (size_t i = 0; i < g_steps.size(); ++i) {
     const Step &s = g_steps[i];
-    if (s.memset) std::memset(g_buffers.at(s.buffer).data, s.value, g_buffers.at(s.buffer).nbytes);
+    if (s.memset) {
+      Buffer &b = g_buffers.at(s.buffer);
+      if (s.offset + s.nbytes > b.nbytes) fail("a memset past the end of '%s'", b.name.c_str());
+      std::memset(b.data + s.offset, s.value, s.nbytes);
+    }
     else launch(s, (int)i);
   }
   for (const Buffer &b : g_buffers)
