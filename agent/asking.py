@@ -15,7 +15,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, Callable
 
-from kerngen.agent.budget import Usage
+from kerngen.agent.budget import SearchBudget, Usage, remaining_wall_s
 from kerngen.agent.tree import AnswerBook, Key
 
 Question = tuple[Key, Callable[[], Any], Callable[[Any, bool], None]]
@@ -50,4 +50,28 @@ def ask_wave(questions: list[Question], *, own: AnswerBook, external: AnswerBook
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-__all__ = ["Question", "ask_wave"]
+def give_limits(proposer: Any, budget: SearchBudget, usage: Usage) -> None:
+    """The calls a proposer made before the journal existed (the LLM endpoint's check) are
+    journaled, and counted; then a proposer that can cap its own HTTP requests, their cost and
+    their time (the LLM proposer) gets what is left of ``max_llm_calls``, ``max_cost_usd`` and
+    ``wall_minutes``: the check before each question cannot see that question's retries or
+    parallel branches, nor a request that trickles past the deadline; the caps can (``usage``:
+    what the journal holds so far)."""
+    earlier = getattr(proposer, "report_earlier_calls", None)
+    if callable(earlier):
+        earlier()
+    limit = getattr(proposer, "limit_requests", None)
+    if callable(limit):
+        cap = budget.max_llm_calls
+        limit(None if cap is None else max(0, cap - usage.calls))
+    limit_cost = getattr(proposer, "limit_cost", None)
+    if callable(limit_cost):
+        usd = budget.max_cost_usd
+        limit_cost(None if usd is None else max(0.0, usd - (usage.cost_usd or 0.0)))
+    limit_time = getattr(proposer, "limit_time", None)
+    if callable(limit_time):
+        left = remaining_wall_s(budget, usage)
+        limit_time(None if left is None else max(0.0, left))
+
+
+__all__ = ["Question", "ask_wave", "give_limits"]

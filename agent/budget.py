@@ -71,6 +71,7 @@ class StopKind(Enum):
     error = "error"  # an exception ended the search
     degenerate = "degenerate"  # the problem's output barely depends on its input (and no --force)
     harness = "harness"  # the harness itself could not evaluate, e.g. out of GPU memory
+    llm_error = "llm_error"  # the LLM endpoint failed (its error says how), or no prompt fits its context
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,8 @@ class Usage:
         self.tokens = 0
         self.cached_tokens = 0  # prompt tokens the endpoint served from its cache
         self.reasoning_tokens = 0  # completion tokens spent reasoning
-        self.cost_usd: float | None = None  # where prices are configured
+        self.estimated_tokens = 0  # of ``tokens``: estimated (requests billed but never answered)
+        self.cost_usd: float | None = None  # where prices are configured (0.0 from the start then)
         self.gpu_s = 0.0
         self.proposer_calls = 0  # questions actually asked of the proposer (not reused answers)
         self.reused_answers = 0
@@ -109,6 +111,12 @@ class Usage:
     def wall_s(self) -> float:
         return self.prior_wall_s + (time.monotonic() - self.t0)
 
+    def start_clock(self) -> None:
+        """The wall clock counts from now (after what earlier sessions spent): a search calls it once
+        its baseline is known, so that starting GPU workers, measuring the GPU and timing PyTorch
+        (torch.compile's first compile in a fresh worker above all) are charged to no problem."""
+        self.t0 = time.monotonic()
+
     def on_call(self, call: "LLMCall") -> None:
         """Callback for the LLM proposer: one LLM call happened (answered, unreadable or failed),
         with ``call.attempts`` HTTP requests; one at least is counted, so that a call that failed
@@ -118,6 +126,7 @@ class Usage:
             self.tokens += call.usage.total_tokens
             self.cached_tokens += call.usage.cached_tokens
             self.reasoning_tokens += call.usage.reasoning_tokens
+            self.estimated_tokens += getattr(call.usage, "estimated_tokens", 0)
             if call.usage.cost_usd is not None:
                 self.cost_usd = (self.cost_usd or 0.0) + call.usage.cost_usd
         for fn in list(self.listeners):
@@ -130,6 +139,7 @@ class Usage:
             "tokens": self.tokens,
             "cached_tokens": self.cached_tokens,
             "reasoning_tokens": self.reasoning_tokens,
+            "estimated_tokens": self.estimated_tokens,
             "gpu_s": round(self.gpu_s, 3),
             "wall_s": round(self.wall_s, 3),
             "proposer_calls": self.proposer_calls,
@@ -152,6 +162,7 @@ def restore_llm_usage(usage: Usage, events: list[Any]) -> None:
             continue
         usage.cached_tokens += sane_count(counts.get("cached_tokens"))
         usage.reasoning_tokens += sane_count(counts.get("reasoning_tokens"))
+        usage.estimated_tokens += sane_count(counts.get("estimated_tokens"))
         cost = counts.get("cost_usd")
         if isinstance(cost, (int, float)) and not isinstance(cost, bool) and 0 <= cost < 1e9:
             usage.cost_usd = (usage.cost_usd or 0.0) + float(cost)
@@ -160,11 +171,12 @@ def restore_llm_usage(usage: Usage, events: list[Any]) -> None:
 def exhausted(budget: SearchBudget, usage: Usage) -> StopReason | None:
     """The first budget (other than rounds and patience) that is spent, as a stop reason."""
     if budget.max_llm_calls is not None and usage.calls >= budget.max_llm_calls:
-        return StopReason(StopKind.llm_calls, f"budget: {usage.calls} LLM calls (max {budget.max_llm_calls})")
+        return StopReason(StopKind.llm_calls, f"budget: {usage.calls} LLM requests (max {budget.max_llm_calls}, "
+                                              "--max-llm-calls; the endpoint check counts)")
     if budget.max_tokens is not None and usage.tokens >= budget.max_tokens:
-        return StopReason(StopKind.tokens, f"budget: {usage.tokens} tokens (max {budget.max_tokens})")
+        return StopReason(StopKind.tokens, f"budget: {usage.tokens} tokens (max {budget.max_tokens}, --max-tokens)")
     if budget.max_cost_usd is not None and (usage.cost_usd or 0.0) >= budget.max_cost_usd:
-        return StopReason(StopKind.cost, f"budget: ${usage.cost_usd or 0.0:.4f} of LLM cost (max ${budget.max_cost_usd:g})")
+        return StopReason(StopKind.cost, f"budget: ${usage.cost_usd or 0.0:.4f} of LLM cost (max ${budget.max_cost_usd:g}, --max-cost)")
     return time_exhausted(budget, usage)
 
 
@@ -173,10 +185,10 @@ def time_exhausted(budget: SearchBudget, usage: Usage) -> StopReason | None:
     and tuning; the LLM budgets only stop asking the proposer)."""
     if budget.wall_minutes is not None and usage.wall_s >= budget.wall_minutes * 60:
         return StopReason(StopKind.wall_minutes,
-                          f"budget: {usage.wall_s / 60:.2f} wall minutes (max {budget.wall_minutes:g})")
+                          f"budget: {usage.wall_s / 60:.2f} wall minutes (max {budget.wall_minutes:g}, --minutes)")
     if budget.gpu_minutes is not None and usage.gpu_s >= budget.gpu_minutes * 60:
         return StopReason(StopKind.gpu_minutes,
-                          f"budget: {usage.gpu_s / 60:.1f} GPU minutes (max {budget.gpu_minutes:g})")
+                          f"budget: {usage.gpu_s / 60:.1f} GPU minutes (max {budget.gpu_minutes:g}, --gpu-minutes)")
     return None
 
 
@@ -185,6 +197,12 @@ def remaining_wall_s(budget: SearchBudget, usage: Usage) -> float | None:
     if budget.wall_minutes is None:
         return None
     return budget.wall_minutes * 60.0 - usage.wall_s
+
+
+# a budget's field -> the command-line option that sets it (what an error names)
+BUDGET_OPTIONS = {"rounds": "--rounds", "max_llm_calls": "--max-llm-calls", "max_tokens": "--max-tokens",
+                  "max_cost_usd": "--max-cost", "wall_minutes": "--minutes", "gpu_minutes": "--gpu-minutes",
+                  "patience": "--patience"}
 
 
 def make_budget(base: SearchBudget | None = None, given: Mapping[str, Any] | None = None) -> SearchBudget:
@@ -197,7 +215,8 @@ def make_budget(base: SearchBudget | None = None, given: Mapping[str, Any] | Non
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err.get("loc", ())) or "budget"
-        raise KerngenError(f"bad budget {field}={err.get('input')!r}: {err.get('msg', 'invalid')}") from None
+        option = BUDGET_OPTIONS.get(field, field)  # what the user typed: --minutes, not wall_minutes
+        raise KerngenError(f"bad {option} {err.get('input')!r}: {err.get('msg', 'invalid')}") from None
 
 
 # CLI option names of the budgets that count time: given on a resume, they are for that session

@@ -8,6 +8,7 @@ import math
 
 from kerngen.agent.proposer import UNREADABLE, TriedIdea
 from kerngen.agent.tree import Node, Tree
+from kerngen.harness.results import Verdict
 
 
 def repair_chain(tree: Tree, head: int) -> list[Node]:
@@ -47,32 +48,65 @@ def tried(tree: Tree, r: int) -> list[TriedIdea]:
             out.append(TriedIdea(idea=idea, outcome=outcome(tree, nodes, parent)))
     return out
 
+def attempt_line(n: Node) -> str:
+    """One line on one attempt of a branch (its first answer or a repair): what it was and why
+    it was refused, as the repair of a later attempt shows the chain."""
+    what = "first answer" if n.kind != "repair" else f"repair {n.attempt}"
+    if n.spec is None:
+        return f"{what}: {_short(n.error)}"
+    if n.result is None:
+        return f"{what}: not evaluated"
+    return f"{what}: {n.result.verdict.value}: {_short(n.result.message or n.result.log)}"
+
+
 def outcome(tree: Tree, heads: list[Node], parent: Node | None) -> str:
-    """One line on what an idea's branches gave: the best speedup, and which failed and how."""
+    """One line on what an idea's branches gave: the best speedup (and the time and registers of
+    the slower branches), what compiled but was not run (a dry run), which failed and why."""
     if not heads:
         return "not implemented (no answer)"
-    best: Node | None = None
-    worst_verdicts: list[str] = []
+    oks: list[Node] = []
+    unmeasured: list[Node] = []
+    failures: list[str] = []
     for h in heads:
         chain = repair_chain(tree, h.id)
         ok = [n for n in chain if n.ok]
+        compiled = [n for n in chain if n.result is not None and n.result.verdict is Verdict.not_run]
         if ok:
-            cand = min(ok, key=lambda n: n.ms)
-            if best is None or cand.ms < best.ms:
-                best = cand
+            oks.append(min(ok, key=lambda n: n.ms))
+        elif compiled:
+            unmeasured.append(compiled[0])
         else:
-            repairs = len(chain) - 1
-            last = chain[-1]
+            repairs, last = len(chain) - 1, chain[-1]
             v = last.verdict if last.spec is not None else "no valid spec"
-            worst_verdicts.append(f"{v} after {repairs} repair{'s' if repairs != 1 else ''}" if repairs else v)
+            why = _short(last.error if last.spec is None else (last.result.message if last.result else ""), 90)
+            after = f" after {repairs} repair{'s' if repairs != 1 else ''}" if repairs else ""
+            failures.append(f"{v}{after}" + (f" ({why})" if why else ""))
     parts = []
-    if best is not None:
+    if oks:
+        best = min(oks, key=lambda n: n.ms)
         if parent is not None and math.isfinite(parent.ms):
-            parts.append(f"ok {parent.ms / best.ms:.2f}x vs parent ({best.ms:.4g} ms)")
+            parts.append(f"ok {parent.ms / best.ms:.2f}x vs parent ({best.ms:.4g} ms{_regs(best)})")
         else:
-            f = tree.figures(best)
-            sp = f["speedup_eager"]
-            parts.append(f"ok {best.ms:.4g} ms" + (f", {sp:.2f}x vs eager" if sp else ""))
-    if worst_verdicts:
-        parts.append(f"{len(worst_verdicts)}/{len(heads)} branches failed: " + "; ".join(worst_verdicts))
+            sp = tree.figures(best)["speedup_eager"]
+            parts.append(f"ok {best.ms:.4g} ms{_regs(best)}" + (f", {sp:.2f}x vs eager" if sp else ""))
+        slower = [f"{n.ms:.4g} ms{_regs(n)}" for n in oks if n is not best]
+        if slower:
+            parts.append("slower branches: " + ", ".join(slower))
+    if unmeasured:
+        regs = ", ".join(_regs(n).lstrip(", ") or "?" for n in unmeasured)
+        parts.append(f"{len(unmeasured)}/{len(heads)} compiled, not measured (dry run; {regs})")
+    if failures:
+        parts.append(f"{len(failures)}/{len(heads)} branches failed: " + "; ".join(failures))
     return "; ".join(parts)
+
+
+def _regs(n: Node) -> str:
+    r = n.best_result
+    if r is None or r.compile is None or not r.compile.kernels:
+        return ""
+    return f", {r.compile.worst().registers} regs"
+
+
+def _short(text: str | None, width: int = 160) -> str:
+    line = " ".join((text or "").split())
+    return line if len(line) <= width else line[: width - 3] + "..."

@@ -2,8 +2,9 @@
 
 Every event is a pydantic model with a ``type`` field. Each append is written, flushed and
 ``os.fsync``'d, so a kill -9 at any moment loses at most the event being written. Reading
-tolerates a truncated last line (the write a kill interrupted); a corrupt line anywhere else,
-or a missing ``events.jsonl``, is a :class:`JournalError`.
+tolerates a truncated or unreadable last line (the write a kill interrupted: skipped, counted in
+bytes, and cut off by a resume); a corrupt line anywhere else, or a missing ``events.jsonl``, is a
+:class:`JournalError`.
 
 Derived files (``tree.json``, ``best/``) are rewritten atomically (tmp file + ``os.replace``);
 they can always be rebuilt from the events.
@@ -16,6 +17,7 @@ Only this module knows the journal's file name and format: other modules read a 
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import math
 import os
@@ -47,6 +49,8 @@ from kerngen.harness.atomic import write_atomic  # noqa: F401 - re-exported for 
 from kerngen.problems.ref import ProblemRef
 
 EVENTS = "events.jsonl"
+MAX_JOURNAL_BYTES = 256 << 20  # see max_journal_bytes()
+MAX_EVENT_BYTES = 32 << 20  # one line: a node with its clipped compile log is well under 1 MB
 TREE = "tree.json"
 BEST = "best"
 
@@ -79,6 +83,9 @@ class RunStarted(_Event):
     # a scripted demo (toy kernels, made-up times, no GPU): every view of the run says so; older
     # journals are recognized by their scripted proposer or evaluator
     demo: bool = False
+    # a dry run (--dry-run): the GPU preset it compiled for (``h100``); nothing was run or timed.
+    # None: a run on a GPU (or the scripted demo)
+    dry_run: str | None = None
 
     @model_validator(mode="after")
     def _scripted_is_a_demo(self) -> "RunStarted":
@@ -239,11 +246,23 @@ def parse_event(data: dict[str, Any]) -> Any:
 
 
 # ----- reading ------------------------------------------------------------------------------
+def max_journal_bytes() -> int:
+    """The largest journal kerngen reads (``KERNGEN_MAX_JOURNAL_MB``, default 256): a handed run
+    folder's ``events.jsonl`` may be a sparse file of any size."""
+    try:
+        mb = float(os.environ.get("KERNGEN_MAX_JOURNAL_MB", ""))
+    except ValueError:
+        mb = 0.0
+    return int(mb * (1 << 20)) if mb > 0 else MAX_JOURNAL_BYTES
+
+
 def read_events(run_dir: str | Path) -> tuple[list[Any], int]:
     """All events of a run and the number of bytes of a truncated last line (0 if none).
 
-    Raises :class:`JournalError` for a missing folder or file, or a bad line other than a
-    partial last one."""
+    The journal is streamed, one line at a time: a file larger than :func:`max_journal_bytes`
+    or a line longer than :data:`MAX_EVENT_BYTES` is refused before it is read whole, so a
+    1 GB sparse ``events.jsonl`` costs no memory. Raises :class:`JournalError` for those, for a
+    missing folder or file, or a bad line other than a partial last one."""
     path = Path(run_dir)
     name = path.name
     file = path / EVENTS
@@ -251,20 +270,43 @@ def read_events(run_dir: str | Path) -> tuple[list[Any], int]:
         raise JournalError(f"run {name}: no such run folder {path}")
     if not file.is_file():
         raise JournalError(f"run {name}: {EVENTS} is missing in {path}")
-    try:
-        raw = file.read_bytes()
-    except OSError as exc:
-        raise JournalError(f"run {name}: cannot read {EVENTS}: {exc}") from None
-    lines = raw.split(b"\n")
-    tail = lines.pop()  # text after the last newline: b"" unless the last write was cut
+    limit = max_journal_bytes()
     events: list[Any] = []
     truncated = 0
-    for n, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        events.append(_parse_line(name, n, line))
-    if tail:
-        truncated = len(tail)  # a write a kill cut short: that event is lost, nothing else
+    bad: tuple[JournalError, int] | None = None  # an unreadable line, and the bytes from it to here
+    try:
+        with file.open("rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size > limit:
+                raise JournalError(f"run {name}: {file} is {size} bytes, more than the {limit} a journal may have "
+                                   "(KERNGEN_MAX_JOURNAL_MB): refused")
+            for n in itertools.count(1):
+                line = fh.readline(MAX_EVENT_BYTES + 1)
+                if not line:
+                    break
+                if not line.endswith(b"\n"):
+                    if len(line) > MAX_EVENT_BYTES:
+                        raise JournalError(f"run {name}: {file} line {n} is longer than the {MAX_EVENT_BYTES} bytes an "
+                                           "event may have: refused")
+                    if bad is not None:
+                        raise bad[0]
+                    truncated = len(line)  # a write a kill cut short: that event is lost, nothing else
+                    break
+                if bad is not None:
+                    if line.strip():
+                        raise bad[0]  # a bad line with events after it: corrupt
+                    bad = (bad[0], bad[1] + len(line))
+                elif line.strip():
+                    try:
+                        events.append(_parse_line(name, n, line))
+                    except JournalError as exc:
+                        if n == 1:
+                            raise
+                        bad = (exc, len(line))
+    except OSError as exc:
+        raise JournalError(f"run {name}: cannot read {EVENTS}: {exc}") from None
+    if bad is not None:  # a bad LAST line (a write cut short, then a newline): lost like a cut write
+        truncated = bad[1]
     if not events or not isinstance(events[0], RunStarted):
         raise JournalError(f"run {name}: {EVENTS} does not start with a run_started event")
     return events, truncated

@@ -77,6 +77,7 @@ class Failure(BaseModel):
     error: str = ""
     idea: Idea | None = None
     parent: NodeSummary | None = None
+    history: list[str] = Field(default_factory=list)  # the chain's earlier attempts, one line each
 
     @property
     def unreadable(self) -> bool:
@@ -103,6 +104,8 @@ class SearchContext(BaseModel):
     atol: float | None = None
     rtol: float | None = None
     rel_err_limits: dict[str, float] = Field(default_factory=dict)  # output dtype -> ||out-ref||/||ref|| limit
+    precision: str = "fp32"  # "tf32": the reference runs with PyTorch's TF32 settings (--precision tf32)
+    tolerance_note: str = ""  # at tf32: how the tolerance above was measured, or that it was not (a dry run)
     check_sets: int = 3  # fresh random input sets per evaluation
     round: int = 0
     tried: list[TriedIdea] = Field(default_factory=list)

@@ -16,6 +16,7 @@ import time
 from typing import Any, Sequence
 
 
+from kerngen.problems.torch_modes import DEFAULTS_LABEL
 from kerngen.agent.proposer import Branch, Category, Failure, Idea, NodeSummary, SearchContext
 from kerngen.harness.evaluator import Candidate, EvalOptions, OnResult
 from kerngen.harness.results import (
@@ -184,7 +185,9 @@ class ScriptedEvaluator:
 
     def baseline(self, problem: ProblemRef, *, budget_ms: float = 300.0, with_compile: bool = True) -> Baseline:
         return Baseline(problem=problem.label(), gpu=self.gpu_name, eager=_timing(1.0 * self.scale),
-                        compiled=_timing(0.8 * self.scale), floor_ms=0.4 * self.scale, floor_bound="memory",
+                        compiled=_timing(0.8 * self.scale), eager_defaults=_timing(0.9 * self.scale),
+                        compiled_defaults=_timing(0.7 * self.scale), defaults_label=DEFAULTS_LABEL,
+                        floor_ms=0.4 * self.scale, floor_bound="memory",
                         degenerate=self.degenerate,
                         degenerate_reason="scripted: marked degenerate" if self.degenerate else "")
 

@@ -9,9 +9,8 @@ Failed nodes get up to ``R`` repairs (each a child node, each wave one batch). T
 nodes of the round (up to ``B``) are autotuned; their tuned config and result are recorded on the
 node. Budgets and patience stop it, with a typed :class:`~kerngen.agent.budget.StopReason`.
 
-What a search is (problem, run folder, mode, shape, budget, seed, the record it follows ...) is one
-:class:`~kerngen.agent.search_settings.SearchSettings`; the search is
-``Search(settings, proposer, evaluator, tuner=...).run()``.
+What a search is (problem, run folder, mode, shape, budget, seed, the record it follows ...) is one settings
+object (:mod:`kerngen.agent.search_settings`); the search is ``Search(settings, proposer, evaluator, tuner=...).run()``.
 
 Every proposer answer and every result goes to the journal first (:mod:`kerngen.agent.journal`)
 and the tree is rebuilt from it (:mod:`kerngen.agent.tree`), so:
@@ -24,8 +23,7 @@ and the tree is rebuilt from it (:mod:`kerngen.agent.tree`), so:
   has no answer for is not asked) and re-evaluates every node on the current GPU
   (:mod:`kerngen.agent.replay`).
 
-Entry points: :func:`run_search`, :func:`resume_search` (and :func:`kerngen.agent.replay.replay_run`).
-"""
+Entry points: :func:`run_search`, :func:`resume_search` (and :func:`kerngen.agent.replay.replay_run`)."""
 
 from __future__ import annotations
 
@@ -34,10 +32,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from kerngen.agent.asking import Question, ask_wave
+from kerngen.agent.asking import Question, ask_wave, give_limits
 from kerngen.agent.budget import StopKind, StopReason, Usage, exhausted, restore_llm_usage
 from kerngen.agent.context import default_context
-from kerngen.agent.idea_outcomes import repair_chain, repair_target, tried
+from kerngen.agent.idea_outcomes import attempt_line, repair_chain, repair_target, tried
 from kerngen.agent.journal import (
     BaselineEvent, IdeasEvent, ImplementedEvent, Journal, NodeCreated, RoundFinished, RoundStarted, RunFinished,
     RunResumed, RunStarted, has_journal, new_run_id, versions,
@@ -49,8 +47,9 @@ from kerngen.agent.search_measure import Measurements
 from kerngen.agent.search_records import answer_items, answers_of, branch_of, gpu_seconds, ideas_of, node_key
 from kerngen.agent.search_settings import ContextFactory, SearchMode, SearchOutcome, SearchSettings, Tuner
 from kerngen.agent.tree import AnswerBook, Node, Run, Tree, ideas_key, implement_key, load_run, repair_key
-from kerngen.errors import JournalError, ProblemError
+from kerngen.errors import JournalError, LLMError, ProblemError
 from kerngen.harness.evaluator import Evaluator
+from kerngen.harness.results import Verdict
 from kerngen.harness.spec.spec import KernelSpec
 from kerngen.problems.ref import ProblemRef
 
@@ -149,12 +148,14 @@ class Search:
         replay_of, proposer = None, getattr(self.proposer, "name", type(self.proposer).__name__)
         if self.strict and self.record is not None:  # the answers come from the record, not a proposer
             replay_of, proposer = f"{self.record.id} ({self.record.path})", "replay"
+        dry = getattr(self.evaluator, "dry_run", None)  # the GPU preset a dry run compiles for
         self._write(RunStarted(
             run_id=self.run_dir.name, problem=self.problem, config=self.config, budget=self.budget,
             proposer=proposer, model=s.model, versions=versions(), gpu=gpu, seed_spec=s.seed_spec,
             replay_of=replay_of, argv=list(s.argv), problem_info=problem_info,
             demo=(not self.strict and getattr(self.proposer, "demo", False) is True)
             or getattr(self.evaluator, "demo", False) is True,
+            dry_run=dry if isinstance(dry, str) else None,
         ))
 
     # ----- the run ----------------------------------------------------------------------------
@@ -169,11 +170,17 @@ class Search:
         try:
             reason = self._loop()
         except KeyboardInterrupt:
+            abandon = getattr(self.proposer, "abandon", None)  # answers in flight (paid for) journaled first
+            if callable(abandon) and not self.strict:
+                abandon()
             self._finish(StopReason(StopKind.interrupted, "interrupted"))
             raise
         except BaseException as exc:
             kind = StopKind.degenerate if isinstance(exc, DegenerateProblemError) else StopKind.error
-            self._finish(StopReason(kind, f"error: {' '.join(str(exc).split())[:300] or type(exc).__name__}"))
+            text = f"error: {' '.join(str(exc).split())[:300] or type(exc).__name__}"
+            if isinstance(exc, LLMError):  # e.g. the key was revoked mid-search: the endpoint's own words
+                kind, text = StopKind.llm_error, f"LLM endpoint: {' '.join(str(exc).split())[:300]}"
+            self._finish(StopReason(kind, text))
             raise
         self._finish(reason)
         assert self.journal is not None
@@ -181,20 +188,9 @@ class Search:
         return SearchOutcome(self.run_dir, self.run_dir.name, self.tree, reason, self.usage)
 
     def _limit_llm_requests(self) -> None:
-        """A proposer that can cap its own HTTP requests and their cost (the LLM proposer) gets
-        what is left of ``max_llm_calls`` and ``max_cost_usd``: the check before each question
-        cannot see that question's retries or parallel branches, the caps can (``usage``: what
-        the journal holds so far)."""
-        if self.strict:
-            return
-        limit = getattr(self.proposer, "limit_requests", None)
-        if callable(limit):
-            cap = self.budget.max_llm_calls
-            limit(None if cap is None else max(0, cap - self.usage.calls))
-        limit_cost = getattr(self.proposer, "limit_cost", None)
-        if callable(limit_cost):
-            usd = self.budget.max_cost_usd
-            limit_cost(None if usd is None else max(0.0, usd - (self.usage.cost_usd or 0.0)))
+        """See :func:`kerngen.agent.asking.give_limits` (a replay asks nothing)."""
+        if not self.strict:
+            give_limits(self.proposer, self.budget, self.usage)
 
     def _finish(self, reason: StopReason) -> None:
         if self.journal is None:
@@ -213,6 +209,7 @@ class Search:
         if baseline is None:
             baseline = self.evaluator.baseline(self.problem)
             self._write(BaselineEvent(baseline=baseline))
+        self.usage.start_clock()  # the wall-clock budget is the search's: nothing before this point counts
         if baseline.degenerate and not self.settings.force:
             why = baseline.degenerate_reason or "its output barely depends on its input"
             raise DegenerateProblemError(f"problem {self.problem.label()} is degenerate ({why}); "
@@ -256,6 +253,9 @@ class Search:
             if self.stop_reason:
                 return self.stop_reason
             if created == 0 and not followed:
+                idle = self._proposer_stop(idle=True)  # e.g. the LLM endpoint's error, unreadable ideas
+                if idle is not None:
+                    return idle
                 why = getattr(self.proposer, "reason", "")  # e.g. the playbook: no variant admits the shape
                 text = "proposer gave no new candidates" + (f": {why}" if isinstance(why, str) and why else "")
                 return StopReason(StopKind.no_candidates, text)
@@ -272,24 +272,36 @@ class Search:
     def _beam(self, r: int) -> list[int | None]:
         if r in self.record_tree.beams:
             return list(self.record_tree.beams[r])
-        nodes = self.tree.beam(self.config.beam)
+        nodes = self.tree.beam(self.config.beam) or self._unmeasured()[: self.config.beam]
         return [n.id for n in nodes] if nodes else [None]
+
+    def _unmeasured(self) -> list[Node]:
+        """Kernels compiled, never run (a dry run): the seed, then the latest round's first, so
+        that a dry run expands what a GPU run would (its prompts show them "not measured")."""
+        nodes = [n for n in self.tree.nodes.values() if n.result is not None and n.result.verdict is Verdict.not_run]
+        return sorted(nodes, key=lambda n: (n.kind != "seed", -n.round, n.id))
 
     # ----- asking the proposer ----------------------------------------------------------------
     def _ask_wave(self, questions: list[Question]) -> None:
-        """See :func:`kerngen.agent.asking.ask_wave`."""
+        """See :func:`kerngen.agent.asking.ask_wave`. A budget the proposer met while the wave
+        was in flight (its client kept a request back) stops the search, by name."""
         ask_wave(questions, own=self.own, external=self.external, usage=self.usage, may_ask=self._may_ask,
                  concurrency=max(1, int(getattr(self.proposer, "concurrency", 1) or 1)))
+        if not self.strict:
+            self._stop(self._proposer_stop())
 
     def _may_ask(self) -> bool:
         if self.strict:
             return False
         self._stop(exhausted(self.budget, self.usage))
-        not_sent = getattr(self.proposer, "not_sent", None)  # the LLM client kept a request back: a budget
-        if not_sent is not None:
-            kind = StopKind.cost if getattr(not_sent, "kind", "") == "cost" else StopKind.llm_calls
-            self._stop(StopReason(kind, f"budget: {' '.join(str(not_sent).split())[:300]}"))
+        self._stop(self._proposer_stop())  # e.g. the LLM client kept a request back: a budget
         return self.stop_reason is None
+
+    def _proposer_stop(self, idle: bool = False) -> StopReason | None:
+        """Why the proposer says the search should stop (``idle``: the round produced nothing)."""
+        reason = getattr(self.proposer, "stop_reason", None)
+        got = reason(idle=idle) if callable(reason) and not self.strict else None
+        return got if isinstance(got, StopReason) else None
 
     def _stop(self, reason: StopReason | None) -> None:
         """A budget ran out mid-round: the first reason is the one the search stops on."""
@@ -328,7 +340,8 @@ class Search:
 
         def got_branches(pid: int | None, i: int, answer: Any, journaled: bool) -> None:
             if answer is not None:
-                branches[pid, i] = [branch_of(b) for b in answer_items(answer)[: self.config.branches]]
+                # up to twice the branches: an answer may hold a second spec (a sibling)
+                branches[pid, i] = [branch_of(b) for b in answer_items(answer)[: 2 * self.config.branches]]
                 if not journaled:
                     self._write(ImplementedEvent(round=r, parent=pid, idea_index=i, branches=branches[pid, i]))
 
@@ -422,9 +435,10 @@ class Search:
         the unreadable answer and why; the idea and the parent of the branch."""
         h = self.tree.nodes[head]
         parent = self._summary(h.parent) if h.parent is not None else None
+        history = [attempt_line(n) for n in repair_chain(self.tree, head) if n.id != target.id]
         if target.spec is None:
-            return Failure(answer=target.answer, error=target.error, idea=h.idea, parent=parent)
-        return Failure(spec=target.spec, result=target.result, idea=h.idea, parent=parent)
+            return Failure(answer=target.answer, error=target.error, idea=h.idea, parent=parent, history=history)
+        return Failure(spec=target.spec, result=target.result, idea=h.idea, parent=parent, history=history)
 
     def write_derived(self) -> None:
         write_derived(self.run_dir, self.tree)

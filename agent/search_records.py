@@ -53,12 +53,40 @@ def recorded_budget(run: Run) -> SearchBudget:
     return run.started.budget
 
 
+# the fields of a budget that limit what a search spends (min_gain is a threshold, not a limit)
+LIMITS = ("rounds", "max_llm_calls", "max_tokens", "max_cost_usd", "wall_minutes", "gpu_minutes", "patience")
+
+
 def budget_for_resume(run: Run, given: dict[str, Any]) -> SearchBudget:
-    """The budget of a resume: the recorded one with what the command line gives in its place
-    (``--minutes`` / ``--gpu-minutes``: that much more for this session; see
-    :func:`kerngen.agent.budget.resume_budget`). A bad value: a one-line KerngenError."""
-    return resume_budget(recorded_budget(run), given, spent_wall_s=run.elapsed_s(),
-                         spent_gpu_s=gpu_seconds(run.events))
+    """The budget of a resume. A journal may come from anyone, so the budget it records is shown,
+    not trusted: it can lower a limit, never raise one. Each limit is the command line's where
+    given (``--minutes`` / ``--gpu-minutes``: that much more for this session; see
+    :func:`kerngen.agent.budget.resume_budget`), else the lower of the recorded one and the
+    default (a recorded "no limit" is the default; the default time budgets are for this
+    session). A run recording 3000 rounds and no limits resumes under 5 rounds, 200 LLM calls,
+    30 minutes. A bad value: a one-line KerngenError."""
+    recorded, defaults = recorded_budget(run), SearchBudget()
+    spent_s = {"wall_minutes": run.elapsed_s(), "gpu_minutes": gpu_seconds(run.events)}
+    capped: dict[str, Any] = {}
+    for name in LIMITS:
+        mine, default = getattr(recorded, name), getattr(defaults, name)
+        if name in spent_s and default is not None:
+            default += spent_s[name] / 60.0  # stored as totals over the sessions
+        capped[name] = default if mine is None else mine if default is None else min(mine, default)
+    return resume_budget(recorded.model_copy(update=capped), given, spent_wall_s=spent_s["wall_minutes"],
+                         spent_gpu_s=spent_s["gpu_minutes"])
+
+
+def resume_note(run: Run, budget: SearchBudget) -> str:
+    """What a resume says before it starts: the recorded budget and configuration, and the
+    budget it runs under (they differ where the journal asked for more than the limits allow)."""
+    def limits(b: SearchBudget) -> str:
+        return ", ".join(f"{n} {'none' if getattr(b, n) is None else f'{getattr(b, n):g}'}" for n in LIMITS)
+
+    c = run.started.config
+    return (f"resuming run {run.id}: it records beam {c.beam}, ideas {c.ideas}, branches {c.branches}, repairs "
+            f"{c.repairs}; budget {limits(recorded_budget(run))}. This session runs under {limits(budget)} "
+            "(time limits as totals over the sessions; raise any with its option)")
 
 
 # ----- a proposer's answers, as the journal may record them ----------------------------------

@@ -23,9 +23,12 @@ from kerngen.agent.journal import (
 )
 from kerngen.agent.proposer import Branch, Idea, NodeSummary, TriedIdea
 from kerngen.errors import JournalError
+from kerngen.harness.gpu.presets import PRESET_SUFFIX, PRESETS
+from kerngen.harness.gpu.roofline import refloor
 from kerngen.harness.results import Baseline, EvalResult, GpuFacts, Verdict
 from kerngen.harness.spec.spec import KernelSpec
 from kerngen.problems.ref import ProblemRef
+from kerngen.problems.registry import builtin_facts, is_builtin
 
 FAILED = (Verdict.invalid_spec, Verdict.compile_error, Verdict.incorrect, Verdict.runtime_error, Verdict.timeout)
 
@@ -124,7 +127,8 @@ class Tree:
         elif isinstance(ev, RunResumed):
             self.finished = None
         elif isinstance(ev, BaselineEvent):
-            self.baseline = ev.baseline
+            # an older run's floor came from the measured ceilings, which kernels beat: the peaks' one
+            self.baseline = refloor(ev.baseline, self.gpu, self.dtype())
         elif isinstance(ev, RoundStarted):
             self.beams[ev.round] = list(ev.beam)
         elif isinstance(ev, IdeasEvent):
@@ -145,6 +149,17 @@ class Tree:
             self.tried.extend(ev.tried)
         elif isinstance(ev, RunFinished):
             self.finished = ev
+
+    def dtype(self) -> str | None:
+        """The problem's dtype as the run recorded it (a built-in's default when it gave none)."""
+        st = self.started
+        if st is not None and st.problem_info is not None:
+            return st.problem_info.info.dtype
+        if self.problem is None:
+            return None
+        if self.problem.dtype or not is_builtin(self.problem.source):
+            return self.problem.dtype
+        return builtin_facts(self.problem.source)["dtype"]
 
     def _node(self, node_id: int, ev: Any) -> Node:
         if node_id not in self.nodes:
@@ -177,17 +192,25 @@ class Tree:
     def next_id(self) -> int:
         return max(self.nodes, default=-1) + 1
 
-    def figures(self, node: Node) -> dict[str, float | None]:
-        """Speedups of a node vs eager and torch.compile, and its % of the roofline floor."""
+    def figures(self, node: Node) -> dict[str, Any]:
+        """Speedups of a node vs eager and torch.compile in true fp32 (``speedup_eager``,
+        ``speedup_compile``) and at PyTorch's defaults (``*_defaults``, labelled ``defaults_label``;
+        None for a baseline recorded before they were measured), and its % of the roofline floor."""
         ms = node.ms
-        out: dict[str, float | None] = {"ms": None if math.isinf(ms) else ms, "speedup_eager": None,
-                                        "speedup_compile": None, "pct_roofline": None}
+        out: dict[str, Any] = {"ms": None if math.isinf(ms) else ms, "speedup_eager": None,
+                               "speedup_compile": None, "speedup_eager_defaults": None,
+                               "speedup_compile_defaults": None, "defaults_label": None, "pct_roofline": None}
         if math.isinf(ms) or ms <= 0 or self.baseline is None:
             return out
         b = self.baseline
         out["speedup_eager"] = b.eager.median_ms / ms
         if b.compiled is not None:
             out["speedup_compile"] = b.compiled.median_ms / ms
+        if b.eager_defaults is not None:
+            out["defaults_label"] = b.defaults_label or None
+            out["speedup_eager_defaults"] = b.eager_defaults.median_ms / ms
+            if b.compiled_defaults is not None:
+                out["speedup_compile_defaults"] = b.compiled_defaults.median_ms / ms
         if b.floor_ms:
             out["pct_roofline"] = b.floor_ms / ms * 100
         return out
@@ -315,7 +338,7 @@ class Run:
         self.truncated = truncated
         self.tree = Tree.from_events(events)
         self.book = AnswerBook.from_events(events)
-        self.started: RunStarted = events[0]
+        self.started: RunStarted = _mark_legacy_dry_run(path, events[0])
         self.evaluated: dict[int, EvalResult] = {e.id: e.result for e in events if isinstance(e, NodeEvaluated)}
         self.tuned: dict[int, NodeTuned] = {e.id: e for e in events if isinstance(e, NodeTuned)}
 
@@ -344,12 +367,16 @@ class Run:
         return 1 + sum(isinstance(e, RunResumed) for e in self.events)
 
     def elapsed_s(self) -> float:
-        """Wall seconds spent over all sessions (start of each session to its last event)."""
+        """Wall seconds the search spent over all sessions: from the start of each session (from
+        its baseline, where the session measured it: the budget's clock starts there) to its last
+        event."""
         total, start, last = 0.0, None, None
         for ev in self.events:
             if isinstance(ev, (RunStarted, RunResumed)):
                 if start is not None and last is not None:
                     total += max(0.0, last - start)
+                start = ev.t
+            elif isinstance(ev, BaselineEvent) and start is not None:
                 start = ev.t
             last = ev.t
         if start is not None and last is not None:
@@ -358,31 +385,49 @@ class Run:
 
 
 LATEST = "latest"  # names the newest run under runs_dir wherever a RUN is taken
+# where kerngen before issue 37 wrote its dry runs (runs/dry-run/<id>): still listed, reached by id and
+# as latest, and marked as dry runs though their journals predate RunStarted.dry_run
+LEGACY_DRY_RUNS = "dry-run"
 
 
 def resolve_run(run: str | Path, runs_dir: str | Path = "runs") -> Path:
-    """RUN as a path to a run folder, a run id under ``runs_dir``, or ``latest``: the newest run
-    there (:func:`latest_run`; a folder of that name comes first)."""
+    """RUN as a path to a run folder, a run id under ``runs_dir`` (or under its old dry-run folder),
+    or ``latest``: the newest run there (:func:`latest_run`; a folder of that name comes first)."""
     p = Path(run)
     if p.is_dir():
         return p
     q = Path(runs_dir) / str(run)
     if q.is_dir():
         return q
+    if has_journal(old := Path(runs_dir) / LEGACY_DRY_RUNS / str(run)):
+        return old
     if str(run) == LATEST:
         return latest_run(runs_dir)
     raise JournalError(f"run {run}: not found (neither a folder nor a run id under {runs_dir}/)")
 
 
 def run_folders(runs_dir: str | Path = "runs") -> list[Path]:
-    """The folders under ``runs_dir`` that hold a journal, oldest first (by the start time the
-    journal records, else the journal's mtime; then by name). Nothing is parsed beyond that."""
-    root = Path(runs_dir)
-    try:
-        found = [d for d in root.iterdir() if d.is_dir() and has_journal(d)]
-    except OSError:
-        return []
+    """The folders under ``runs_dir`` (and under its old dry-run folder, :data:`LEGACY_DRY_RUNS`)
+    that hold a journal, oldest first (by the start time the journal records, else the journal's
+    mtime; then by name). Nothing is parsed beyond that."""
+    found: list[Path] = []
+    for root in (Path(runs_dir), Path(runs_dir) / LEGACY_DRY_RUNS):
+        try:
+            found += [d for d in root.iterdir() if d.is_dir() and has_journal(d)]
+        except OSError:
+            continue
     return sorted(found, key=lambda d: (started_at(d), d.name))
+
+
+def _mark_legacy_dry_run(path: Path, started: RunStarted) -> RunStarted:
+    """A run in the old dry-run folder, journaled before ``dry_run`` was recorded: marked as one,
+    with the preset its GPU facts name (``h100``; the preset's name where none matches)."""
+    if started.dry_run is not None or path.parent.name != LEGACY_DRY_RUNS or started.gpu is None:
+        return started
+    if not started.gpu.name.endswith(PRESET_SUFFIX):
+        return started
+    preset = next((k for k, f in PRESETS.items() if f.name == started.gpu.name), started.gpu.name)
+    return started.model_copy(update={"dry_run": preset})
 
 
 def latest_run(runs_dir: str | Path = "runs") -> Path:

@@ -7,8 +7,13 @@ pydantic model. Times are milliseconds everywhere.
 from __future__ import annotations
 
 from enum import Enum
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from kerngen.problems.torch_modes import Precision
+
+TF32_MARGIN = 4.0  # a tf32 check's tolerance: this many times PyTorch's own TF32 error (harness/gpu/precision.py)
 
 
 class _Record(BaseModel):
@@ -199,24 +204,97 @@ class EvalResult(_Record):
         return self.timing.median_ms if (self.ok and self.timing) else float("inf")
 
 
+class Tolerance(_Record):
+    """What a check compares with: allclose's atol and rtol, and per output dtype the limit on
+    ``||out - ref|| / ||ref||`` where it differs from :data:`kerngen.harness.gpu.compare.REL_ERR_LIMITS`
+    (kerngen.harness.gpu.precision chooses it)."""
+
+    precision: Precision = Precision.fp32
+    atol: float
+    rtol: float
+    rel_limits: dict[str, float] = Field(default_factory=dict)
+    measured_abs: float | None = None  # tf32: max |PyTorch TF32 - fp64| over the fp32 outputs
+    measured_rel: float | None = None  # tf32: ||PyTorch TF32 - fp64|| / ||fp64||, the worst output
+    against: str = ""  # tf32: "fp64" or "true fp32 (...)" when the model does not run in fp64
+
+    def rel_limit(self, dtype: Any) -> float | None:
+        """The limit for an output of ``dtype`` when it is not the dtype's default, else None."""
+        return self.rel_limits.get(str(dtype).removeprefix("torch."))
+
+    def note(self) -> str:
+        """One line: how the tolerance was chosen (shown with a tf32 check)."""
+        if self.precision is Precision.fp32:
+            return f"true fp32: atol {self.atol:g}, rtol {self.rtol:g}"
+        limit = self.rel_limits.get("float32")
+        return (f"TF32: PyTorch's TF32 output is off by {self.measured_abs:.3g} at most ({self.measured_rel:.3g} "
+                f"relative) against {self.against}; tolerance {TF32_MARGIN:g}x that: atol {self.atol:.3g}, "
+                f"||out-ref||/||ref|| <= {limit:.3g}")
+
+
 class Baseline(_Record):
-    """PyTorch's own times for a problem on one GPU, and the roofline floor."""
+    """PyTorch's own times for a problem on one GPU, and the roofline floor. ``eager`` and
+    ``compiled`` run in true fp32 (TF32 off everywhere: "vs PyTorch (true fp32)"); the
+    ``*_defaults`` ones at PyTorch's default settings (cuDNN convolutions in TF32, matmuls as a fresh
+    process has them; TF32 matmuls too for a problem checked at --precision tf32), labelled
+    ``defaults_label``. ``defaults_same``: the outputs at the defaults were bitwise those of true
+    fp32 (no op of the problem uses TF32), so the same timings stand for both."""
 
     problem: str
     gpu: str
     eager: Timing
     compiled: Timing | None = None
     compile_error: str = ""
+    eager_defaults: Timing | None = None
+    compiled_defaults: Timing | None = None
+    defaults_label: str = ""
+    defaults_same: bool = False
     floor_ms: float | None = None
     floor_bound: str = ""  # "memory" | "compute"
+    # what the floor is made of (the data sheet's rate or bandwidth, named: FFMA, 3xTF32, tensor cores;
+    # kerngen.harness.gpu.roofline), and the floor the measured ceilings give, beside it; "" / None in older runs
+    floor_basis: str = ""
+    floor_measured_ms: float | None = None
     flops: float | None = None
     min_bytes: int | None = None
     degenerate: bool = False
     degenerate_reason: str = ""
     launch_bound: bool = False
+    # the tolerance the check applies (at --precision tf32: measured on this GPU before the baseline,
+    # harness/gpu/precision.py); None in older runs and where nothing was measured (a dry run)
+    tolerance: Tolerance | None = None
 
 
 Timing.model_rebuild()
+
+
+OP_GAP_WARN_PCT = 3.0  # the exported op slower than its kernel by more than this: a warning with the number
+
+
+class OpTiming(_Record):
+    """The exported op's path timed beside its kernel, side by side in one worker on the same inputs
+    (:mod:`kerngen.harness.gpu.op_bench`): ``kernel`` is the harness launching the plan on buffers it
+    holds, ``op`` is ``torch.ops`` calling the op as a user does (outputs allocated per call, the
+    launch path of :mod:`kerngen.harness.gpu.op_runtime`)."""
+
+    kernel: Timing
+    op: Timing
+    gap_pct: float  # (op - kernel) / kernel, in % of the kernel's median
+    host_us: float  # host time of one op call (no synchronisation), microseconds
+    matches: bool  # the op's output equals the kernel's on the same inputs (within the check's tolerance)
+    rounds: int = 2  # each path timed this many times, alternating; each figure is its best round's
+
+    @property
+    def slow(self) -> bool:
+        return self.gap_pct > OP_GAP_WARN_PCT
+
+    def warning(self) -> str:
+        """"" or one line: the op's gap over the kernel (or an output that differs)."""
+        if not self.matches:
+            return "the exported op's output differs from its kernel's on the same inputs"
+        if not self.slow:
+            return ""
+        return (f"the exported op is {self.gap_pct:.1f}% slower than its kernel ({self.op.median_ms:.4f} ms against "
+                f"{self.kernel.median_ms:.4f}; host {self.host_us:.0f} us a call)")
 
 
 class GpuFacts(_Record):
@@ -238,6 +316,7 @@ class GpuFacts(_Record):
     copy_gbps: float | None = None  # measured device copy bandwidth (read + write bytes)
     fp32_tflops: float | None = None  # measured fp32 (no TF32) matmul rate
     bf16_tflops: float | None = None  # measured bf16 matmul rate
+    datasheet: bool = False  # the three rates above are a data sheet's peaks (a preset GPU), not measured
 
 
 # ----- profiler feedback (Nsight Compute) ----------------------------------------------------

@@ -11,8 +11,9 @@ from kerngen.version import __version__
 __all__ = ["__version__", "load"]
 
 
-def load(path, runs_dir="runs"):
-    """The PyTorch op of an export folder or of a run's best kernel (see :mod:`kerngen.results.exported_op`)."""
+def load(path, runs_dir="runs", *, fallback=None, strict=False, check_new_shapes=True):
+    """The PyTorch op of an export folder or of a run's best kernel (see :mod:`kerngen.results.exported_op`).
+    ``fallback``: the problem's model, for shapes no kernel admits; ``strict``: raise for those instead."""
     from kerngen.results.exported_op import load_op
 
-    return load_op(path, runs_dir)
+    return load_op(path, runs_dir, fallback=fallback, strict=strict, check_new_shapes=check_new_shapes)

@@ -1,3 +1,3 @@
-from kerngen.cli.app import main
+from kerngen.cli import main
 
 main()

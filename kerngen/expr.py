@@ -29,6 +29,7 @@ evaluator do (every failure is an :class:`~kerngen.errors.ExprError` naming it):
 from __future__ import annotations
 
 import ast
+import re
 import math
 import operator
 from dataclasses import dataclass
@@ -139,9 +140,19 @@ def parse(text: str) -> ast.Expression:
     return _parse(text)
 
 
+# a tensor named with a numeric part (``net.0.weight``, nn.Sequential's names) is no Python attribute chain:
+# its numeric parts are spelled _kg<N>_ for the parser and read back by _dotted
+_DOTTED = re.compile(r"\b[A-Za-z_]\w*(?:\.(?:[A-Za-z_]\w*|\d+))+")
+_NUMERIC_PART = re.compile(r"\.(\d+)(?=\.|$)")
+
+
+def _numeric_parts(source: str) -> str:
+    return _DOTTED.sub(lambda m: _NUMERIC_PART.sub(r"._kg\1_", m.group(0)), source)
+
+
 @lru_cache(maxsize=4096)
 def _parse(text: str) -> ast.Expression:
-    source = sizeof_replaced(text, shown(text))
+    source = _numeric_parts(sizeof_replaced(text, shown(text)))
     try:
         tree = ast.parse(source.strip(), mode="eval")
     except SyntaxError as exc:  # also "too many nested parentheses", null bytes, huge literals
@@ -281,10 +292,16 @@ def names_in(text: str) -> set[str]:
     return {n for n in found if not any(o != n and o.startswith(n + ".") for o in found)}
 
 
+def dotted_name(node: ast.AST) -> str | None:
+    """The dotted name an attribute chain of a parsed expression spells (``conv.weight``, ``net.0.weight``)."""
+    return _dotted(node)
+
+
 def _dotted(node: ast.AST) -> str | None:
     parts: list[str] = []
     while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
+        attr = node.attr
+        parts.append(attr[3:-1] if attr.startswith("_kg") and attr.endswith("_") and attr[3:-1].isdigit() else attr)
         node = node.value
     if not isinstance(node, ast.Name):
         return None

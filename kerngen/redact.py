@@ -11,7 +11,11 @@ What counts as a secret (collected once per process, plus what :func:`register_s
   ``*COOKIE*``, ``*SESSION*``) and is at least 8 characters long;
 - the value of any environment variable that LOOKS like one (``sk-...``, ``ghp_...``, ``xox?-...``,
   ``AKIA...``, a JWT, ``hf_...``), whatever its name;
-- the API key of the configured endpoint (registered by the LLM client).
+- the API key of the configured endpoint (registered by the LLM client);
+- credentials inside a URL (``https://user:password@host/v1``, a ``--base-url`` or any environment
+  variable holding one): the user-info part of every URL in the text becomes ``[redacted]``
+  whatever it is, and the password of a URL handed to :func:`register_url` (or found in the
+  environment) is redacted wherever it appears alone, percent-encoded or not.
 
 Each occurrence becomes ``[redacted]``; its JSON-escaped spelling is replaced too, so a journal
 line can be redacted after it was serialised.
@@ -28,6 +32,7 @@ import os
 import re
 import threading
 from typing import Any, Mapping
+from urllib.parse import unquote, urlsplit
 
 REDACTED = "[redacted]"
 MIN_SECRET_LEN = 8
@@ -41,14 +46,39 @@ _SECRET_SHAPE = re.compile(
 # e.g. SSH_AUTH_SOCK=/tmp/... does): paths and plain words are not redacted
 _NOT_SECRET = re.compile(r"^(/|~|\.{1,2}/)|^(true|false|yes|no|none|null|empty)$", re.I)
 
+# scheme://USERINFO@ : the user-info of a URL (no '/', whitespace or quote before the '@')
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^\s/@'\"<>\\]+@")
+
 _lock = threading.Lock()
 _registered: set[str] = set()
+
+
+def url_secrets(url: str) -> set[str]:
+    """The password of a URL's user-info, as written and percent-decoded (empty when none)."""
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError:
+        return set()
+    if "@" not in parts.netloc:
+        return set()
+    userinfo = parts.netloc.rsplit("@", 1)[0]
+    password = userinfo.split(":", 1)[1] if ":" in userinfo else userinfo  # a lone token is a secret too
+    return {p for p in (password, unquote(password)) if len(p) >= MIN_SECRET_LEN}
+
+
+def register_url(url: str | None) -> None:
+    """Treat the credentials inside ``url`` (a ``--base-url``) as secrets from now on."""
+    for value in url_secrets(url or ""):
+        with _lock:
+            _registered.add(value)
 
 
 def _from_env(env: Mapping[str, str]) -> set[str]:
     out: set[str] = set()
     for name, value in env.items():
         value = value.strip()
+        if "://" in value:
+            out |= url_secrets(value)
         if len(value) < MIN_SECRET_LEN:
             continue
         if _SECRET_SHAPE.match(value) or (_SECRET_NAME.search(name) and not _NOT_SECRET.search(value)):
@@ -77,9 +107,11 @@ def secret_values(env: Mapping[str, str] | None = None) -> list[str]:
 
 
 def redact(text: str, env: Mapping[str, str] | None = None) -> str:
-    """``text`` with every known secret replaced by ``[redacted]``."""
+    """``text`` with every known secret, and the user-info of every URL, replaced by ``[redacted]``."""
     if not text:
         return text
+    if "://" in text:
+        text = _URL_USERINFO.sub(lambda m: m.group(1) + REDACTED + "@", text)
     for s in secret_values(env):
         if s in text:
             text = text.replace(s, REDACTED)
@@ -117,4 +149,5 @@ def printable(text: str) -> str:
     return re.sub("[\u202a-\u202e\u2066-\u2069]", "", text)
 
 
-__all__ = ["REDACTED", "printable", "redact", "redact_obj", "register_secret", "secret_values"]
+__all__ = ["REDACTED", "printable", "redact", "redact_obj", "register_secret", "register_url", "secret_values",
+           "url_secrets"]

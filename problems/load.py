@@ -99,6 +99,12 @@ def _resolve_source(source: str) -> tuple[Path, bool]:
     return path, builtin
 
 
+def import_module(path: Path) -> ModuleType:
+    """The Python file at ``path`` run as a fresh module (a user's own KernelBench solution, which
+    they named: ``kerngen bench --solution``); :class:`ProblemError` when it cannot be read or raises."""
+    return _import_file(path, _read(path))
+
+
 def _read(path: Path) -> bytes:
     try:
         return path.read_bytes()

@@ -30,7 +30,7 @@ from kerngen.expr import TensorFacts
 
 from kerngen.problems.info import ProblemInfo, TensorInfo, default_tolerance, dtype_name
 from kerngen.problems.ref import ProblemRef
-from kerngen.problems.torch_modes import force_device_mode, seeded, strict_fp32
+from kerngen.problems.torch_modes import force_device_mode, seeded, set_precision
 
 if TYPE_CHECKING:  # torch is imported inside functions so that importing this module stays cheap
     import torch
@@ -89,7 +89,7 @@ class Problem:
 
         dev = torch.device(device)
         if dev.type == "cuda":
-            strict_fp32()
+            set_precision(self.ref.precision)  # true fp32, or TF32 at --precision tf32
         model = self._construct(dev, seed)
         if dev.type != "meta":
             _perturb(model, seed, dev)
@@ -115,7 +115,7 @@ class Problem:
         import torch
 
         if any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs):
-            strict_fp32()
+            set_precision(self.ref.precision)
         with torch.no_grad():
             out = model(*inputs)
         return _as_list(out, str(self.path))

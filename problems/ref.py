@@ -8,7 +8,7 @@ import json
 import re
 from typing import Sequence
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, field_validator, model_serializer
 
 
 class ProblemRef(BaseModel):
@@ -17,6 +17,26 @@ class ProblemRef(BaseModel):
     source: str  # built-in name ("softmax") or path to a KernelBench-format .py file
     shape: tuple[int, ...] | None = None  # built-ins only: e.g. (8192, 1024)
     dtype: str | None = None  # built-ins only: "float32" | "float16" | "bfloat16"
+    # what the kernels are checked against (torch_modes.Precision): None is true fp32, "tf32" PyTorch's
+    # TF32 settings with a measured tolerance (--precision tf32)
+    precision: str | None = None
+
+    @field_validator("precision")
+    @classmethod
+    def _precision(cls, value: str | None) -> str | None:
+        if value is None or value == "fp32":
+            return None  # the default has one spelling, so that keys and labels stay as before
+        if value != "tf32":
+            raise ValueError(f"precision {str(value)[:20]!r} is not fp32 or tf32")
+        return value
+
+    @model_serializer(mode="wrap")
+    def _drop_default_precision(self, handler: SerializerFunctionWrapHandler) -> dict:
+        """True fp32 is written as before the field existed (journals, keys, exports read alike)."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("precision") is None:
+            data.pop("precision", None)
+        return data
 
     def key(self) -> str:
         """Stable identity (used in cache keys and run folders)."""
@@ -29,6 +49,8 @@ class ProblemRef(BaseModel):
             parts.append("x".join(str(s) for s in self.shape))
         if self.dtype:
             parts.append(self.dtype)
+        if self.precision:
+            parts.append(f"[{self.precision}]")
         return " ".join(parts)
 
 
@@ -57,7 +79,12 @@ def parse_shape(text: str | Sequence[int]) -> tuple[int, ...]:
     if not isinstance(text, str):
         dims = tuple(text)
     else:
-        parts = [p for p in re.split(r"[x,*\s]+", text.strip().strip("()[]").lower()) if p]
+        body = text.strip().strip("()[]").strip().lower()
+        body = body[:-1] if body.endswith(",") else body  # "(8192,)": a Python tuple of one
+        parts = re.split(r"\s*[x,*]\s*|\s+", body)
+        if body and any(not p for p in parts):  # "4096x", "x4096", "4096xx8": a size is missing
+            raise ProblemError(f"cannot read shape {text!r}: a size is missing (expected e.g. 8192x1024)")
+        parts = [p for p in parts if p]
         try:
             dims = tuple(int(p.replace("_", "")) for p in parts)
         except ValueError:
@@ -67,10 +94,41 @@ def parse_shape(text: str | Sequence[int]) -> tuple[int, ...]:
     return dims
 
 
-def parse_problem_ref(source: str, shape: str | None = None, dtype: str | None = None) -> ProblemRef:
-    """What the CLI turns ``PROBLEM --shape S --dtype D`` into."""
+def parse_problem_ref(source: str, shape: str | None = None, dtype: str | None = None,
+                      precision: str | None = None) -> ProblemRef:
+    """What the CLI turns ``PROBLEM --shape S --dtype D --precision P`` into."""
     return ProblemRef(
         source=source,
         shape=parse_shape(shape) if shape else None,
         dtype=canonical_dtype(dtype) if dtype else None,
+        precision=parse_precision(precision),
     )
+
+
+def parse_precision(text: str | None) -> str | None:
+    """``--precision``: fp32 (the default, None) or tf32."""
+    from kerngen.errors import ProblemError
+
+    if text is None:
+        return None
+    key = str(text).strip().lower()
+    if key not in ("fp32", "tf32"):
+        raise ProblemError(f"unknown precision {text!r} (use fp32, the default, or tf32)")
+    return None if key == "fp32" else key
+
+
+def parse_shapes(text: str) -> list[tuple[int, ...]]:
+    """``--shape`` with several shapes: ``1x4096,8x4096,64x4096`` (or separated by ``;``) -> three
+    shapes. A comma between plain numbers (``8192,1024``, ``(8192, 1024)``) stays one shape, as before."""
+    from kerngen.errors import ProblemError
+
+    text = str(text).strip()
+    parts = [p for p in text.split(";") if p.strip()]
+    if len(parts) == 1 and "," in text and "x" in text.lower():
+        parts = [p for p in text.split(",") if p.strip()]
+    shapes = [parse_shape(p) for p in parts]
+    if not shapes:
+        raise ProblemError(f"bad shape {text!r}: need one or more positive integers, e.g. 8192x1024")
+    if len(set(shapes)) != len(shapes):
+        raise ProblemError(f"--shape {text!r} names a shape twice")
+    return shapes

@@ -80,14 +80,15 @@ def check_problem(path: str, configs: dict, arch: str, flush, rows: list) -> Non
     import numpy as np
     import torch
 
-    from kerngen.agent.playbook import builders, families
+    from kerngen.agent.playbook import explain, family_of
     from kerngen.expr import TensorFacts
     from kerngen.harness.spec import plan
     from kerngen.harness.compile.compiler import compile_many, job_for
     from kerngen.problems.load import load_problem
 
     p = load_problem(path)
-    m = families.explain(p)
+    m = explain(p)
+    fam = family_of(m)
     model = p.build_model("cuda", 0)
     dt = getattr(torch, m.x.dtype)
     model = model.to(dt) if dt != torch.float32 else model
@@ -105,8 +106,8 @@ def check_problem(path: str, configs: dict, arch: str, flush, rows: list) -> Non
     tol = 1e-4 if m.x.dtype == "float32" else 1e-2
 
     todo = []  # (variant, resolved plan, compile job)
-    for var in builders.VARIANTS[m.family]:
-        spec = builders.build(m, var)
+    for var in fam.variants:
+        spec = fam.build(m, var)
         for cfg in [{}] + list(configs.get(p.name, {}).get(var, [])):
             try:
                 rp = plan.resolve(spec, sizes={}, tensors=facts, config=cfg)

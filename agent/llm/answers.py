@@ -17,6 +17,11 @@ lacks ``source`` (or says e.g. ``"see above"``, or holds the code broken by an u
 the code block is put in as ``source``. A JSON list answered where a model with one list field
 is expected (``IdeaList``) is wrapped.
 
+An answer that holds two or more valid, different kernel specs (a first try, then a "fixed"
+one): :func:`read_answers` takes the one the text points to ("use the second", "the corrected
+version", "ignore the first"), else the first, and gives the others as siblings; each JSON plan
+takes the ```` ```cuda ```` block written before it (else the first one).
+
 Anything that still does not validate raises :class:`AnswerError` with one clear line that names
 the cause, and a machine-readable :class:`AnswerProblem` (``kind``) with which the caller decides
 what to do: ask again with a larger output budget when the answer was cut off (``truncated``:
@@ -35,6 +40,7 @@ that is the error reported, not a fragment of it that happened to decode.
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Any, TypeVar
 
@@ -79,6 +85,7 @@ class AnswerProblem(StrEnum):
     truncated = "truncated"  # cut off: the JSON ends with brackets or a string still open
     not_valid = "not_valid"  # decodes, but does not validate as the expected model
     refused = "refused"  # the model declined
+    too_large = "too_large"  # longer than any answer is read
 
 
 class AnswerError(KerngenError):
@@ -96,13 +103,21 @@ class AnswerError(KerngenError):
 
 
 class IdeaList(BaseModel):
-    """The answer to the ideas prompt."""
+    """The answer to the ideas prompt: the model's reasoning first (journaled with the answer),
+    then the ideas."""
 
+    analysis: str = Field(default="", description="where the time goes and why, before the ideas")
     ideas: list[Idea] = Field(description="distinct optimization ideas, best first")
 
 
 def parse_answer(text: str | None, model_cls: type[M]) -> M:
     """Read ``text`` as ``model_cls``; raise :class:`AnswerError` if it cannot be done."""
+    return read_answers(text, model_cls)[0]
+
+
+def read_answers(text: str | None, model_cls: type[M]) -> tuple[M, list[M]]:
+    """``(chosen, siblings)``: the answer ``text`` holds as ``model_cls`` and, where it holds
+    several different valid ones and points to none, the others; :class:`AnswerError` if none."""
     name = model_cls.__name__
     if text is None or not text.strip():
         raise AnswerError(f"empty answer (expected a {name} as JSON)", text or "", AnswerProblem.empty)
@@ -120,18 +135,57 @@ def parse_answer(text: str | None, model_cls: type[M]) -> M:
         raise _nothing_found(body, reader.blocks, name, text)
 
     first_error = ""
-    for data in candidates:
-        data = _adapt(data, model_cls, reader.code)
+    valid: list[M] = []
+    for data, code in candidates[:_MAX_CANDIDATES]:
+        data = _adapt(data, model_cls, code)
         try:
-            return model_cls.model_validate(data)
+            model = model_cls.model_validate(data)
         except ValidationError as exc:
             first_error = first_error or _describe(exc, model_cls)
+            continue
         except RecursionError:  # deeper than any model is: the validator gave up
             first_error = first_error or "nested too deeply"
+            continue
+        if all(model != v for v in valid):
+            valid.append(model)
+    if valid:
+        pick = _pointed(body, reader.blocks, len(valid))
+        if pick is not None:
+            return valid[pick], []
+        return valid[0], valid[1:]
     if embedded and problems:
         # the JSON the model meant is broken; a fragment that decoded is not what it meant
         raise _decode_error(problems[0], text)
     raise AnswerError(f"answer is not a valid {name}: {first_error}", text, AnswerProblem.not_valid)
+
+
+_MAX_CANDIDATES = 8  # valid answers looked at in one text
+_LATER = re.compile(r"\b(?:(?:use|take|pick|prefer|go with)\s+(?:the\s+)?(?:second|last|final|latter|corrected|updated|"
+                    r"fixed|revised)|(?:second|final|corrected|updated|revised|fixed)\s+(?:version|spec|kernel|one|"
+                    r"answer)|ignore\s+the\s+(?:first|former|previous)|(?:first|previous)\s+(?:one|version|spec|kernel)"
+                    r"\s+(?:is|was|has)\s+(?:wrong|broken|buggy|incorrect))\b")
+_FIRST = re.compile(r"\b(?:(?:use|take|pick|prefer|go with)\s+(?:the\s+)?(?:first|former)|ignore\s+the\s+"
+                    r"(?:second|last|latter))\b")
+
+
+def _pointed(body: str, blocks: list[Fence], n: int) -> int | None:
+    """The index of the answer the prose points to among ``n`` (the last or the first), None
+    when it points to none (or to both)."""
+    if n < 2:
+        return None
+    parts, pos = [], 0
+    for block in blocks[:64]:  # the words outside the code and JSON blocks
+        at = body.find(block.content, pos)
+        if at < 0:
+            break
+        parts.append(body[pos:at])
+        pos = at + len(block.content)
+    parts.append(body[pos:])
+    prose = " ".join(parts).lower()[:20_000]
+    later, first = _LATER.search(prose) is not None, _FIRST.search(prose) is not None
+    if later != first:
+        return n - 1 if later else 0
+    return None
 
 
 class _Reader:
@@ -146,22 +200,25 @@ class _Reader:
         self.blocks = fences(body)
         self.code = _code_block(self.blocks)
         self.budget = SlowBudget()
-        self.candidates: list[Any] = []
+        self.candidates: list[tuple[Any, str | None]] = []  # (value, the code block it takes as its source)
         self.problems: list[Decoded] = []
 
-    def read(self) -> tuple[list[Any], list[Decoded], bool]:
+    def read(self) -> tuple[list[tuple[Any, str | None]], list[Decoded], bool]:
         if self.body[:1] in ("{", "["):
             self._consider(decode_json(self.body, self.budget, code_given=self.code is not None,
                                        first_line=1 + self.skipped))
+        code = self.code  # the code block written before a plan (else the first one)
         for block in self.blocks:
+            if block.lang in _CODE_LANGS and block.content.strip():
+                code = block.content.strip("\n") + "\n"
             content = block.content.strip()
             leading = len(block.content) - len(block.content.lstrip())
             first = self.skipped + block.line + block.content.count("\n", 0, leading)
             if block.lang in _JSON_LANGS and content[:1] in ("{", "["):
                 self._consider(decode_json(content, self.budget, code_given=self.code is not None,
-                                           first_line=first, at_end=not block.closed))
+                                           first_line=first, at_end=not block.closed), code=code)
             elif block.lang in _YAML_LANGS or (block.lang == "" and yaml_mapping_start(content, self.fields)):
-                self._consider(decode_yaml(content, self.budget, first_line=first), mapping=True)
+                self._consider(decode_yaml(content, self.budget, first_line=first), mapping=True, code=code)
         if not self.candidates and not self.problems and yaml_mapping_start(self.body, self.fields):
             self._consider(decode_yaml(self.body, self.budget, first_line=1 + self.skipped), mapping=True)
         if self.candidates:
@@ -169,11 +226,11 @@ class _Reader:
         self._embedded()
         return self.candidates, self.problems, True
 
-    def _consider(self, decoded: Decoded, *, mapping: bool = False) -> None:
+    def _consider(self, decoded: Decoded, *, mapping: bool = False, code: str | None = None) -> None:
         if not decoded.ok:
             self.problems.append(decoded)
         elif not mapping or isinstance(decoded.value, dict):
-            self.candidates.append(decoded.value)
+            self.candidates.append((decoded.value, code or self.code))
 
     def _embedded(self) -> None:
         """Every top-level ``{...}`` or ``[...]`` that decodes to a non-empty object (or array,
@@ -200,7 +257,7 @@ class _Reader:
             self.problems.append(decode_json(self.body[unclosed:], self.budget,
                                              first_line=self.skipped + lines.line_of(unclosed)))
         found.sort(key=lambda v: isinstance(v, list))  # objects first
-        self.candidates.extend(found)
+        self.candidates.extend((v, self.code) for v in found)
 
 
 def _decode_error(problem: Decoded, text: str) -> AnswerError:
@@ -283,4 +340,4 @@ def _describe(exc: ValidationError, model_cls: type[BaseModel]) -> str:
     return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
 
 
-__all__ = ["AnswerError", "AnswerProblem", "IdeaList", "parse_answer"]
+__all__ = ["AnswerError", "AnswerProblem", "IdeaList", "parse_answer", "read_answers"]

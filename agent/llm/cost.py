@@ -46,6 +46,7 @@ class LLMUsage(BaseModel):
     completion_tokens: int = 0
     cached_tokens: int = 0
     reasoning_tokens: int = 0
+    estimated_tokens: int = 0  # of prompt + completion: estimated (a request billed but not answered)
     calls: int = 0
     failed_calls: int = 0
     cost_usd: float | None = None
@@ -60,6 +61,7 @@ class LLMUsage(BaseModel):
         self.completion_tokens += other.completion_tokens
         self.cached_tokens += other.cached_tokens
         self.reasoning_tokens += other.reasoning_tokens
+        self.estimated_tokens += other.estimated_tokens
         if other.cost_usd is not None:
             self.cost_usd = (self.cost_usd or 0.0) + other.cost_usd
 
@@ -77,6 +79,15 @@ class BudgetSpent(Exception):
 
 class CostSpent(Exception):
     """The USD budget would be exceeded by this request: it was not sent."""
+
+
+class NotSent(Exception):
+    """A request not sent for another reason: ``kind`` ``deadline`` (the search's time is up) or
+    ``interrupted`` (Ctrl-C: the client is closed)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 class CostMeter:
@@ -110,6 +121,20 @@ class CostMeter:
         with self._lock:
             return self._reserved
 
+    def estimate_usage(self, body: dict[str, Any]) -> LLMUsage:
+        """What a request that was sent (and probably billed) but never answered is counted as:
+        its prompt estimated from its body, as completion its output budget or the mean so far;
+        every token marked estimated."""
+        prompt = _prompt_estimate(body)
+        budget = _output_budget(body)
+        with self._lock:
+            completion = budget if budget is not None else self._mean_completion()
+        return LLMUsage(prompt_tokens=prompt, completion_tokens=completion, estimated_tokens=prompt + completion,
+                        cost_usd=self._config.cost_usd(prompt, completion))
+
+    def _mean_completion(self) -> int:
+        return round(self._completion_sum / self._replies) if self._replies else DEFAULT_COMPLETION_ESTIMATE
+
     def estimate(self, body: dict[str, Any]) -> float:
         """USD that the request ``body`` (the JSON sent, extra fields included) is expected to cost."""
         prompt = _prompt_estimate(body)
@@ -119,7 +144,7 @@ class CostMeter:
     def _estimate(self, prompt_tokens: int, output_budget: int | None) -> float:
         completion = output_budget
         if completion is None:  # the mean so far: what an answer of this client costs
-            completion = round(self._completion_sum / self._replies) if self._replies else DEFAULT_COMPLETION_ESTIMATE
+            completion = self._mean_completion()
         return self._config.cost_usd(prompt_tokens, completion + 1) or 0.0
 
     def reserve(self, body: dict[str, Any]) -> Reservation:
@@ -137,9 +162,12 @@ class CostMeter:
                     return Reservation(usd=0.0, sized=budget is not None)
                 estimate = self._estimate(prompt, budget)  # again after a wait: the mean may have moved
                 if self._spent + estimate > limit:
+                    sized = "" if budget is not None else (
+                        f" (its answer estimated at {self._mean_completion()} output tokens: --max-output-tokens "
+                        "sizes it)")
                     raise CostSpent(
-                        f"LLM cost budget spent: ${self._spent:.4f} spent (${self._reserved:.4f} more in flight), "
-                        f"the next request ~${estimate:.4f}; at most ${limit:g} (--max-cost)")
+                        f"LLM cost budget spent: the next request ~${estimate:.4f}{sized}, "
+                        f"${max(0.0, limit - self._spent):.4f} left of --max-cost (${self._reserved:.4f} in flight)")
                 if self._spent + self._reserved + estimate <= limit:
                     self._reserved += estimate
                     return Reservation(usd=estimate, sized=budget is not None)
@@ -173,4 +201,4 @@ def _output_budget(body: dict[str, Any]) -> int | None:
     return None
 
 
-__all__ = ["BudgetSpent", "CostMeter", "CostSpent", "LLMUsage", "Reservation"]
+__all__ = ["BudgetSpent", "CostMeter", "CostSpent", "LLMUsage", "NotSent", "Reservation"]

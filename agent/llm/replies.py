@@ -14,7 +14,8 @@ import openai
 from pydantic import BaseModel
 
 from kerngen.agent.llm.config import LLMConfig, scrub
-from kerngen.agent.llm.cost import BudgetSpent, CostSpent
+from kerngen.agent.llm.cost import BudgetSpent, CostSpent, NotSent
+from kerngen.agent.llm.transport import MAX_BODY_BYTES, BodyTooLarge
 from kerngen.errors import LLMError
 from kerngen.redact import redact
 from kerngen.text import sane_count
@@ -29,17 +30,29 @@ class BadReply(Exception):
     """The endpoint answered 200 with something that is not a readable chat completion."""
 
 
+def too_large(exc: BaseException | None) -> BodyTooLarge | None:
+    """The refusal of a body for its size that ``exc`` is or wraps (the SDK turns transport
+    errors into connection errors), None if it is none: no retry would read such a body."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, BodyTooLarge):
+            return exc
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
+
+
 Message = dict[str, Any]
 
 
-def response_schema(model_cls: type[BaseModel]) -> tuple[dict[str, Any], bool]:
-    """The JSON schema to send, and whether it can be sent as ``strict``.
+def response_schema(model_cls: type[BaseModel], schema: dict[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
+    """The JSON schema to send (``schema``, else the model's own), and whether it can be sent as
+    ``strict``.
 
     Strict mode wants every object closed (``additionalProperties: false``) with all its
     properties required, and no ``default``/``oneOf``. A schema with an open dict (a free-form
     mapping such as ``KernelSpec.tunables``) cannot be; it goes as is, non-strict.
     """
-    schema = model_cls.model_json_schema()
+    schema = model_cls.model_json_schema() if schema is None else schema
     strict = _make_strict(schema)
     return (strict, True) if strict is not None else (schema, False)
 
@@ -75,6 +88,8 @@ def _make_strict(node: Any) -> Any:
 
 
 def transient(exc: BaseException) -> bool:
+    if too_large(exc) is not None:
+        return False
     if isinstance(exc, (openai.APIConnectionError, BadReply)):  # timeouts included
         return True
     if isinstance(exc, openai.APIStatusError):
@@ -144,10 +159,17 @@ def describe(exc: BaseException | None, config: LLMConfig) -> str:
     """One scrubbed line for any SDK error."""
     if exc is None:
         return "unknown error"
-    if isinstance(exc, (BadReply, BudgetSpent, CostSpent)):
+    if isinstance(exc, (BadReply, BudgetSpent, CostSpent, NotSent)):
         return one_line(redact(scrub(str(exc), config.api_key)))
+    refused = too_large(exc)
+    if refused is not None:
+        return one_line(str(refused)) or f"the reply is larger than {MAX_BODY_BYTES:,} bytes: refused"
     if isinstance(exc, openai.APITimeoutError):
-        return f"timed out after {config.timeout_s:g}s"
+        waited = getattr(exc, "kerngen_cut_by_search", None)  # set by the client: the search's deadline came first
+        if waited is not None:
+            return (f"cut after {waited:.1f}s, unanswered, at the end of the search's time budget (--minutes), "
+                    f"before --llm-timeout's {config.timeout_s:g}s")
+        return f"timed out after {config.timeout_s:g}s (--llm-timeout: the most one request may take)"
     if isinstance(exc, openai.APIConnectionError):
         return scrub(root_cause(exc), config.api_key)
     if isinstance(exc, openai.APIStatusError):
@@ -162,6 +184,10 @@ def classify(exc: BaseException) -> str:
         return "budget"
     if isinstance(exc, CostSpent):
         return "cost"
+    if isinstance(exc, NotSent):
+        return exc.kind
+    if too_large(exc) is not None:
+        return "too_large"
     status = getattr(exc, "status_code", None)
     text = error_text(exc) if isinstance(exc, openai.APIStatusError) else ""
     code = str(getattr(exc, "code", "") or "")
@@ -195,10 +221,14 @@ def to_llm_error(exc: BaseException, attempts: int, config: LLMConfig) -> LLMErr
         "context_length": f"prompt too long for model {model!r} (context length exceeded): {what}",
         "bad_request": f"bad request to {url}: {what}",
         "unreachable": f"cannot reach {url}: {what}",
-        "gave_up": f"LLM endpoint {url} failing: {what}",
+        "gave_up": (f"no answer from {url}: {what}" if hasattr(exc, "kerngen_cut_by_search")
+                    else f"LLM endpoint {url} failing: {what}"),
         "bad_reply": what if what.startswith(url) else f"{url} sent a malformed reply: {what}",
+        "too_large": f"{url} sent a reply too large to read: {what}",
         "budget": what,
         "cost": what,
+        "deadline": what,
+        "interrupted": what,
     }[kind]
     if transient(exc) and attempts > 1:
         msg += f" (after {attempts} attempts)"
@@ -207,7 +237,22 @@ def to_llm_error(exc: BaseException, attempts: int, config: LLMConfig) -> LLMErr
     err.fatal = kind in FATAL_KINDS  # type: ignore[attr-defined]
     err.status = status  # type: ignore[attr-defined]
     err.attempts = attempts  # type: ignore[attr-defined]
+    err.cause = cause_label(kind, status, exc)  # type: ignore[attr-defined]
     return err
+
+
+def cause_label(kind: str, status: int | None, exc: BaseException | None = None) -> str:
+    """A few words for why a call got no answer, as "no answer" counts list them (``HTTP 429``,
+    ``timeout``, ``context length``...)."""
+    if isinstance(exc, openai.APITimeoutError):
+        return "timeout (--minutes)" if hasattr(exc, "kerngen_cut_by_search") else "timeout"
+    if kind == "gave_up" and status:
+        return f"HTTP {status}"
+    return {"auth": "authentication", "not_found": "model not found", "no_endpoint": "no such endpoint",
+            "context_length": "context length", "bad_request": f"HTTP {status or 400} bad request",
+            "unreachable": "unreachable", "gave_up": "endpoint failing", "bad_reply": "malformed reply",
+            "too_large": "reply too large", "budget": "request budget", "cost": "cost budget",
+            "deadline": "time budget", "interrupted": "interrupted"}.get(kind, kind)
 
 
 def redacted_messages(messages: Sequence[Message]) -> list[Message]:
@@ -240,6 +285,7 @@ class Reply(BaseModel):
     completion_tokens: int = 0
     cached_tokens: int = 0  # of prompt_tokens, read from the endpoint's prompt cache
     reasoning_tokens: int = 0  # of completion_tokens, spent thinking
+    channel: str = "content"  # where ``text`` was read: "content", or "reasoning" when the content was empty
 
 
 def read_reply(response: Any, base_url: str) -> Reply:
@@ -268,6 +314,10 @@ def read_reply(response: Any, base_url: str) -> Reply:
         refusal = getattr(message, "refusal", None)
         finish = getattr(choice, "finish_reason", None)
         reply.text = content or ""
+        if not reply.text.strip():  # a reasoning model that answered only in its reasoning channel
+            thought = _field(message, "reasoning_content") or _field(message, "reasoning")
+            if isinstance(thought, str) and thought.strip():
+                reply.text, reply.channel = thought, "reasoning"
         reply.refusal = refusal if isinstance(refusal, str) else ""
         reply.finish_reason = finish if isinstance(finish, str) else ""
     usage = getattr(response, "usage", None)

@@ -5,65 +5,16 @@ readable formula. :mod:`.chain` builds one from a traced reference forward."""
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 from typing import Any, Union
 
+from kerngen.agent.playbook.ops import BINARY_C, COMPARE_C, PARAM_C, UNARY_C
+
 Operand = Union[str, float]  # a C variable ("v" = the input element, "t3") or a constant
 INPUT = "v"
 
-# ----------------------------------------------------------------------------------------------
-# the ops of the IR and their C (fp32). {a} {b} {c}: operands; {p0} {p1}: constant parameters.
-UNARY_C: dict[str, str] = {
-    "relu": "({a} < 0.f ? 0.f : {a})",  # NaN stays NaN, as torch.relu
-    "gelu": "0.5f * {a} * (1.f + erff({a} * 0.70710678118654752f))",
-    "gelu_tanh": "0.5f * {a} * (1.f + tanhf(0.79788456080286536f * ({a} + 0.044715f * {a} * {a} * {a})))",
-    "sigmoid": "1.f / (1.f + expf(-{a}))",
-    "tanh": "tanhf({a})",
-    "silu": "{a} / (1.f + expf(-{a}))",
-    "mish": "{a} * tanhf(log1pf(expf({a})))",
-    "hardsigmoid": "kg_fmin(kg_fmax({a} + 3.f, 0.f), 6.f) * (1.f / 6.f)",
-    "hardswish": "{a} * kg_fmin(kg_fmax({a} + 3.f, 0.f), 6.f) * (1.f / 6.f)",
-    "selu": "1.05070098735548049f * ({a} > 0.f ? {a} : 1.67326324235437728f * expm1f({a}))",
-    "logsigmoid": "fminf({a}, 0.f) - log1pf(expf(-fabsf({a})))",
-    "softsign": "{a} / (1.f + fabsf({a}))",
-    "neg": "-{a}",
-    "abs": "fabsf({a})",
-    "exp": "expf({a})",
-    "expm1": "expm1f({a})",
-    "log": "logf({a})",
-    "log1p": "log1pf({a})",
-    "sqrt": "sqrtf({a})",
-    "rsqrt": "rsqrtf({a})",
-    "square": "{a} * {a}",
-    "reciprocal": "1.f / {a}",
-    "sin": "sinf({a})",
-    "cos": "cosf({a})",
-    "erf": "erff({a})",
-    "floor": "floorf({a})",
-    "ceil": "ceilf({a})",
-    "trunc": "truncf({a})",
-    "round": "rintf({a})",  # half to even, as torch.round
-}
-PARAM_C: dict[str, str] = {  # unary ops with constant parameters
-    "leaky_relu": "({a} > 0.f ? {a} : {a} * {p0})",
-    "elu": "({a} > 0.f ? {a} : {p0} * expm1f({a}))",
-    "softplus": "({a} * {p0} > {p1} ? {a} : log1pf(expf({a} * {p0})) / {p0})",
-    "threshold": "({a} <= {p0} ? {p1} : {a})",
-    "clamp": "",  # p0 / p1 may be absent: built by _clamp_c
-}
-BINARY_C: dict[str, str] = {
-    "add": "{a} + {b}",
-    "sub": "{a} - {b}",
-    "mul": "{a} * {b}",
-    "div": "{a} / {b}",
-    "pow": "",  # special-cased exponents: _pow_c
-    "maximum": "kg_fmax({a}, {b})",
-    "minimum": "kg_fmin({a}, {b})",
-    "fmax": "fmaxf({a}, {b})",
-    "fmin": "fminf({a}, {b})",
-}
-COMPARE_C: dict[str, str] = {"gt": ">", "ge": ">=", "lt": "<", "le": "<=", "eq": "==", "ne": "!="}
 OTHER_OPS = ("where",)  # where(cond, a, b): cond is a comparison
 ALL_OPS = tuple(UNARY_C) + tuple(PARAM_C) + tuple(BINARY_C) + tuple(COMPARE_C) + OTHER_OPS
 
@@ -127,6 +78,8 @@ class Chain:
 # C text
 def _lit(value: float) -> str:
     """A float literal of the fp32 value PyTorch uses for a Python constant (opmath = float)."""
+    if math.isinf(value):  # no INFINITY without headers: the bits
+        return "__int_as_float(0x7f800000)" if value > 0 else "__int_as_float(0xff800000)"
     f32 = struct.unpack("f", struct.pack("f", value))[0]
     s = "%.9g" % f32
     if not any(ch in s for ch in ".e"):

@@ -1,7 +1,7 @@
 """Honest coverage: which variants of a recognised family the playbook offers for a problem.
 
 A variant is offered only when, built at the problem's shape, it admits at least one configuration
-for the GPU's limits: the same resolution as ``kerngen check``
+for the GPU's limits (and a ``wgmma`` variant only for Hopper, sm_90): the same resolution as ``kerngen check``
 (:func:`kerngen.harness.tune.admissible.admissible`, static pruning only: constraints, plans that
 resolve, threads and dynamic shared memory per block; compiling every configuration of every
 variant would cost seconds to minutes per problem, and the compiled resources are judged later on
@@ -28,12 +28,13 @@ from kerngen.harness.spec.spec import KernelSpec
 from kerngen.harness.tune.admissible import Admissible, admissible, limits_for
 from kerngen.text import one_line
 
-from kerngen.agent.playbook import builders
-from kerngen.agent.playbook.match import FamilyMatch
+from kerngen.agent.playbook.family import Family, FamilyMatch
+from kerngen.agent.playbook.registry import by_name
 
 __all__ = ["DEFAULT_ARCH", "Offer", "VariantOffer", "closest", "default_limits", "offer"]
 
 DEFAULT_ARCH = "sm_90"  # whose limits count when no GPU is known
+WGMMA_ARCHS = ("sm_90", "sm_90a")  # wgmma exists on Hopper alone: variants named *wgmma* are offered there only
 
 
 def default_limits() -> GpuFacts:
@@ -155,14 +156,19 @@ def offer(
     device fixes (the cooperative grid's NB, one block per SM): those are built in as defaults and
     only admissible configurations with those values count as usable."""
     gpu = gpu or default_limits()
+    family: Family = match.facts.family if match.family == "regions" else by_name(match.family)
     out = Offer(match.family, _where(match, tensors), gpu.name)
-    for name in builders.VARIANTS[match.family]:
+    for name in family.variants:
         pins = dict((pinned or {}).get(name, {}))
         try:
-            spec = builders.build(match, name, pins)
+            spec = family.build(match, name, pins)
         except (KerngenError, TemplateError, KeyError, ValueError) as exc:
             why = f"cannot be rendered for this problem: {exc}"
             out.variants.append(VariantOffer(name, None, None, why=why, brief=one_line(why, 160)))
+            continue
+        if "wgmma" in name and gpu.arch not in WGMMA_ARCHS:
+            why = f"a Hopper kernel (sm_90a: wgmma, TMA), not offered for {gpu.arch}"
+            out.variants.append(VariantOffer(name, spec, None, why=why, brief=why))
             continue
         counted = admissible(spec, sizes=sizes, tensors=tensors, gpu=gpu)
         usable = [c for c in counted.configs if all(c.get(k) == v for k, v in pins.items())]
@@ -178,6 +184,6 @@ def offer(
         moved = None
         if default not in usable:
             moved, pins = default, closest(default, usable, spec.tunables)
-            spec = builders.build(match, name, pins)
+            spec = family.build(match, name, pins)
         out.variants.append(VariantOffer(name, spec, counted, moved_from=moved, defaults=pins))
     return out

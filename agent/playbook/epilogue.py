@@ -2,10 +2,10 @@
 an elementwise chain``, translated to fp32 C statements that a GEMM or convolution template applies to
 each output element in registers before its store.
 
-``trace_epilogue(model, lead=("Linear",), shapes=..., lead_shape=..., out_shape=...)`` traces the
-meta-built model with torch.fx (as :mod:`.chain` does for plain chains) and returns an
-:class:`Epilogue`: C statements over ``float v`` (the leading module's output element, its own bias
-included) and over extra tensors the chain reads, as ``ep0``, ``ep1``, ... in order of first use:
+``trace_epilogue(graph, lead, channel_dim=...)`` reads the traced graph (:mod:`.graph`) after the lead node
+through the one pointwise translator (:mod:`.pointwise`) and returns an :class:`Epilogue`: C statements over
+``float v`` (the leading module's output element, its own bias included) and over extra tensors the chain
+reads, as ``ep0``, ``ep1``, ... in order of first use:
 
 - a model parameter or buffer broadcast along the output's channel dim (a conv's ``bias`` of shape
   (C, 1, 1), a per-column scale of shape (N,)): ``ep<i>[ch]``; the template defines ``const int ch``;
@@ -28,13 +28,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Mapping
 
-from kerngen.agent.playbook.chain import Translator, live_chain, reachable, trace_graph
 from kerngen.agent.playbook.chain_ir import INPUT, Chain, Operand
+from kerngen.agent.playbook.graph import Graph, Node as GNode, Ref
 from kerngen.agent.playbook.not_covered import NotCovered
+from kerngen.agent.playbook.pointwise import Translator, live_chain
 
-__all__ = ["EpIndex", "EpParam", "Epilogue", "tensor_constant", "trace_epilogue"]
+__all__ = ["EpIndex", "EpParam", "Epilogue", "classify", "trace_epilogue"]
 
 
 class EpIndex(str, Enum):
@@ -45,8 +45,8 @@ class EpIndex(str, Enum):
     full = "full"  # the output's own shape: ep[idx]
 
 
+_VIEWS = ("view", "reshape", "unsqueeze", "squeeze", "flatten", "_unsafe_view")
 _SUBSCRIPT = {EpIndex.channel: "[ch]", EpIndex.scalar: "[0]", EpIndex.full: "[idx]"}
-_BATCH_NORMS = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d")
 
 
 @dataclass(frozen=True)
@@ -115,15 +115,12 @@ def classify(shape: tuple[int, ...], lead_shape: tuple[int, ...], channel_dim: i
 
 
 class _EpilogueTranslator(Translator):
-    def __init__(self, model: Any, lead: tuple[str, ...], shapes: Mapping[str, tuple[int, ...]],
-                 lead_shape: tuple[int, ...], channel_dim: int) -> None:
-        super().__init__(model)
-        self.lead_kinds = lead
-        self.shapes = shapes
-        self.lead_shape = lead_shape
+    def __init__(self, g: Graph, lead: GNode, channel_dim: int) -> None:
+        super().__init__(g)
+        self.lead = lead
+        self.lead_shape = tuple(lead.shape or ())
         self.channel_dim = channel_dim
         self.params: list[EpParam] = []
-        self.lead_name = ""
 
     def extra(self, name: str, shape: tuple[int, ...], what: str) -> Operand:
         index = classify(shape, self.lead_shape, self.channel_dim)
@@ -138,120 +135,68 @@ class _EpilogueTranslator(Translator):
             self.params.append(p)
         return p.operand(self.params.index(p))
 
-    def module(self, target: str, args: tuple, kwargs: dict[str, Any]) -> Operand:
-        """An eval-mode batch norm is a per-channel affine map of its running statistics (the
-        reference runs the model in eval mode); every other module as the plain chain has it."""
-        mod = self.model.get_submodule(target)
-        if type(mod).__name__ not in _BATCH_NORMS:
-            return super().module(target, args, kwargs)
-        if mod.training or not mod.track_running_stats or mod.running_mean is None:
-            raise NotCovered(f"{target} ({type(mod).__name__}) normalises with batch statistics: not an epilogue")
-        if len(args) != 1 or kwargs:
-            raise NotCovered(f"module {target} with {len(args)} arguments is not covered by the epilogue")
-        x = self.tensor(args[0], type(mod).__name__)
-        n = self.lead_shape[self.channel_dim]
-        if tuple(mod.running_mean.shape) != (n,) or not (self.channel_dim % len(self.lead_shape) == 1
-                                                          or len(self.lead_shape) == 2):
-            raise NotCovered(f"{target}'s {tuple(mod.running_mean.shape)} statistics do not run along the output's "
-                             "channels: not covered")
-        mean = self.channel(f"{target}.running_mean")
-        var = self.channel(f"{target}.running_var")
-        # (x - mean) / sqrt(var + eps) * weight + bias, in fp32 as PyTorch's eval-mode kernel
-        t = self.emit("mul", (self.emit("sub", (x, mean)), self.emit("rsqrt", (self.emit("add", (var, float(mod.eps))),))))
-        if mod.affine:
-            t = self.emit("add", (self.emit("mul", (t, self.channel(f"{target}.weight"))), self.channel(f"{target}.bias")))
-        return t
+    def leaf(self, ref: Ref) -> Operand:
+        t = self.g.tensor(ref)
+        if t is None:
+            return super().leaf(ref)
+        return self.extra(str(ref), t.shape, "input" if self.g.is_input(ref) else "parameter")
 
     def channel(self, name: str) -> Operand:
         return self.use(EpParam(name, EpIndex.channel))
 
-    def _lead_node(self, nodes: list[Any]) -> Any:
-        for n in nodes:
-            if n.op == "call_module" and type(self.model.get_submodule(str(n.target))).__name__ in self.lead_kinds:
-                return n
-        raise NotCovered(f"the forward does not start with an {' / '.join(self.lead_kinds)} module")
-
-    def run(self, graph: Any) -> Chain:
-        import torch.fx as fx
-
-        nodes = list(graph.nodes)
-        out = next((n for n in nodes if n.op == "output"), None)
-        result = out.args[0] if out is not None else None
-        if not isinstance(result, fx.Node):
-            raise NotCovered("the forward does not return one tensor (a tuple, a list or a constant)")
-        lead = self._lead_node(nodes)
-        self.lead_name = str(lead.target)
-        kind = type(self.model.get_submodule(self.lead_name)).__name__
-        src = lead.args[0] if len(lead.args) == 1 and not lead.kwargs else None
-        if not isinstance(src, fx.Node) or src.op != "placeholder":
-            raise NotCovered(f"the {kind} module is not applied directly to a forward input")
-        live = reachable(result)
-        if lead not in live:
-            raise NotCovered(f"the forward's result does not depend on its {kind} module")
-        self.check_inplace(nodes)
-        for n in nodes:
-            if n not in live or n is src:
-                continue
-            if n is not lead and src in n.all_input_nodes:
-                raise NotCovered(f"the epilogue reads the {kind} module's input again: not covered")
-            if n.op == "placeholder":
-                shape = tuple(self.shapes.get(str(n.target), ()))
-                self.env[n] = self.extra(str(n.target), shape, "input")
-            elif n is lead:
-                self.env[n] = INPUT
-            elif n.op == "get_attr":
-                target = str(n.target)
-                const = tensor_constant(self.model, target)
-                if const is not None:  # torch.tensor(0.5) made in forward: a literal
-                    self.env[n] = const
-                    continue
-                if not _is_param(self.model, target):  # a buffer or a tensor made in forward: no tensor to bind
-                    raise NotCovered(f"the epilogue reads {target!r}, which is not a parameter of the model: not covered")
-                self.env[n] = self.extra(target, tuple(self.model.get_parameter(target).shape), "parameter")
-            else:
-                self.visit(n)
-        r = self.env[result]
-        if self.dtype(r) != "float":
-            raise NotCovered("the forward returns a boolean tensor: not covered by the epilogue")
-        return live_chain(self.nodes, r)
+    def visit(self, n: GNode) -> None:
+        """An eval-mode batch norm is a per-channel affine map of its running statistics (the reference runs
+        in eval mode); a parameter viewed with size-1 dims added or dropped is that parameter broadcast as the
+        view's shape; every other node as the plain chain has it."""
+        src = n.args.get("self")
+        if n.op in _VIEWS and isinstance(src, Ref) and self.g.is_param(src) and n.shape is not None and \
+                [d for d in n.shape if d != 1] == [d for d in self.g.tensor(src).shape if d != 1]:
+            self.env[n.name] = self.extra(str(src), n.shape, "parameter")
+            return
+        if n.op != "batch_norm":
+            return super().visit(n)
+        what = n.label
+        if n["training"] or n["running_mean"] is None:
+            raise NotCovered(f"{what} normalises with batch statistics: not an epilogue")
+        x = self.tensor(n["input"], "batch_norm")
+        c = self.lead_shape[self.channel_dim]
+        stats = self.g.tensor(n["running_mean"])
+        if stats is None or tuple(stats.shape) != (c,) or not (self.channel_dim % len(self.lead_shape) == 1
+                                                               or len(self.lead_shape) == 2):
+            raise NotCovered(f"{what}'s statistics do not run along the output's channels: not covered")
+        t = self.batch_norm_eval(n, x, self.channel, "the epilogue")
+        self.env[n.name] = t
 
 
-def tensor_constant(model: Any, target: str) -> float | None:
-    """The value of a one-element tensor the forward makes (``torch.tensor(0.5)``: torch.fx sets it on
-    the traced module as ``_tensor_constant<i>``, a real tensor beside the meta parameters), or None for
-    anything else (parameters, buffers, larger or non-numeric tensors)."""
-    import torch
+def trace_epilogue(g: Graph, lead: GNode, *, channel_dim: int) -> Epilogue:
+    """The graph as ``lead -> elementwise chain`` (see the module's doc), or :class:`NotCovered`.
 
-    value = model
-    for part in target.split("."):
-        value = getattr(value, part, None)
-    if (not isinstance(value, torch.Tensor) or isinstance(value, torch.nn.Parameter) or value.device.type == "meta"
-            or value.numel() != 1 or not (value.is_floating_point() or value.dtype in (torch.int32, torch.int64))):
-        return None
-    return float(value.reshape(-1)[0].item())
-
-
-def _is_param(model: Any, target: str) -> bool:
-    try:
-        model.get_parameter(target)
-    except AttributeError:
-        return False
-    return True
-
-
-def trace_epilogue(model: Any, lead: tuple[str, ...], *, shapes: Mapping[str, tuple[int, ...]],
-                   lead_shape: tuple[int, ...], out_shape: tuple[int, ...], channel_dim: int) -> Epilogue:
-    """The forward as ``lead module -> elementwise chain`` (see the module's doc), or :class:`NotCovered`.
-
-    ``shapes``: the forward inputs' shapes by name; ``lead_shape``: the leading module's output shape;
-    ``out_shape``: the forward's output shape (must equal ``lead_shape``: an epilogue never
-    broadcasts the output larger); ``channel_dim``: the dim of the lead's output that a per-channel
-    parameter runs along (1 for convolutions, -1 for a GEMM's columns)."""
-    if model is None:
-        raise NotCovered("cannot trace the forward: the model did not build on the meta device")
-    if tuple(out_shape) != tuple(lead_shape):
+    ``lead``: the convolution or GEMM node, applied to an input of the graph; ``channel_dim``: the dim of its
+    output that a per-channel parameter runs along (1 for convolutions, -1 for a GEMM's columns). The output
+    must be the lead's shape: an epilogue never broadcasts the output larger."""
+    kind = lead.label
+    out_shape, lead_shape = tuple(g.out.shape), tuple(lead.shape or ())
+    if out_shape != lead_shape:
         raise NotCovered(f"the output ({'x'.join(map(str, out_shape))}) is not the shape of the leading module's "
                          f"output ({'x'.join(map(str, lead_shape))}): the ops after it are not elementwise")
-    t = _EpilogueTranslator(model, lead, shapes, tuple(lead_shape), channel_dim)
-    chain = t.run(trace_graph(model))
-    return Epilogue(t.lead_name, chain, tuple(t.params))
+    src = lead.args.get("input")
+    if not isinstance(src, Ref) or not g.is_input(src):
+        raise NotCovered(f"the {kind} is not applied directly to a forward input")
+    live = g.live()
+    if lead not in live:
+        raise NotCovered(f"the forward's result does not depend on its {kind}")
+    t = _EpilogueTranslator(g, lead, channel_dim)
+    t.env[lead.name] = INPUT
+    used = {r for n in live if n is not lead for r in n.refs} | {g.output}
+    if src in used:
+        raise NotCovered(f"the epilogue reads the {kind}'s input again: not covered")
+    for i in g.inputs:  # the other inputs first, in the forward's order (their operands ep0, ep1, ...)
+        if i.name in used:
+            t.env[i.name] = t.extra(i.name, i.shape, "input")
+    for n in live:
+        if n is not lead:
+            t.visit(n)
+    r = t.ref(g.output)
+    if t.dtype(r) != "float":
+        raise NotCovered("the forward returns a boolean tensor: not covered by the epilogue")
+    return Epilogue(lead.module or lead.name, live_chain(t.nodes, r), tuple(t.params))

@@ -13,44 +13,12 @@ from kerngen.harness.results import GpuFacts
 from kerngen.harness.spec.spec import KernelSpec
 from kerngen.harness.tune.prune import static_reason
 
-from kerngen.agent.playbook import builders
-from kerngen.agent.playbook.build_conv_tf32 import CONV2D_SPEC_NAME
-from kerngen.agent.playbook.build_tf32 import PADDED_SPEC_NAME, PADDED_VARIANT, SPEC_NAME
-from kerngen.agent.playbook.catalog import CATALOG, Entry
 from kerngen.agent.playbook.coverage import Offer, default_limits, offer
-from kerngen.agent.playbook.families import FamilyMatch, explain
+from kerngen.agent.playbook.entry import Entry
+from kerngen.agent.playbook.family import Family, FamilyMatch
 from kerngen.agent.playbook.not_covered import NotCovered
-from kerngen.agent.playbook.registry import REGISTRY
-
-
-_NAMES: dict[tuple[str, str], str] = {
-    ("elementwise", "vec"): "playbook-elementwise-",  # + the op
-    ("softmax", "rows_reg"): "playbook-softmax-rows-reg",
-    ("softmax", "long"): "playbook-softmax-long",
-    ("layernorm", "rows_reg"): "playbook-layernorm-rows-reg",
-    ("layernorm", "split"): "playbook-layernorm-split",
-    ("layernorm", "coop"): "playbook-layernorm-coop",
-    ("rmsnorm", "rows_reg"): "playbook-rmsnorm-rows-reg",
-    ("rmsnorm", "two_pass"): "playbook-rmsnorm-two-pass",
-    ("conv2d", "direct"): "playbook-conv2d-direct",
-    ("conv2d", "igemm"): "playbook-conv2d-igemm",
-    ("conv2d", "tf32x3"): CONV2D_SPEC_NAME,
-    ("conv_relu_maxpool", "fused"): "playbook-conv-relu-maxpool",
-    ("matmul", "tiled"): "playbook-matmul-sgemm",
-    ("matmul", "simple"): "playbook-matmul-simple",
-    ("matmul", "tf32x3"): SPEC_NAME,
-    ("matmul", PADDED_VARIANT): PADDED_SPEC_NAME,
-}
-
-
-_NAMES.update({(f.name, v): f.spec_name(v) for f in REGISTRY for v in f.variants})
-
-
-def _variant_from_name(name: str) -> str | None:
-    for (fam, var), prefix in _NAMES.items():
-        if name == prefix or (prefix.endswith("-") and name.startswith(prefix)):
-            return var
-    return None
+from kerngen.agent.playbook.regions import REGIONS, explain, family_of, offer_regions
+from kerngen.agent.playbook.render import COOP_NB
 
 
 class PlaybookProposer:
@@ -84,8 +52,13 @@ class PlaybookProposer:
             self.match = self.recognised
 
     # ----- helpers ---------------------------------------------------------------------------
+    @property
+    def family(self) -> Family | None:
+        m = self.match or self.recognised
+        return family_of(m) if m is not None else None
+
     def _entries(self) -> list[Entry]:
-        return CATALOG.get(self.match.family, []) if self.match else []
+        return list(self.family.ideas) if self.match else []
 
     def _facts(self, ctx: SearchContext | None) -> dict[str, TensorFacts]:
         m = self.match or self.recognised
@@ -107,12 +80,15 @@ class PlaybookProposer:
     def _offer(self, ctx: SearchContext | None) -> Offer:
         """The variants offered at the context's shape for its GPU's limits (cached)."""
         gpu, tensors, sizes = self._gpu_of(ctx), self._facts(ctx), self._sizes(ctx)
-        pinned = {v: d for v in builders.VARIANTS[self.recognised.family] if (d := self._device_defaults(v, gpu))}
-        key = (gpu.max_threads_per_block, gpu.max_shared_per_block_optin,
+        pinned = {v: d for v in self.family.variants if (d := self._device_defaults(v, gpu))}
+        key = (gpu.arch, gpu.max_threads_per_block, gpu.max_shared_per_block_optin,  # arch: wgmma on sm_90 only
                tuple(sorted((k, f.shape) for k, f in tensors.items())), tuple(sorted(sizes.items())),
                tuple(sorted((v, tuple(sorted(d.items()))) for v, d in pinned.items())))
         if key not in self._offers:
-            self._offers[key] = offer(self.recognised, sizes=sizes, tensors=tensors, gpu=gpu, pinned=pinned)
+            if self.recognised.family == REGIONS:
+                self._offers[key] = offer_regions(self.recognised, sizes, gpu)
+            else:
+                self._offers[key] = offer(self.recognised, sizes=sizes, tensors=tensors, gpu=gpu, pinned=pinned)
         off = self._offers[key]
         if ctx is not None and not off.offered and off.reason:
             self.reason = off.reason  # why this search gets nothing on its GPU
@@ -129,7 +105,7 @@ class PlaybookProposer:
         """Defaults that depend on the GPU: a cooperative grid must be resident at once, so the
         cooperative layernorm's grid is at most one block per SM of the device the search runs on."""
         if variant == "coop" and gpu.sm_count > 0:
-            return {"NB": min(builders.COOP_NB, gpu.sm_count)}
+            return {"NB": min(COOP_NB, gpu.sm_count)}
         return {}
 
     def _render(self, entry: Entry, ctx: SearchContext | None, m: int, parent: NodeSummary | None = None) -> list[Branch]:
@@ -148,12 +124,12 @@ class PlaybookProposer:
             if len(out) >= m:
                 break
             try:
-                spec = builders.build(self.match, entry.variant, {**base, **overrides})
+                spec = self.family.build(self.match, entry.variant, {**base, **overrides})
             except (SpecError, TemplateError, KeyError, ValueError) as exc:  # cannot render for this problem
                 out.append(Branch(error=f"playbook could not render {entry.variant}: {exc}"))
                 continue
             if not self._fits(spec, ctx):
-                spec = builders.build(self.match, entry.variant, {**start, **overrides})
+                spec = self.family.build(self.match, entry.variant, {**start, **overrides})
                 if not self._fits(spec, ctx):
                     continue
             key = spec.content_hash()
@@ -214,16 +190,15 @@ class PlaybookProposer:
         spec = failure.spec
         if self.match is not None and attempt == 1 and self.match.family == "matmul" and variant_of_spec(spec) == "tiled":
             offered = self._offer(ctx).get("simple")
-            safe = builders.build(self.match, "simple", offered.defaults) if offered is not None else None
+            safe = self.family.build(self.match, "simple", offered.defaults) if offered is not None else None
             if safe is not None and self._fits(safe, ctx):
                 return Branch(spec=safe, notes="playbook repair: the bounds-checked tiled GEMM")
         return Branch(error="playbook cannot repair")
 
 
 def variant_of_spec(spec: KernelSpec | None) -> str | None:
-    if spec is None:
-        return None
-    return _variant_from_name(spec.name)
+    """The playbook variant that built ``spec`` (recorded on it), or None."""
+    return spec.origin.variant if spec is not None and spec.origin is not None else None
 
 
 def seed_specs(problem: Any) -> list[KernelSpec]:

@@ -11,7 +11,7 @@ import jinja2
 from kerngen.harness.spec.spec import KernelSpec
 
 
-TEMPLATES = Path(__file__).parent / "templates"
+TEMPLATES = Path(__file__).parent / "templates"  # the shared headers; each family's own are in its folder's templates/
 MAX_SMEM = 232448  # bytes of shared memory one block may have on sm_90 (227 KB)
 COOP_NB = 128  # the cooperative layernorm's grid where the GPU has that many SMs (H100/H200: 132; see layernorm_coop)
 
@@ -19,7 +19,7 @@ COOP_NB = 128  # the cooperative layernorm's grid where the GPU has that many SM
 @lru_cache(maxsize=1)
 def _env() -> jinja2.Environment:
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        loader=jinja2.FileSystemLoader([str(TEMPLATES), *sorted(str(d) for d in TEMPLATES.parent.glob("*/templates"))]),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=False,

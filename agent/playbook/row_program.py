@@ -15,7 +15,7 @@ Every op of the program is local to one row of the GEMM's output (one batch elem
   group), ``eps``, optional affine tensors (operands 2 and 3, or absent);
 - ``pool``: a 1-D max or average pool over the columns (:class:`Pool`): a vector of another length.
 
-:mod:`.row_trace` builds a program from a traced forward; :mod:`.row_codegen` compiles it to straight-line
+:mod:`.gemm.row_trace` builds a program from a traced forward; :mod:`.row_codegen` compiles it to straight-line
 CUDA-C for the row kernel.
 """
 

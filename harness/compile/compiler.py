@@ -20,9 +20,9 @@ A spec with ``arch_specific`` is compiled for the arch-specific target of the de
 option and part of its cache key.
 Options of every job: ``--gpu-architecture=sm_XX --std=c++17 -lineinfo --ptxas-options=-v``,
 ``-DNAME=value`` for each tunable of the configuration and each resolved define (sorted by name),
-and ``-use_fast_math`` iff the spec asks for it. The include directories of the CUDA headers
-(``cuda_bf16.h`` ...) and the prelude (``INFINITY``, ``NAN`` ...) are added at compile time, not
-stored in the job's options (see :mod:`.headers`): the options stay the same on every machine.
+and ``-use_fast_math`` iff the spec asks for it. The prelude (``INFINITY``, ``NAN`` ...) is added at
+compile time, and every header (``cuda_bf16.h`` ...) is handed to NVRTC in memory, never as an
+include directory (see :mod:`.headers`): the options stay the same on every machine.
 """
 
 from __future__ import annotations
@@ -175,14 +175,10 @@ def _check_kernels(cubin: Cubin, job: CompileJob, log: str) -> None:
 
 
 def _options_for(job: CompileJob) -> list[str]:
-    """The job's options with its arch made the one target, plus includes and the prelude."""
-    opts = [o for o in job.options if not o.startswith(("--gpu-architecture", "-arch"))]
-    return [
-        f"--gpu-architecture={job.arch}",
-        *opts,
-        *headers.include_options(),
-        f"--pre-include={headers.PRELUDE_NAME}",
-    ]
+    """The job's options with its arch made the one target, plus the prelude. No include
+    directory: every header is handed to NVRTC in memory (:mod:`.sandbox`)."""
+    opts = [o for o in job.options if not o.startswith(("--gpu-architecture", "-arch", "-I", "--include-path"))]
+    return [f"--gpu-architecture={job.arch}", *opts, f"--pre-include={headers.PRELUDE_NAME}"]
 
 
 # ----- the boundary ---------------------------------------------------------------------------

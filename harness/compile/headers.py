@@ -13,6 +13,12 @@ that this NVRTC lacks), found through ``cuda.pathfinder``:
 Where a wheel is missing, ``cuda.pathfinder`` falls back to ``CUDA_PATH`` / ``CUDA_HOME`` and the
 system toolkit; :func:`include_dirs` finally tries ``/usr/local/cuda/include`` itself.
 
+NVRTC never reads them from disk: :func:`virtual_headers` is every header a kernel may include
+(:data:`~.source_policy.ALLOWED_HEADERS`, ``cuda/std/*``) and every header those include, read once
+and handed to NVRTC in memory under the name each ``#include`` spells it with. The compile worker
+gets no include directory and cannot open any file (:mod:`.sandbox`), so an include of anything
+else fails with "cannot open source file", whatever the source policy let through.
+
 The prelude (``kerngen_prelude.h``) is handed to NVRTC as an in-memory header and force-included
 with ``--pre-include``, so the candidate's own line numbers in the log stay exact. It defines,
 each only where not yet defined, the few macros that NVRTC lacks without the C headers:
@@ -26,7 +32,13 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
+import re
 from pathlib import Path
+
+from kerngen.harness.compile.source_policy import ALLOWED_HEADERS
+
+log = logging.getLogger("kerngen.headers")
 
 PRELUDE_NAME = "kerngen_prelude.h"
 
@@ -189,7 +201,7 @@ def _locate(libname: str) -> str | None:
 
 @functools.cache
 def include_dirs() -> tuple[str, ...]:
-    """Directories to pass as ``-I``: the CUDA runtime headers (``cuda_bf16.h``), then CCCL.
+    """Where the CUDA headers are (the runtime's: ``cuda_bf16.h``, then CCCL), searched in this order.
 
     Empty when nothing is found (a kernel including ``cuda_bf16.h`` then fails to compile with
     NVRTC's own "cannot open source file" message)."""
@@ -218,21 +230,68 @@ def include_dirs() -> tuple[str, ...]:
     return tuple(out)
 
 
-def include_options() -> list[str]:
-    return [f"-I{d}" for d in include_dirs()]
+# an #include in a CUDA header (trusted text: the installed wheels'); computed includes (thrust's)
+# are outside the closure of what a kernel may include
+_INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
+
+
+def _roots() -> list[str]:
+    names = [n for n in ALLOWED_HEADERS if n not in BUILTIN_HEADERS]
+    for d in include_dirs():
+        std = Path(d) / "cuda" / "std"
+        if std.is_dir():
+            names += sorted(f"cuda/std/{p.name}" for p in std.iterdir()
+                            if p.is_file() and re.fullmatch(r"[a-z_]+", p.name))
+    return list(dict.fromkeys(names))
+
+
+@functools.cache
+def virtual_headers() -> dict[str, bytes]:
+    """name -> content of every header NVRTC may open: kerngen's in-memory headers, and the
+    allowed CUDA headers with everything they include (an over-approximation: an include inside
+    an ``#if`` is followed too). A quoted include is resolved beside its includer first, then in
+    the include directories, as NVRTC would; NVRTC matches an in-memory header by the name as
+    written, so one spelling must mean one file (a second meaning is left out and logged)."""
+    dirs = [Path(d) for d in include_dirs()]
+    out: dict[str, bytes] = {name: text.encode() for name, text in BUILTIN_HEADERS.items()}
+    where: dict[str, Path] = {}
+
+    def resolve(name: str, quoted: bool, includer: Path | None) -> Path | None:
+        cands = ([includer.parent / name] if quoted and includer is not None else []) + [d / name for d in dirs]
+        return next((c.resolve() for c in cands if c.is_file()), None)
+
+    todo: list[tuple[str, Path]] = []
+    for name in _roots():
+        found = resolve(name, False, None)
+        if found is not None:
+            todo.append((name, found))
+    content: dict[Path, bytes] = {}
+    while todo:
+        name, path = todo.pop()
+        if name in BUILTIN_HEADERS:
+            continue
+        if name in where and where[name] != path:
+            log.warning("header name %s means both %s and %s; the first is kept", name, where[name], path)
+            continue
+        where[name] = path
+        if path in content:
+            out[name] = content[path]
+            continue
+        data = content[path] = out[name] = path.read_bytes()
+        for quote, inc in _INCLUDE.findall(data):
+            spelled = inc.decode("utf-8", "replace").strip()
+            found = resolve(spelled, quote == b'"', path)
+            if found is not None:
+                todo.append((spelled, found))
+    return out
 
 
 @functools.cache
 def fingerprint() -> str:
-    """Hash of the prelude, the stand-in headers and the versions of the include directories
-    (by the content of a few sentinel files, not by their paths: a cache stays valid across
-    machines with the same wheels)."""
+    """Hash of every header NVRTC may open (:func:`virtual_headers`: the prelude, the stand-ins
+    and the CUDA headers, by content, not by path: a cache stays valid across machines with the
+    same wheels)."""
     h = hashlib.sha256()
-    for name in sorted(BUILTIN_HEADERS):
-        h.update(name.encode() + b"\0" + BUILTIN_HEADERS[name].encode() + b"\0")
-    for d in include_dirs():
-        for rel in _SENTINELS:
-            p = Path(d) / rel
-            if p.is_file():
-                h.update(rel.encode() + b"\0" + hashlib.sha256(p.read_bytes()).digest())
+    for name, data in sorted(virtual_headers().items()):
+        h.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
     return h.hexdigest()

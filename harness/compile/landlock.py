@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import stat
 import struct
 from typing import Iterable
 
@@ -32,8 +33,15 @@ _FS_TRUNCATE = 1 << 14  # ABI 3
 _FS_IOCTL_DEV = 1 << 15  # ABI 5
 _NET_ALL = (1 << 0) | (1 << 1)  # BIND_TCP, CONNECT_TCP: ABI 4
 _SCOPE_ALL = (1 << 0) | (1 << 1)  # ABSTRACT_UNIX_SOCKET, SIGNAL: ABI 6
+EXECUTE = 1 << 0
+WRITE_FILE = 1 << 1
 READ_FILE = 1 << 2
 READ_DIR = 1 << 3
+REMOVE_FILE = 1 << 5
+MAKE_REG = 1 << 8
+TRUNCATE = _FS_TRUNCATE
+# the rights a rule on a regular file (not a directory) may carry
+_FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | _FS_TRUNCATE | _FS_IOCTL_DEV
 
 
 class LandlockUnavailable(OSError):
@@ -69,6 +77,12 @@ def confine(readable_dirs: Iterable[str]) -> int:
     """Restrict this process for the rest of its life: read-only access beneath
     ``readable_dirs``, no other file-system access, no TCP, no signals or abstract sockets
     outside its domain. Returns the ABI version used; raises :class:`LandlockUnavailable`."""
+    return confine_rules((path, READ_FILE | READ_DIR) for path in readable_dirs)
+
+
+def confine_rules(rules: Iterable[tuple[str, int]]) -> int:
+    """:func:`confine` with a set of rights per path (a directory: beneath it; a regular file: that
+    file, with the file rights of the set only): e.g. ``EXECUTE | READ_FILE`` on one executable."""
     abi = abi_version()
     if abi < 1:
         raise LandlockUnavailable("this kernel has no Landlock (Linux >= 5.13 with landlock enabled)")
@@ -86,13 +100,15 @@ def confine(readable_dirs: Iterable[str]) -> int:
     if fd < 0:
         raise LandlockUnavailable(f"landlock_create_ruleset: {os.strerror(ctypes.get_errno())}")
     try:
-        for path in readable_dirs:
+        for path, rights in rules:
             try:
-                dfd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+                dfd = os.open(path, os.O_PATH | os.O_CLOEXEC)
             except OSError:
-                continue  # a directory that is gone is simply not readable
+                continue  # a path that is gone is simply not reachable
             try:
-                rule = ctypes.create_string_buffer(struct.pack("=Qi", READ_FILE | READ_DIR, dfd), 12)
+                if not stat.S_ISDIR(os.fstat(dfd).st_mode):
+                    rights &= _FILE_RIGHTS
+                rule = ctypes.create_string_buffer(struct.pack("=Qi", rights & fs, dfd), 12)
                 if libc.syscall(_SYS_ADD_RULE, ctypes.c_int(fd), ctypes.c_int(_RULE_PATH_BENEATH), rule,
                                 ctypes.c_uint32(0)) < 0:
                     raise LandlockUnavailable(f"landlock_add_rule({path}): {os.strerror(ctypes.get_errno())}")

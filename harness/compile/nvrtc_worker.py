@@ -1,13 +1,18 @@
 """The compile worker: a process that runs NVRTC on untrusted source, confined.
 
-Started by :mod:`.sandbox` as ``python -m kerngen.harness.compile.nvrtc_worker`` with an empty environment
-(no secrets), an empty temporary working directory, and stdin/stdout as its only channel. It:
+Started by :mod:`.sandbox` as ``python -m kerngen.harness.compile.nvrtc_worker PARENT_PID`` with an
+empty environment (no secrets), an empty temporary working directory, and stdin/stdout as its only
+channel. It:
 
-1. reads the ``init`` frame (the header directories, the memory limit, an arch to warm up);
+0. asks the kernel to kill it when its parent dies (:mod:`kerngen.harness.lifeline`);
+1. reads the ``init`` frame (every header a kernel may include, by name and content; the memory
+   limit; an arch to warm up; the confinement mechanisms to apply);
 2. loads NVRTC and compiles a tiny kernel, so that every library NVRTC opens lazily is open;
-3. lowers its own limits (address space, file size 0, no core dumps) and confines itself with
-   Landlock (:mod:`.landlock`): read-only access beneath the header directories, nothing else;
-4. answers ``hello`` (whether confinement holds), then serves ``compile`` frames until stdin closes.
+3. lowers its own limits (address space, file size 0, no core dumps) and confines itself: Landlock
+   (:mod:`.landlock`) with no readable directory at all, and a seccomp filter (:mod:`.seccomp`)
+   that fails every system call naming a path. NVRTC gets the headers in memory and no include
+   directory, so from here on it opens no file, and could not if asked;
+4. answers ``hello`` (which mechanisms hold), then serves ``compile`` frames until stdin closes.
 
 A frame is a 4-byte big-endian length and a UTF-8 JSON object. The worker imports nothing after
 step 3 (an import would need to read files it can no longer read), so everything it uses is
@@ -24,8 +29,8 @@ import struct
 import sys
 from typing import Any, BinaryIO
 
-from kerngen.harness.compile import headers
-from kerngen.harness.compile.landlock import LandlockUnavailable, confine
+from kerngen.harness import lifeline
+from kerngen.harness.compile import headers, landlock, seccomp
 
 MAX_FRAME = 64 << 20
 # An absolute name (of no real file): NVRTC then records no working directory in the cubin's line
@@ -57,12 +62,9 @@ def write_frame(stream: BinaryIO, data: dict[str, Any]) -> None:
     stream.flush()
 
 
-def _nvrtc_compile(nvrtc: Any, source: str, options: list[str]) -> dict[str, Any]:
+def _nvrtc_compile(nvrtc: Any, source: str, options: list[str], names: list[bytes], bodies: list[bytes]) -> dict[str, Any]:
     ok = nvrtc.nvrtcResult.NVRTC_SUCCESS
-    names = list(headers.BUILTIN_HEADERS)
-    bodies = [headers.BUILTIN_HEADERS[n].encode() for n in names]
-    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), PROGRAM_NAME.encode(), len(names), bodies,
-                                         [n.encode() for n in names])
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), PROGRAM_NAME.encode(), len(names), bodies, names)
     if err != ok:
         return {"ok": False, "status": err.name, "log": ""}
     try:
@@ -114,7 +116,27 @@ def _limit(memory_mb: int) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
+def _confine(mechanisms: list[str]) -> tuple[list[str], str]:
+    """Apply each asked mechanism that this kernel has: (those applied, why the others are not)."""
+    applied, why = [], []
+    for name in mechanisms:
+        try:
+            if name == "landlock":
+                landlock.confine([])  # no rule: nothing beneath any directory is readable
+            elif name == "seccomp":
+                seccomp.confine()
+            else:
+                why.append(f"{name}: unknown")
+                continue
+            applied.append(name)
+        except OSError as exc:  # LandlockUnavailable, SeccompUnavailable
+            why.append(f"{name}: {exc}")
+    return applied, "; ".join(why)
+
+
 def main() -> int:
+    if len(sys.argv) > 1:
+        lifeline.die_with_parent(int(sys.argv[1]))
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but frames on the channel
     init = read_frame(stdin)
@@ -122,18 +144,16 @@ def main() -> int:
         return 1
     from cuda.bindings import nvrtc  # loads libnvrtc before confinement
 
-    include_opts = [f"-I{d}" for d in init.get("include_dirs", [])]
-    warm = _nvrtc_compile(nvrtc, _WARMUP, [f"--gpu-architecture={init.get('arch', 'sm_90')}", *include_opts,
-                                           f"--pre-include={headers.PRELUDE_NAME}"])
-    confined, why = True, ""
-    try:
-        _limit(int(init.get("memory_mb", 0)))
-        confine(init.get("include_dirs", []))
-    except LandlockUnavailable as exc:
-        confined, why = False, str(exc)
+    # headers travel as latin-1 text (any byte, losslessly, in JSON)
+    table = {str(k): str(v).encode("latin-1") for k, v in dict(init.get("headers") or {}).items()}
+    names, bodies = [n.encode() for n in table], list(table.values())
+    warm = _nvrtc_compile(nvrtc, _WARMUP, [f"--gpu-architecture={init.get('arch', 'sm_90')}",
+                                           f"--pre-include={headers.PRELUDE_NAME}"], names, bodies)
+    _limit(int(init.get("memory_mb", 0)))
+    applied, why = _confine([str(m) for m in init.get("mechanisms", [])])
     err, major, minor = nvrtc.nvrtcVersion()
-    write_frame(stdout, {"type": "hello", "confined": confined, "why": why, "warm": warm["ok"],
-                         "nvrtc": f"{major}.{minor}", "pid": os.getpid()})
+    write_frame(stdout, {"type": "hello", "confined": bool(applied), "mechanisms": applied, "why": why,
+                         "warm": warm["ok"], "nvrtc": f"{major}.{minor}", "pid": os.getpid()})
     while True:
         try:
             job = read_frame(stdin)
@@ -142,7 +162,7 @@ def main() -> int:
         if job is None:
             return 0
         try:
-            reply = _nvrtc_compile(nvrtc, str(job["source"]), [str(o) for o in job["options"]])
+            reply = _nvrtc_compile(nvrtc, str(job["source"]), [str(o) for o in job["options"]], names, bodies)
         except MemoryError:
             reply = {"ok": False, "status": "OUT_OF_MEMORY", "log": "the compile ran out of its memory limit"}
         write_frame(stdout, reply)

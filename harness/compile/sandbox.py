@@ -5,23 +5,30 @@ Every compile, even a batch of one, goes to a worker (:mod:`.nvrtc_worker`) that
 - was started with an environment of a few non-secret variables (no API key, no token: even a
   read of ``/proc/self/environ`` would find nothing),
 - runs in an empty temporary directory,
-- can read the CUDA header directories and nothing else, write no file and open no connection
-  (Landlock, :mod:`.landlock`), where the kernel supports it,
+- is handed every header a kernel may include in memory (:func:`.headers.virtual_headers`) and no
+  include directory,
+- can open no file at all, write none and open no connection: Landlock (:mod:`.landlock`) with no
+  readable directory, and a seccomp filter (:mod:`.seccomp`) that fails every system call naming
+  a path, each where the kernel has it (:data:`MECHANISMS`),
+- dies with its parent, whatever kills the parent (:mod:`kerngen.harness.lifeline`),
 - may grow its address space by at most ``KERNGEN_COMPILE_MEMORY_MB`` (default 4096) past what it
   has mapped once NVRTC is loaded,
 - is killed when a compile runs past its wall-time limit (``KERNGEN_COMPILE_TIMEOUT_S``,
   default 120 s) and replaced by a fresh one.
 
 Workers persist across calls (starting one costs about 0.3 s: Python, NVRTC and a warm-up
-compile), one per CPU core at most. A worker whose kernel cannot confine it still compiles (the
-source policy and the empty environment still hold); :func:`confinement` says which, and kerngen
-warns once on stderr.
+compile), one per CPU core at most. Where neither mechanism is available, nothing is compiled
+(model-written source could then make NVRTC read host files past a flaw in the source policy)
+unless the user allows it (``kerngen --allow-unconfined-compile``, or
+``KERNGEN_ALLOW_UNCONFINED_COMPILE=1``); kerngen then warns once on stderr. :func:`confinement`
+says which mechanisms hold.
 """
 
 from __future__ import annotations
 
 import atexit
 import base64
+import functools
 import json
 import logging
 import os
@@ -37,6 +44,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from kerngen.harness import lifeline
 from kerngen.harness.compile import headers
 from kerngen.errors import CompileError
 from kerngen.harness.compile.nvrtc_worker import MAX_FRAME, write_frame
@@ -48,6 +56,10 @@ DEFAULT_MEMORY_MB = 4096  # beyond what the worker has mapped after loading NVRT
 START_TIMEOUT_S = 60.0
 MAX_LOG_CHARS = 200_000
 # the only variables a worker inherits: where Python, NVRTC and the headers are; nothing secret
+# how a worker confines itself, each applied where the kernel has it (tests narrow this to simulate
+# a host without Landlock, or without either)
+MECHANISMS: tuple[str, ...] = ("landlock", "seccomp")
+ALLOW_UNCONFINED_ENV = "KERNGEN_ALLOW_UNCONFINED_COMPILE"
 _PASS_ENV = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "LANG", "LC_ALL", "SYSTEMROOT")
 
 
@@ -63,6 +75,7 @@ class WorkerReply(BaseModel):
 class WorkerHello(BaseModel):
     type: str
     confined: bool
+    mechanisms: list[str] = []
     why: str = ""
     warm: bool = False
     nvrtc: str = ""
@@ -90,6 +103,15 @@ def _env_float(name: str, default: float) -> float:
     return value if value > 0 else default
 
 
+def unconfined_allowed() -> bool:
+    return os.environ.get(ALLOW_UNCONFINED_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+@functools.cache
+def _headers_payload() -> dict[str, str]:
+    return {name: data.decode("latin-1") for name, data in headers.virtual_headers().items()}
+
+
 def worker_env() -> dict[str, str]:
     env = {k: os.environ[k] for k in _PASS_ENV if k in os.environ}
     env.setdefault("LANG", "C.UTF-8")
@@ -101,15 +123,15 @@ class _Worker:
         self.dir = tempfile.mkdtemp(prefix="kerngen-nvrtc-")
         env = worker_env()
         env["HOME"] = env["TMPDIR"] = self.dir
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kerngen.harness.compile.nvrtc_worker"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        argv = [sys.executable, "-m", "kerngen.harness.compile.nvrtc_worker", str(os.getpid())]
+        self.proc = lifeline.spawn(lambda: subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             cwd=self.dir, env=env, start_new_session=True, close_fds=True,
-        )
+        ))
         try:
             assert self.proc.stdin is not None
-            write_frame(self.proc.stdin, {"type": "init", "include_dirs": list(headers.include_dirs()),
-                                          "memory_mb": memory_mb(), "arch": arch})
+            write_frame(self.proc.stdin, {"type": "init", "headers": _headers_payload(), "memory_mb": memory_mb(),
+                                          "arch": arch, "mechanisms": list(MECHANISMS)})
             raw = self._read(START_TIMEOUT_S)
             self.hello = WorkerHello.model_validate(raw)
         except BaseException:
@@ -201,6 +223,7 @@ class Sandbox:
         self._slots = threading.Semaphore(self.max_workers)
         self._warned = False
         self.confined: bool | None = None
+        self.mechanisms: list[str] = []
         self.why = ""
 
     def _take(self, arch: str) -> _Worker:
@@ -218,17 +241,31 @@ class Sandbox:
             raise SandboxFailure(f"could not start a compile process: {exc}", "") from None
         except (OSError, ValidationError) as exc:
             raise SandboxFailure(f"could not start a compile process: {type(exc).__name__}: {exc}", "") from None
-        self._note(w.hello)
+        try:
+            self._note(w.hello)
+        except SandboxFailure:
+            w.kill()
+            raise
         return w
 
     def _note(self, hello: WorkerHello) -> None:
+        """Record how the worker is confined; :class:`SandboxFailure` for an unconfined one unless
+        the user allowed it (then one warning on stderr)."""
         with self._lock:
             self.confined = hello.confined
+            self.mechanisms = list(hello.mechanisms)
             self.why = hello.why
-            if not hello.confined and not self._warned:
+            if hello.confined:
+                return
+            if not unconfined_allowed():
+                raise SandboxFailure(
+                    f"compile refused: this host cannot confine the compile process ({hello.why or 'no mechanism'}); "
+                    "without confinement a kernel source could make NVRTC read host files, so nothing is compiled "
+                    f"unless you pass kerngen --allow-unconfined-compile ({ALLOW_UNCONFINED_ENV}=1)", "")
+            if not self._warned:
                 self._warned = True
-                print(f"kerngen: warning: compiles run without file-system confinement ({hello.why}); "
-                      "includes are still restricted by the source policy and the environment is empty",
+                print(f"kerngen: warning: compiles run unconfined ({hello.why}), as allowed by "
+                      f"{ALLOW_UNCONFINED_ENV}: only the source policy keeps host files out of the compiler",
                       file=sys.stderr)
 
     def compile(self, source: str, options: list[str], arch: str, timeout: float | None = None) -> WorkerReply:
@@ -276,9 +313,10 @@ def sandbox() -> Sandbox:
 
 
 def confinement() -> tuple[bool | None, str]:
-    """(whether the last worker started is confined, why not); ``None`` before any compile."""
+    """(whether the last worker started is confined, which mechanisms hold or why none does);
+    ``None`` before any compile."""
     box = sandbox()
-    return box.confined, box.why
+    return box.confined, ", ".join(box.mechanisms) if box.confined else box.why
 
 
 def cubin_of(reply: WorkerReply) -> bytes:

@@ -1,28 +1,34 @@
 """What a candidate's CUDA-C source may ask of the preprocessor, checked before NVRTC sees it.
 
-The compile sandbox (:mod:`.sandbox`) is what makes host files unreadable: NVRTC runs in a process
-that can read the CUDA header directories and nothing else. This check comes first and gives the
-model a clear, precise reason instead of NVRTC's "cannot open source file":
+This is the second of two defenses. The first is structural (:mod:`.sandbox`, :mod:`.headers`):
+NVRTC is handed every header a kernel may include in memory, no include directory, and runs in a
+worker that the kernel itself (Landlock, a seccomp filter) keeps from opening any file. This
+check gives the model a clear, precise reason instead of NVRTC's "cannot open source file", and
+keeps the source from steering the CUDA headers:
 
 - ``#include`` names a header of :data:`ALLOWED_HEADERS` literally (``<...>`` or ``"..."``);
   an include built by a macro, an absolute or relative path, or any other header is refused;
 - preprocessing directives are the ordinary ones (``#line``, ``#include_next``, ``#import``,
   ``#embed``, ``#ident`` ... are refused), and ``#pragma`` / ``_Pragma`` only the harmless
-  pragmas of :data:`ALLOWED_PRAGMAS`;
-- ``__has_include`` (it tells whether a host path exists) is refused;
+  pragmas of :data:`ALLOWED_PRAGMAS`, ``_Pragma`` with a plain string literal;
+- ``__has_include`` / ``__has_embed`` (they probe host paths) and ``__pragma`` are refused;
+- token pasting cannot build any of those names: the first operand of a ``##`` chain must be an
+  identifier that does not begin with ``_`` (not a macro parameter), a number or a punctuator;
 - the source neither defines nor undefines reserved identifiers (``__x``, ``_X``): those belong to
   the CUDA headers, whose own includes and feature switches they steer.
 
-The scan works on the source as the preprocessor sees it: line continuations joined, comments
-removed (a ``/**/`` between ``#`` and ``include`` hides nothing), string and character literals
-skipped, digraphs (``%:``) read as ``#``.
+The tokens are clang's (:mod:`.pp_lexer`): raw strings, pp-numbers, digit separators, splices,
+digraphs and comments are cut as a C++17 preprocessor cuts them. ``tests/harness/test_policy_fuzz.py``
+checks the policy against NVRTC itself.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 
 from kerngen.errors import CompileError
+from kerngen.harness.compile import pp_lexer
 
 # Headers a candidate may include, by name. Each one compiles under NVRTC 13.0 with the headers
 # kerngen ships (tests/harness/test_sandbox.py compiles every one of them).
@@ -53,11 +59,11 @@ ALLOWED_DIRECTIVES: frozenset[str] = frozenset({
 _FORBIDDEN_IDENTS = {
     "__has_include": "__has_include is not allowed (it probes host paths)",
     "__has_include_next": "__has_include_next is not allowed (it probes host paths)",
+    "__has_include__": "__has_include__ is not allowed (it probes host paths)",
+    "__has_embed": "__has_embed is not allowed (it probes host paths)",
     "__pragma": "__pragma is not allowed",
 }
 _RESERVED = re.compile(r"^(__|_[A-Z])")
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_IDENT_TAIL = re.compile(r"[A-Za-z0-9_]+")
 
 
 def header_allowed(name: str) -> bool:
@@ -68,166 +74,102 @@ def _allowed_text() -> str:
     return ", ".join(ALLOWED_HEADERS) + ", cuda/std/*"
 
 
-class _Scan:
-    """One pass over the source: logical lines with comments blanked, literals kept apart."""
-
-    def __init__(self, source: str) -> None:
-        # phase 2: join continued lines (keep a count so messages cite the physical line)
-        self.text = source.replace("\r\n", "\n").replace("\r", "\n")
-
-    def logical_lines(self) -> list[tuple[int, str, list[tuple[str, str]]]]:
-        """(first physical line, code with comments removed, tokens) per logical line. A token
-        is (kind, text) with kind in {"ident", "string", "char", "punct", "other"}."""
-        out: list[tuple[int, str, list[tuple[str, str]]]] = []
-        text = self.text
-        n = len(text)
-        i = 0
-        line_no = 1
-        start_line = 1
-        code: list[str] = []
-        tokens: list[tuple[str, str]] = []
-        in_block = False
-        while i < n:
-            c = text[i]
-            if c == "\\" and i + 1 < n and text[i + 1] == "\n":  # continuation
-                i += 2
-                line_no += 1
-                continue
-            if in_block:
-                if c == "*" and i + 1 < n and text[i + 1] == "/":
-                    in_block = False
-                    i += 2
-                    code.append(" ")
-                else:
-                    if c == "\n":
-                        line_no += 1
-                    i += 1
-                continue
-            if c == "\n":
-                out.append((start_line, "".join(code), tokens))
-                code, tokens = [], []
-                i += 1
-                line_no += 1
-                start_line = line_no
-                continue
-            if c == "/" and i + 1 < n and text[i + 1] == "*":
-                in_block = True
-                i += 2
-                continue
-            if c == "/" and i + 1 < n and text[i + 1] == "/":
-                while i < n and text[i] != "\n":  # a continued // comment swallows the next line
-                    if text[i] == "\\" and i + 1 < n and text[i + 1] == "\n":
-                        line_no += 1
-                        i += 1
-                    i += 1
-                continue
-            if c == "R" and text.startswith('R"', i) and not (code and re.match(r"[A-Za-z0-9_]", code[-1][-1:])):
-                m = re.match(r'R"([^()\\\s]{0,16})\(', text[i:])
-                if m:
-                    end = text.find(")" + m.group(1) + '"', i + m.end())
-                    end = n if end < 0 else end + len(m.group(1)) + 2
-                    lit = text[i:end]
-                    line_no += lit.count("\n")
-                    tokens.append(("string", lit))
-                    code.append(lit)
-                    i = end
-                    continue
-            if c in "\"'":
-                j = i + 1
-                while j < n and text[j] != c and text[j] != "\n":
-                    j += 2 if text[j] == "\\" else 1
-                lit = text[i : min(j + 1, n)]
-                tokens.append(("string" if c == '"' else "char", lit))
-                code.append(lit)
-                i = j + 1
-                continue
-            m = _IDENT.match(text, i)
-            if m:
-                word, i = m.group(), m.end()
-                # a continuation inside an identifier joins its halves (phase 2 comes before tokens)
-                while text.startswith("\\\n", i):
-                    tail = _IDENT_TAIL.match(text, i + 2)
-                    if tail is None:
-                        break
-                    word += tail.group()
-                    line_no += 1
-                    i = tail.end()
-                tokens.append(("ident", word))
-                code.append(word)
-                continue
-            if c == "%" and i + 1 < n and text[i + 1] == ":":  # digraph for '#'
-                tokens.append(("punct", "#"))
-                code.append("#")
-                i += 2
-                continue
-            tokens.append(("punct" if not c.isspace() else "space", c))
-            code.append(c)
-            i += 1
-        if code or tokens:
-            out.append((start_line, "".join(code), tokens))
-        return out
+def _lexed(source: str) -> pp_lexer.Lexed:
+    try:
+        return pp_lexer.lex(source)
+    except ValueError as exc:
+        raise CompileError(f"source refused: {exc}", str(exc)) from None
+    except pp_lexer.LexerUnavailable as exc:
+        raise CompileError(f"source not checked: {exc}", str(exc)) from None
 
 
-def logical_lines(source: str) -> list[tuple[int, str, list[tuple[str, str]]]]:
+_Old = tuple[str, str]
+
+
+def logical_lines(source: str) -> list[tuple[int, str, list[_Old]]]:
     """The source as the preprocessor sees it, one logical line at a time: (first physical line,
-    code with comments removed, tokens). Shared with :mod:`.source_checks`."""
-    return _Scan(source).logical_lines()
+    code with comments removed, tokens as (kind, text), punctuators one character each, numbers as
+    "other"). Shared with :mod:`.source_checks`; a source the lexer refuses has none."""
+    try:
+        lexed = pp_lexer.lex(source)
+    except (ValueError, pp_lexer.LexerUnavailable):
+        return []
+    out: list[tuple[int, str, list[_Old]]] = []
+    for line in _by_line(lexed.code):
+        toks: list[_Old] = []
+        for t in line:
+            if t.kind == "punct":
+                toks.extend(("punct", c) for c in t.text)
+            else:
+                toks.append((t.kind if t.kind != "number" else "other", t.text))
+        code = "".join(("" if k == 0 or line[k - 1].end == t.start else " ") + t.text for k, t in enumerate(line))
+        out.append((line[0].line, code, toks))
+    return out
+
+
+def _by_line(code: list[pp_lexer.Tok]) -> list[list[pp_lexer.Tok]]:
+    """Logical lines; a '#' after a newline inside a comment starts one too (NVRTC's view)."""
+    lines: list[list[pp_lexer.Tok]] = []
+    for t in code:
+        if not lines or t.logical != lines[-1][0].logical or (t.nbol and t.text == "#"):
+            lines.append([])
+        lines[-1].append(t)
+    return lines
 
 
 def check_source(source: str) -> None:
     """Raise :class:`CompileError` (message: the first offence, with its line) if ``source``
     asks the preprocessor for anything outside the policy."""
-    problems: list[str] = []
-    for line_no, code, toks in _Scan(source).logical_lines():
-        where = f"line {line_no}"
-        sig = [t for t in toks if t[0] != "space"]
-        if sig and sig[0] == ("punct", "#"):
-            problems.extend(f"{where}: {p}" for p in _directive(sig[1:]))
-        for k, (kind, text) in enumerate(sig):
-            if kind != "ident":
-                continue
-            if text in _FORBIDDEN_IDENTS:
-                problems.append(f"{where}: {_FORBIDDEN_IDENTS[text]}")
-            elif text == "_Pragma":
-                problems.extend(f"{where}: {p}" for p in _pragma_operator(sig[k + 1 :]))
-        if problems:
-            break
+    problems = _problems(source)
     if problems:
         raise CompileError(f"source refused: {problems[0]}", "\n".join(problems))
 
 
-def _directive(toks: list[tuple[str, str]]) -> list[str]:
-    if not toks:
+@functools.lru_cache(maxsize=256)
+def _problems(source: str) -> tuple[str, ...]:
+    lexed = _lexed(source)
+    code = lexed.code
+    out: list[str] = []
+    for i, t in enumerate(code):
+        where = f"line {t.line}"
+        if t.text == "#" and t.kind == "punct" and (t.bol or t.nbol):  # a directive in either view
+            out.extend(f"{where}: {p}" for p in _directive(lexed, code, i + 1, t.logical))
+        elif t.kind == "ident" and t.text in _FORBIDDEN_IDENTS:
+            out.append(f"{where}: {_FORBIDDEN_IDENTS[t.text]}")
+        elif t.kind == "ident" and t.text == "_Pragma":
+            out.extend(f"{where}: {p}" for p in _pragma_operator(code[i + 1 : i + 4]))
+        elif t.text == "##" and t.kind == "punct":
+            out.extend(f"{where}: {p}" for p in _paste(code, i))
+        if out:
+            break
+    return tuple(out)
+
+
+def _directive(lexed: pp_lexer.Lexed, code: list[pp_lexer.Tok], k: int, logical: int) -> list[str]:
+    rest = [t for t in code[k:k + 4] if t.logical == logical]
+    if not rest:
         return []  # the null directive
-    kind, name = toks[0]
-    if kind != "ident" or name not in ALLOWED_DIRECTIVES:
-        return [f"directive #{name} is not allowed (allowed: #{', #'.join(sorted(ALLOWED_DIRECTIVES))})"]
-    rest = toks[1:]
-    if name == "include":
-        return _include(rest)
-    if name == "pragma":
-        return _pragma_words(rest[0][1] if rest else "")
-    if name in ("define", "undef") and rest and rest[0][0] == "ident" and _RESERVED.match(rest[0][1]):
-        return [f"#{name} of the reserved identifier {rest[0][1]} is not allowed (names beginning with __ or _X "
-                "belong to the CUDA headers)"]
+    head = rest[0]
+    if head.kind != "ident" or head.text not in ALLOWED_DIRECTIVES:
+        return [f"directive #{head.text} is not allowed (allowed: #{', #'.join(sorted(ALLOWED_DIRECTIVES))})"]
+    if head.text == "include":
+        return _include(lexed, rest[1:], head)
+    if head.text == "pragma":
+        return _pragma_words(rest[1].text if len(rest) > 1 else "")
+    if head.text in ("define", "undef") and len(rest) > 1 and rest[1].kind == "ident" and _RESERVED.match(rest[1].text):
+        return [f"#{head.text} of the reserved identifier {rest[1].text} is not allowed (names beginning with __ or "
+                "_X belong to the CUDA headers)"]
     return []
 
 
-def _include(rest: list[tuple[str, str]]) -> list[str]:
-    if rest and rest[0][0] == "string":
-        name = rest[0][1][1:-1]
-    elif rest and rest[0] == ("punct", "<"):
-        parts = []
-        for kind, text in rest[1:]:
-            if (kind, text) == ("punct", ">"):
-                break
-            parts.append(text)
-        else:
-            return ["#include <...> is not closed"]
-        name = "".join(parts).strip()
-    else:
-        shown = " ".join(t for _, t in rest)[:60]
+def _include(lexed: pp_lexer.Lexed, rest: list[pp_lexer.Tok], head: pp_lexer.Tok) -> list[str]:
+    # the preprocessor lexes a header name from the characters after "include", not from tokens
+    text = lexed.line_rest(head)
+    m = re.match(r'[ \t]*(?:/\*.*?\*/[ \t]*)*(?:<([^>\n]*)>|"([^"\n]*)")', text)
+    if m is None:
+        shown = " ".join(text.split())[:60]
         return [f"#include must name a header literally, as <name> or \"name\" (got {shown!r})"]
+    name = m.group(1) if m.group(1) is not None else m.group(2)
     if not header_allowed(name):
         return [f"include of {name!r} is not allowed; allowed: {_allowed_text()}"]
     return []
@@ -239,10 +181,41 @@ def _pragma_words(first: str) -> list[str]:
     return [f"#pragma {first or '(empty)'} is not allowed (allowed: {', '.join(sorted(ALLOWED_PRAGMAS))})"]
 
 
-def _pragma_operator(rest: list[tuple[str, str]]) -> list[str]:
-    if len(rest) >= 2 and rest[0] == ("punct", "(") and rest[1][0] == "string":
-        body = rest[1][1]
-        body = body[body.index('"') + 1 : -1] if '"' in body else body
-        words = body.replace('\\"', '"').split()
-        return _pragma_words(words[0] if words else "")
-    return ["_Pragma must take a string literal"]
+def _pragma_operator(rest: list[pp_lexer.Tok]) -> list[str]:
+    if len(rest) == 3 and rest[0].text == "(" and rest[1].kind == "string" and rest[2].text == ")" \
+            and rest[1].text.startswith('"') and rest[1].text.endswith('"'):
+        body = rest[1].text[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+        m = re.match(r"\s*([A-Za-z_][A-Za-z0-9_]*)", body)
+        return _pragma_words(m.group(1) if m else "")
+    return ["_Pragma must take one plain string literal"]
+
+
+def _paste(code: list[pp_lexer.Tok], k: int) -> list[str]:
+    """A ``##`` whose chain could begin with a name of ``_`` (``_Pra ## gma``) or with a macro
+    parameter (``a ## b``, whose argument may be ``__has_``): the pasted name is unknown."""
+    j = k - 1
+    while j >= 2 and code[j - 1].text == "##" and code[j - 1].kind == "punct":
+        j -= 2
+    head = code[j] if j >= 0 and code[j].logical == code[k].logical else None
+    if head is None or head.text == "#":
+        return ["## has no left operand"]
+    if head.kind == "ident" and (head.text.startswith("_") or head.text in _params(code, k)):
+        return [f"token pasting onto {head.text!r} is not allowed: the first operand of ## must be a literal "
+                "prefix not beginning with _ (write name_##x, not x##y)"]
+    return []
+
+
+def _params(code: list[pp_lexer.Tok], k: int) -> set[str]:
+    """The parameters of the function-like macro whose #define holds token ``k``."""
+    i = k - 1  # the nearest '#' that starts a directive in either view, on this logical line
+    while i >= 0 and code[i].logical == code[k].logical and not (code[i].text == "#" and (code[i].bol or code[i].nbol)):
+        i -= 1
+    if i >= 0 and code[i].logical == code[k].logical and len(code) > i + 3 and code[i].text == "#" and code[i + 1].text == "define" and code[i + 3].text == "(" \
+            and code[i + 3].start == code[i + 2].end:
+        out, j = set(), i + 4
+        while j < len(code) and code[j].logical == code[k].logical and code[j].text != ")":
+            if code[j].kind == "ident":
+                out.add(code[j].text)
+            j += 1
+        return out
+    return set()

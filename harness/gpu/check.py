@@ -10,6 +10,7 @@ poison behind. The first failure ends the check and is the evidence.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable
@@ -20,7 +21,8 @@ from kerngen.harness.gpu.buffers import POISON_PATTERNS, GuardedBuffer, alloc_gu
 from kerngen.harness.gpu.compare import Comparison, compare, rel_err_limit
 from kerngen.harness.gpu.integrity import Seal, digest, new_key
 from kerngen.harness.gpu.memory_plan import HarnessMemoryError
-from kerngen.harness.gpu.launcher import LoadedModule, PlanRunner
+from kerngen.harness.gpu.launcher import Launcher
+from kerngen.harness.gpu.precision import Tolerance, tolerance_for
 from kerngen.harness.spec.plan import ResolvedPlan
 from kerngen.harness.results import CheckEvidence, CheckFailure, MemoryPlan
 
@@ -209,9 +211,9 @@ class CandidateFailed(Exception):
 
 def run_check(
     state: ProblemState,
-    module: LoadedModule,
+    module: Launcher,
     plan: ResolvedPlan,
-    stream: torch.cuda.Stream,
+    stream: torch.cuda.Stream | None,
     seeds: list[int],
     sync: Callable[[], None],
     keep: list[BoundSet] | None = None,
@@ -222,9 +224,9 @@ def run_check(
     checked input sets, with their references, are appended to ``keep`` for the timed runs (they
     are as fresh and as unknown to the kernel as new ones, and cost nothing more to make); the
     last ones checked, so that the memory plan's count of what waits during a check holds."""
-    atol, rtol = state.info.atol, state.info.rtol
-    limits = [rel_err_limit(torch_dtype(o.dtype)) for o in state.info.outputs]
-    evidence = CheckEvidence(seeds=seeds, atol=atol, rtol=rtol, max_rel_err=max(limits, default=0.0))
+    tol = tolerance_for(state)  # the problem's, or measured at --precision tf32 (precision.py)
+    limits = [_rel_limit(tol, o.dtype) for o in state.info.outputs]
+    evidence = CheckEvidence(seeds=seeds, atol=tol.atol, rtol=tol.rtol, max_rel_err=max(limits, default=0.0))
     try:
         for i, seed in enumerate(seeds):
             bound = _check_one_set(state, module, plan, stream, seed, i, sync, evidence, memory)
@@ -247,7 +249,7 @@ def _check_one_set(state, module, plan, stream, seed, i, sync, evidence: CheckEv
                    memory: MemoryPlan | None = None) -> BoundSet:
     on_host = memory is not None and not memory.refs_on_gpu
     bound = state.new_set(seed, plan, memory)
-    runner = PlanRunner(module, plan, bound.tensors(state.params), stream)
+    runner = module.runner(plan, bound.tensors(state.params), stream)
     first = _run_poisoned(state, bound, runner, POISON_PATTERNS[i % 3], sync, RunCopy.host if on_host else RunCopy.gpu)
     _verify_untouched(state, bound, evidence, "before the reference")
     refs = state.reference(bound, to_host=on_host)
@@ -258,13 +260,15 @@ def _check_one_set(state, module, plan, stream, seed, i, sync, evidence: CheckEv
     names = [o.name for o in state.info.outputs]
     for name, (out1, p1), (out2, p2), ref in zip(names, first, second, refs):
         for out, pois, when in ((out1, p1, "before"), (out2, p2, "after")):
-            c = compare(out, ref, atol=evidence.atol, rtol=evidence.rtol, poison=pois, name=name, device=state.device)
+            c = compare(out, ref, atol=evidence.atol, rtol=evidence.rtol, poison=pois, name=name, device=state.device,
+                        rel_limit=tolerance_for(state).rel_limit(ref.dtype))
             _record(evidence, c, name)
             if not c.ok:
                 _fail(evidence, c.failed, f"seed {seed}, run {when} the reference: {c.message}", c.pattern)
         if not _equal(out1, out2):
             evidence.deterministic = False
-            c = compare(out2, out1, atol=evidence.atol, rtol=evidence.rtol, name=name, device=state.device)
+            c = compare(out2, out1, atol=evidence.atol, rtol=evidence.rtol, name=name, device=state.device,
+                        rel_limit=tolerance_for(state).rel_limit(out1.dtype))
             if not c.ok:
                 # the pattern reads the first run as the reference: where the second one differs
                 _fail(evidence, CheckFailure.nondeterministic, f"seed {seed}: two runs disagree: {c.message}",
@@ -280,7 +284,7 @@ class RunCopy(Enum):
     none = "none"  # the output buffers themselves (the last run before the comparisons)
 
 
-def _run_poisoned(state, bound: BoundSet, runner: PlanRunner, pattern: str, sync, copy: RunCopy):
+def _run_poisoned(state, bound: BoundSet, runner: Callable[[], None], pattern: str, sync, copy: RunCopy):
     """Poison the outputs and scratch, run, and return each output (as ``copy`` says) with its
     poison. A poison is a byte or a seed, never a copy of the output."""
     poisons = [poison(buf, pattern, state.gen) for buf in bound.outputs.values()]
@@ -334,6 +338,11 @@ def _record(evidence: CheckEvidence, c: Comparison, name: str) -> None:
     evidence.mismatches = max(evidence.mismatches, c.mismatches)
 
 
+def _rel_limit(tol: Tolerance, dtype: str) -> float:
+    limit = tol.rel_limit(dtype)
+    return rel_err_limit(torch_dtype(dtype)) if limit is None else limit
+
+
 def _fail(evidence: CheckEvidence, failed: CheckFailure | None, message: str, pattern: str = "") -> None:
     """End the check with this evidence. ``pattern`` is the failed comparison's (where the wrong
     elements are and how wrong, :mod:`.error_pattern`): the repair prompt shows it."""
@@ -343,18 +352,74 @@ def _fail(evidence: CheckEvidence, failed: CheckFailure | None, message: str, pa
     raise CandidateFailed(evidence)
 
 
-def verify_timed_outputs(state: ProblemState, sets: list[BoundSet]) -> CheckEvidence | None:
-    """After the timed runs: each set's last output must still match its reference, and no guard,
-    input or parameter may have changed. Returns failing evidence or None."""
-    evidence = CheckEvidence(atol=state.info.atol, rtol=state.info.rtol)
+# every timed call but each set's last (which is compared whole after the timed runs) is compared with its
+# reference at this many random elements per output, outside the timed region: a kernel wrong on some timed
+# calls only (one that tells a timed call from a checked one, or skips work at random) cannot count on
+# landing on the calls nobody looks at
+TIMED_SAMPLES = 1024
+
+
+class TimedSampler:
+    """Counts, on the device and without a sync, the sampled output elements of timed calls that differ
+    from the reference (NaN where the reference is NaN counts as equal; atol/rtol as the check's)."""
+
+    def __init__(self, state: ProblemState) -> None:
+        tol = tolerance_for(state)
+        self.atol, self.rtol = tol.atol, tol.rtol
+        self.bad: torch.Tensor | None = None
+        self.samples = 0
+        self.calls = 0
+        self._gen: dict[torch.device, torch.Generator] = {}
+
+    def _generator(self, device: torch.device) -> torch.Generator:
+        if device not in self._gen:
+            gen = torch.Generator(device=device)
+            gen.manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)  # nothing a kernel could know
+            self._gen[device] = gen
+        return self._gen[device]
+
+    def sample(self, bound: BoundSet) -> None:
+        """Compare the outputs ``bound`` holds now (its last timed call's) with its references, at random."""
+        self.calls += 1
+        for buf, ref in zip(bound.outputs.values(), bound.refs):
+            out = buf.view.reshape(-1)
+            n = out.numel()
+            if n == 0:
+                continue
+            k = min(n, TIMED_SAMPLES)
+            idx = torch.randint(0, n, (k,), device=out.device, generator=self._generator(out.device))
+            want = ref.reshape(-1)[idx.to(ref.device)].to(out.device, torch.float64)
+            got = out[idx].to(torch.float64)
+            wrong = ~torch.isclose(got, want, rtol=self.rtol, atol=self.atol, equal_nan=True)
+            count = wrong.sum()
+            self.bad = count if self.bad is None else self.bad + count
+            self.samples += k
+
+    def failures(self) -> int:
+        return 0 if self.bad is None else int(self.bad)
+
+
+def verify_timed_outputs(state: ProblemState, sets: list[BoundSet],
+                         sampled: TimedSampler | None = None) -> CheckEvidence | None:
+    """After the timed runs: each set's last output must still match its reference, no guard, input or
+    parameter may have changed, and no sampled element of the other timed calls (``sampled``) may
+    have differed. Returns failing evidence or None."""
+    tol = tolerance_for(state)
+    evidence = CheckEvidence(atol=tol.atol, rtol=tol.rtol)
     names = [o.name for o in state.info.outputs]
     try:
         for k, bound in enumerate(sets):
             _verify_untouched(state, bound, evidence, "during the timed runs")
             for name, buf, ref in zip(names, bound.outputs.values(), bound.refs):
-                c = compare(buf.view, ref, atol=evidence.atol, rtol=evidence.rtol, name=name)
+                c = compare(buf.view, ref, atol=evidence.atol, rtol=evidence.rtol, name=name,
+                            rel_limit=tol.rel_limit(ref.dtype))
                 if not c.ok:
                     _fail(evidence, CheckFailure.timed_output_mismatch, f"timed input set {k}: {c.message}", c.pattern)
+        wrong = sampled.failures() if sampled is not None else 0
+        if wrong:
+            _fail(evidence, CheckFailure.timed_output_mismatch,
+                  f"timed calls: {wrong} of {sampled.samples} sampled output elements of {sampled.calls} timed "
+                  f"calls (each set's last excepted) differ from the reference beyond atol/rtol")
     except CandidateFailed as failure:
         return failure.evidence
     return None

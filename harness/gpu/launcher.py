@@ -8,7 +8,7 @@ not allow (its layout, dtype, alignment) is a :class:`SpecError` here, before an
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Protocol
 
 import numpy as np
 import torch
@@ -43,6 +43,15 @@ def check_cooperative_fits(fn: Any, step: ResolvedLaunch) -> None:
         )
 
 
+class Launcher(Protocol):
+    """What runs a candidate's plan for the check and the timed runs: a cubin on the GPU
+    (:class:`LoadedModule`), or the CPU emulator (:mod:`kerngen.harness.emu.launch`, for tests and
+    ``kerngen check --emulate``). ``runner`` binds the plan to ``tensors`` once; each call of what
+    it returns is one call of the candidate."""
+
+    def runner(self, plan: ResolvedPlan, tensors: Mapping[str, torch.Tensor], stream: Any) -> Callable[[], None]: ...
+
+
 class LoadedModule:
     """A cubin loaded into the current CUDA context, with its kernels looked up by name."""
 
@@ -52,6 +61,9 @@ class LoadedModule:
         self.module = cupy.cuda.function.Module()
         self.module.load(cubin)
         self.functions = {name: self.module.get_function(name) for name in kernels}
+
+    def runner(self, plan: ResolvedPlan, tensors: Mapping[str, torch.Tensor], stream: Any) -> "PlanRunner":
+        return PlanRunner(self, plan, tensors, stream)
 
     def function(self, name: str, shared_mem: int) -> Any:
         import cupy
@@ -113,7 +125,8 @@ class PlanRunner:
         assert arg.box is not None and arg.swizzle is not None
         what = f"step {index}: kernel '{step.kernel}' argument {pos}: tensormap of '{arg.name}'"
         box_rows, box_cols = arg.box
-        buf = tensormap.device_map(tensor, box_rows, box_cols, arg.swizzle, what)
+        buf = tensormap.device_map(tensor, box_rows, box_cols, arg.swizzle, what, full_width=arg.full_width,
+                                   view=arg.view)
         self._tensormaps.append(buf)
         return buf.data_ptr()
 

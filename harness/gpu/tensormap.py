@@ -15,6 +15,20 @@ dim         size                   stride (bytes)         box
 3           outer                  rows * cols * esize    1
 ==========  =====================  =====================  ===================
 
+With ``full_width`` off the map is rank 3 and its box one k tile of box_cols columns:
+
+==========  =====================  =====================  ===================
+dim         size                   stride (bytes)         box
+==========  =====================  =====================  ===================
+0           cols                   (element)              box_cols
+1           rows                   cols * esize           box_rows
+2           outer                  rows * cols * esize    1
+==========  =====================  =====================  ===================
+
+so one ``cp.async.bulk.tensor.3d`` load at {col0, row0, outer_index} brings [box_rows][box_cols]
+(swizzled), columns past ``cols`` and rows past ``rows`` as zeros; cols need not be a multiple of
+box_cols. A ``view`` (a shape of the same element count) is applied first.
+
 element strides 1, interleave none, the spec's swizzle (0: none, 32/64/128: ``SWIZZLE_32B/64B/128B``),
 L2 promotion 128B, out-of-bounds fill none (elements outside the tensor read as zeros). So one
 ``cp.async.bulk.tensor.4d`` load at {0, row0, 0, outer_index} brings ``box_rows`` rows of the
@@ -52,9 +66,9 @@ class TensorMapLayout:
 
     dtype: str  # "bfloat16" | "float16" | "float32"
     element_bytes: int
-    dims: tuple[int, int, int, int]  # (box_cols, rows, cols // box_cols, outer)
-    strides: tuple[int, int, int]  # bytes, of dims 1..3: (cols, box_cols, rows * cols) * esize
-    box: tuple[int, int, int, int]  # (box_cols, box_rows, cols // box_cols, 1)
+    dims: tuple[int, ...]  # (box_cols, rows, cols // box_cols, outer); not full width: (cols, rows, outer)
+    strides: tuple[int, ...]  # bytes, of dims 1..: (cols, box_cols, rows * cols) * esize; (cols, rows * cols) * esize
+    box: tuple[int, ...]  # (box_cols, box_rows, cols // box_cols, 1); not full width: (box_cols, box_rows, 1)
     swizzle: int  # bytes: 0, 32, 64 or 128
 
     @property
@@ -64,13 +78,22 @@ class TensorMapLayout:
 
 
 def layout(shape: Sequence[int], dtype: str, box_rows: int, box_cols: int, swizzle: int = 128, *,
-           contiguous: bool = True, data_ptr: int | None = None, what: str = "tensormap") -> TensorMapLayout:
+           full_width: bool = True, view: Sequence[int] | None = None, contiguous: bool = True,
+           data_ptr: int | None = None, what: str = "tensormap") -> TensorMapLayout:
     """The map of a tensor of ``shape`` and ``dtype`` (a name: ``"bfloat16"``) for a box of
-    ``box_rows`` x ``box_cols``, or a :class:`SpecError` whose message starts with ``what``.
-    ``data_ptr`` (the tensor's address) is checked for its alignment where given."""
+    ``box_rows`` x ``box_cols`` (all the columns' slabs, or with ``full_width`` off one tile of
+    box_cols columns), the tensor viewed as ``view`` first where given, or a :class:`SpecError`
+    whose message starts with ``what``. ``data_ptr`` (the tensor's address) is checked for its
+    alignment where given."""
     shape = tuple(int(s) for s in shape)
     if not contiguous:
         raise SpecError(f"{what}: the tensor is not contiguous")
+    if view is not None:
+        view = tuple(int(v) for v in view)
+        if math.prod(view) != math.prod(shape) or min(view, default=0) <= 0:
+            raise SpecError(f"{what}: the view {view} ({math.prod(view)} elements) is not a shape of the tensor "
+                            f"{shape} ({math.prod(shape)} elements)")
+        shape = view
     if len(shape) < 2:
         raise SpecError(f"{what}: the tensor has {len(shape)} dim{'s' if len(shape) != 1 else ''} "
                         f"{shape}; a tensormap needs 2 or more")
@@ -85,10 +108,10 @@ def layout(shape: Sequence[int], dtype: str, box_rows: int, box_cols: int, swizz
     rows, cols, outer = shape[-2], shape[-1], math.prod(shape[:-2])
     if min(shape) <= 0:
         raise SpecError(f"{what}: the tensor {shape} is empty")
-    if cols % box_cols:
+    if full_width and cols % box_cols:
         raise SpecError(f"{what}: cols {cols} (shape[-1]) is not a multiple of box_cols {box_cols}")
     slabs = cols // box_cols
-    if slabs > MAX_TMA_BOX:
+    if full_width and slabs > MAX_TMA_BOX:
         raise SpecError(f"{what}: cols / box_cols = {cols} / {box_cols} = {slabs} slabs; at most {MAX_TMA_BOX}")
     if (cols * esize) % GLOBAL_ALIGN:  # first: with it, a box_cols of whole 16 bytes is what is left to check
         raise SpecError(f"{what}: a row of cols {cols} x {esize} bytes = {cols * esize} bytes is not a multiple of 16")
@@ -100,15 +123,20 @@ def layout(shape: Sequence[int], dtype: str, box_rows: int, box_cols: int, swizz
                         f"of {swizzle} bytes (box_cols <= {swizzle // esize})")
     if data_ptr is not None and data_ptr % GLOBAL_ALIGN:
         raise SpecError(f"{what}: the tensor's address is not 16-byte aligned (offset {data_ptr % GLOBAL_ALIGN})")
-    dims = (box_cols, rows, slabs, outer)
-    for size, name in zip(dims, ("box_cols", "rows", "cols / box_cols", "outer")):
+    if full_width:
+        dims: tuple[int, ...] = (box_cols, rows, slabs, outer)
+        names: tuple[str, ...] = ("box_cols", "rows", "cols / box_cols", "outer")
+        strides: tuple[int, ...] = (cols * esize, inner, rows * cols * esize)
+        box: tuple[int, ...] = (box_cols, box_rows, slabs, 1)
+    else:
+        dims, names = (cols, rows, outer), ("cols", "rows", "outer")
+        strides, box = (cols * esize, rows * cols * esize), (box_cols, box_rows, 1)
+    for size, name in zip(dims, names):
         if size >= MAX_DIM:
             raise SpecError(f"{what}: dim {name} = {size} is 2**32 or more")
-    strides = (cols * esize, inner, rows * cols * esize)
-    if strides[2] >= MAX_STRIDE:
+    if strides[-1] >= MAX_STRIDE:
         raise SpecError(f"{what}: rows x cols = {rows} x {cols} elements are 2**40 bytes or more")
-    return TensorMapLayout(dtype=dtype, element_bytes=esize, dims=dims, strides=strides,
-                           box=(box_cols, box_rows, slabs, 1), swizzle=swizzle)
+    return TensorMapLayout(dtype=dtype, element_bytes=esize, dims=dims, strides=strides, box=box, swizzle=swizzle)
 
 
 def check_plan(plan: Any, tensors: Mapping[str, tuple[Sequence[int], str]]) -> None:
@@ -122,7 +150,8 @@ def check_plan(plan: Any, tensors: Mapping[str, tuple[Sequence[int], str]]) -> N
                 continue
             shape, dtype = tensors[arg.name]
             what = f"step {index}: kernel '{step.kernel}' argument {pos}: tensormap of '{arg.name}'"
-            layout(shape, dtype, arg.box[0], arg.box[1], arg.swizzle, what=what)
+            layout(shape, dtype, arg.box[0], arg.box[1], arg.swizzle, full_width=arg.full_width, view=arg.view,
+                   what=what)
 
 
 def dtype_name(dtype: Any) -> str:
@@ -130,10 +159,11 @@ def dtype_name(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def layout_for(tensor: Any, box_rows: int, box_cols: int, swizzle: int, what: str = "tensormap") -> TensorMapLayout:
+def layout_for(tensor: Any, box_rows: int, box_cols: int, swizzle: int, what: str = "tensormap", *,
+               full_width: bool = True, view: Sequence[int] | None = None) -> TensorMapLayout:
     """:func:`layout` of a torch tensor (its shape, dtype, contiguity and address)."""
-    return layout(tuple(tensor.shape), dtype_name(tensor.dtype), box_rows, box_cols, swizzle,
-                  contiguous=bool(tensor.is_contiguous()), data_ptr=int(tensor.data_ptr()), what=what)
+    return layout(tuple(tensor.shape), dtype_name(tensor.dtype), box_rows, box_cols, swizzle, full_width=full_width,
+                  view=view, contiguous=bool(tensor.is_contiguous()), data_ptr=int(tensor.data_ptr()), what=what)
 
 
 def encode(lay: TensorMapLayout, data_ptr: int, what: str = "tensormap") -> bytes:
@@ -169,20 +199,29 @@ def encode(lay: TensorMapLayout, data_ptr: int, what: str = "tensormap") -> byte
     return struct.pack(f"<{len(words)}Q", *words)
 
 
-def device_map(tensor: Any, box_rows: int, box_cols: int, swizzle: int, what: str = "tensormap") -> Any:
+def device_map(tensor: Any, box_rows: int, box_cols: int, swizzle: int, what: str = "tensormap", *,
+               full_width: bool = True, view: Sequence[int] | None = None) -> Any:
     """The tensor map of ``tensor`` in device memory: a 128-byte uint8 tensor on the tensor's
     device, 64-byte aligned (a view of a slightly larger allocation; keep it as long as a kernel
     may read it). Copied synchronously: written before anything later on the current stream."""
     import torch
 
-    lay = layout_for(tensor, box_rows, box_cols, swizzle, what)
+    lay = layout_for(tensor, box_rows, box_cols, swizzle, what, full_width=full_width, view=view)
     data = encode(lay, int(tensor.data_ptr()), what)
-    buf = torch.empty(TENSORMAP_BYTES + TENSORMAP_ALIGN, dtype=torch.uint8, device=tensor.device)
-    offset = -buf.data_ptr() % TENSORMAP_ALIGN  # 0 with torch's allocator (512-byte blocks)
-    view = buf[offset : offset + TENSORMAP_BYTES]
+    view = aligned_buffer(tensor.device)
     view.copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
     return view
 
 
-__all__ = ["ELEMENT_BYTES", "TENSORMAP_ALIGN", "TENSORMAP_BYTES", "TensorMapLayout", "check_plan", "device_map",
-           "dtype_name", "encode", "layout", "layout_for"]
+def aligned_buffer(device: Any) -> Any:
+    """Room for one map on ``device``: a 128-byte uint8 view, 64-byte aligned, of a slightly
+    larger allocation from torch's caching allocator."""
+    import torch
+
+    buf = torch.empty(TENSORMAP_BYTES + TENSORMAP_ALIGN, dtype=torch.uint8, device=device)
+    offset = -buf.data_ptr() % TENSORMAP_ALIGN  # 0 with torch's allocator (512-byte blocks)
+    return buf[offset : offset + TENSORMAP_BYTES]
+
+
+__all__ = ["ELEMENT_BYTES", "TENSORMAP_ALIGN", "TENSORMAP_BYTES", "TensorMapLayout", "aligned_buffer", "check_plan",
+           "device_map", "dtype_name", "encode", "layout", "layout_for"]

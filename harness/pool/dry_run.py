@@ -6,8 +6,9 @@ has the verdict and message a GPU run would have given it before the GPU. So a s
 LLM calls runs end to end on a laptop (``kerngen generate --dry-run``): the endpoint, the model,
 the prompts and the repairs of what does not compile are checked before a GPU is booked.
 
-Nothing here is a measurement: the baseline holds no time (NaN), the GPU's measured rates are
-unset, and no candidate is ever correct, so nothing is tuned."""
+Nothing here is a measurement: the baseline holds no time (NaN), its roofline floor comes from the
+preset's data-sheet rates (``GpuFacts.datasheet``), and no candidate is ever correct, so nothing
+is tuned."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Sequence
 
 from kerngen.harness.evaluator import Candidate, EvalOptions, OnResult
 from kerngen.harness.gpu.presets import preset
+from kerngen.harness.gpu.roofline import floor_ms
 from kerngen.harness.pool.static_stage import prepare
 from kerngen.harness.results import Baseline, EvalResult, GpuFacts, Timing, Verdict
 from kerngen.problems.load import load_problem
@@ -32,6 +34,7 @@ class DryRunEvaluator:
 
     def __init__(self, gpu: str = "h100") -> None:
         self.facts = preset(gpu)
+        self.dry_run = gpu.strip()  # the preset, as the run's journal records it (a resume compiles for it)
         self.concurrency = max(1, os.cpu_count() or 1)  # compiles run on every core
 
     def gpu_facts(self) -> GpuFacts:
@@ -41,8 +44,11 @@ class DryRunEvaluator:
         nan = math.nan
         none = Timing(median_ms=nan, q25_ms=nan, q75_ms=nan, min_ms=nan, max_ms=nan, mean_ms=nan, reps=0, warmup=0,
                       l2_flushed=False)
+        info = load_problem(problem).info
+        floor, bound = floor_ms(info.flops, info.min_bytes, info.dtype, self.facts)  # from data-sheet rates
         return Baseline(problem=problem.label(), gpu=self.facts.name, eager=none,
-                        compile_error="not measured (dry run: no GPU)")
+                        compile_error="not measured (dry run: no GPU)", floor_ms=floor, floor_bound=bound,
+                        flops=info.flops, min_bytes=info.min_bytes)
 
     def evaluate(self, problem: ProblemRef, candidates: Sequence[Candidate], options: EvalOptions | None = None,
                  on_result: OnResult | None = None) -> list[EvalResult]:

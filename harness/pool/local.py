@@ -15,13 +15,15 @@ from kerngen.problems.ref import ProblemRef
 from kerngen.errors import KerngenError, NoGPUError
 from kerngen.harness.evaluator import Candidate, EvalOptions, OnResult
 from kerngen.harness.pool.static_stage import Ready, cancelled, prepare
-from kerngen.harness.pool.protocol import BaselineRequest, EvaluateRequest, HelloRequest
-from kerngen.harness.results import Baseline, EvalResult, GpuFacts, ProfileOutcome, Verdict
-from kerngen.harness.pool.worker_proc import WorkerDied, WorkerProcess, WorkerTimeout
+from kerngen.harness.pool.protocol import BaselineRequest, EvaluateRequest, HelloRequest, OpTimeRequest
+from kerngen.harness.results import Baseline, EvalResult, GpuFacts, OpTiming, ProfileOutcome, Verdict
+from kerngen.harness.pool.worker_proc import WorkerDied, WorkerLost, WorkerProcess, WorkerTimeout
 from kerngen.harness.gpu.profile import NCU_TIMEOUT_S, ProfileRequest, find_ncu, run_ncu
 from kerngen.harness.spec.spec import KernelSpec
 
 BASELINE_TIMEOUT_S = 900.0  # torch.compile of a new problem can take minutes
+NO_GPU = ("no CUDA device visible: this command needs an NVIDIA GPU (without one, kerngen generate PROBLEM --dry-run "
+          "runs a search that compiles its kernels and runs none, and kerngen check SPEC PROBLEM vets a spec)")
 
 
 def visible_devices() -> list[str]:
@@ -30,7 +32,7 @@ def visible_devices() -> list[str]:
 
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if count == 0:
-        raise NoGPUError("no CUDA device visible: this command needs an NVIDIA GPU")
+        raise NoGPUError(NO_GPU)
     env = os.environ.get("CUDA_VISIBLE_DEVICES")
     ids = [d.strip() for d in env.split(",") if d.strip()] if env else [str(i) for i in range(count)]
     return ids[:count]
@@ -62,7 +64,7 @@ class WorkerPool:
         else:
             self.devices = list(devices) if devices is not None else visible_devices()
         if not self.devices:
-            raise NoGPUError("no CUDA device visible: this command needs an NVIDIA GPU")
+            raise NoGPUError(NO_GPU)
         self.timeout_s = timeout_s
         extra = {"module": worker_module} if worker_module else {}  # tests: a fake worker, no GPU
         self.workers: list[WorkerHandle] = (list(workers) if workers is not None else
@@ -140,6 +142,23 @@ class WorkerPool:
         finally:
             self._free.put(worker)
 
+    def time_op(self, problem: ProblemRef, spec: KernelSpec, config: dict[str, int] | None = None, *,
+                budget_ms: float = 300.0, timeout_s: float = BASELINE_TIMEOUT_S) -> OpTiming:
+        """The exported op's path timed beside its kernel in one worker (:mod:`kerngen.harness.gpu.op_bench`).
+        KerngenError when the kernel does not compile or the worker fails."""
+        results: list[EvalResult | None] = [None]
+        ready = self._compile_all(problem, [Candidate(spec=spec, config=dict(config or {}))], self.gpu_facts().arch,
+                                  results, None)
+        if not ready:
+            why = results[0].message if results[0] is not None else "no plan"
+            raise KerngenError(f"the op path was not timed: {why}")
+        request = OpTimeRequest(problem=problem, spec=spec, plan=ready[0].plan,
+                                cubin_b64=EvaluateRequest.encode(ready[0].compiled.cubin), budget_ms=budget_ms)
+        reply = self._ask(request, timeout_s)
+        if reply.op_timing is None:
+            raise KerngenError(f"the op path was not timed: {reply.error or 'no answer'}")
+        return reply.op_timing
+
     def _find_ncu(self) -> str:
         """ncu on this host ("": none). A Ray pool asks its actors' hosts instead."""
         return find_ncu() or ""
@@ -173,7 +192,7 @@ class WorkerPool:
         def greet(worker: WorkerHandle) -> None:
             try:
                 worker.request(HelloRequest(ceilings=False), BASELINE_TIMEOUT_S)
-            except (WorkerTimeout, WorkerDied):
+            except (WorkerTimeout, WorkerDied, WorkerLost):
                 pass
 
         threads = [threading.Thread(target=greet, args=(w,), daemon=True) for w in self.workers]
@@ -215,6 +234,7 @@ class WorkerPool:
         for item in ready:
             jobs.put(item)
         stopped = threading.Event()  # the caller was interrupted: nothing more runs or lands
+        lost: dict[int, str] = {}  # candidates whose worker was lost under them: why
 
         def land(i: int, r: EvalResult) -> None:  # under self._lock (see _land), as is stopped.set()
             if not stopped.is_set() and on_result is not None:
@@ -236,6 +256,14 @@ class WorkerPool:
                         continue
                     try:
                         r = self._run_one(worker, problem, cand, plan, compiled, options)
+                    except WorkerLost as exc:
+                        # the worker is gone, not by the candidate's doing: another worker takes the
+                        # candidate (once: one lost twice is left for a resume) and this one no more
+                        if i not in lost:
+                            lost[i] = str(exc)
+                            jobs.put(item)
+                            return
+                        r = lost_result(cand, plan, f"{exc} (and before that: {lost[i]})")
                     except Exception as exc:  # noqa: BLE001 - a harness fault becomes this candidate's verdict
                         worker.kill()
                         r = EvalResult(verdict=Verdict.harness_error, message=f"harness error: {exc!r}"[:400],
@@ -244,12 +272,15 @@ class WorkerPool:
             finally:
                 self._free.put(worker)
 
-        threads = [threading.Thread(target=drain, daemon=True) for _ in range(min(len(self.workers), len(ready)))]
-        for t in threads:
-            t.start()
         try:
-            for t in threads:
-                t.join()
+            # a round: one thread per worker in the rotation; the next takes what a lost worker left
+            while not jobs.empty() and self._rotation() > 0:
+                threads = [threading.Thread(target=drain, daemon=True)
+                           for _ in range(min(self.concurrency, jobs.qsize()))]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
         except BaseException:
             # Ctrl-C (or a time limit's SIGINT) reaches this thread only: the search it interrupts
             # closes its journal next, so no result may land after this (a candidate in flight
@@ -257,6 +288,20 @@ class WorkerPool:
             with self._lock:  # waits out a landing in progress
                 stopped.set()
             raise
+        while not jobs.empty():  # no worker is left to take them: not the kernels' verdicts
+            item = jobs.get_nowait()
+            why = f"{lost.get(item.index, 'its GPU worker was lost')}; no GPU worker is left to take it"
+            self._land(item.index, lost_result(item.candidate, item.plan, why), results, land)
+
+    def _rotation(self) -> int:
+        """How many workers take candidates now (a Ray pool first takes lost actors out and puts
+        those Ray restarted back in; 0: none is left)."""
+        return len(self.workers)
+
+    def workers_lost(self) -> str:
+        """Why this evaluator can evaluate nothing more (every worker lost), "" while it can. A
+        local worker process is never lost (it is restarted): a Ray pool's actors can be."""
+        return ""
 
     def _run_one(self, worker, problem, cand, plan, compiled, options) -> EvalResult:
         req = EvaluateRequest(
@@ -297,4 +342,12 @@ class WorkerPool:
                 on_result(i, r)
 
 
-__all__ = ["WorkerPool", "visible_devices"]
+def lost_result(cand: Candidate, plan, why: str) -> EvalResult:
+    """A candidate whose worker was lost and that no other worker took: a harness condition, not the
+    kernel's verdict (a search keeps no result for it and a resume evaluates it; a tuner caches none)."""
+    message = f"harness error: {why}: not the kernel's verdict, left for a resume"
+    return EvalResult(verdict=Verdict.harness_error, message=message[:400], spec_hash=cand.spec.content_hash(),
+                      config=plan.config)
+
+
+__all__ = ["WorkerPool", "lost_result", "visible_devices"]

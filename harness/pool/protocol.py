@@ -11,7 +11,8 @@ from kerngen.problems.ref import ProblemRef
 
 from kerngen.harness.evaluator import EvalOptions
 from kerngen.harness.spec.plan import ResolvedPlan
-from kerngen.harness.results import Baseline, CompileInfo, EvalResult, GpuFacts
+from kerngen.harness.results import Baseline, CompileInfo, EvalResult, GpuFacts, OpTiming
+from kerngen.harness.spec.spec import KernelSpec
 
 
 class HelloRequest(BaseModel):
@@ -51,7 +52,22 @@ class EvaluateRequest(BaseModel):
         return base64.b64decode(self.cubin_b64)
 
 
-Request = Annotated[Union[HelloRequest, BaselineRequest, PrepareRequest, EvaluateRequest], Field(discriminator="op")]
+class OpTimeRequest(BaseModel):
+    """Time the exported op's path beside its kernel (``kerngen bench --op``, ``kerngen suite``)."""
+
+    op: Literal["op_time"] = "op_time"
+    problem: ProblemRef
+    spec: KernelSpec
+    plan: ResolvedPlan
+    cubin_b64: str
+    budget_ms: float = 300.0
+
+    def cubin(self) -> bytes:
+        return base64.b64decode(self.cubin_b64)
+
+
+Request = Annotated[Union[HelloRequest, BaselineRequest, PrepareRequest, EvaluateRequest, OpTimeRequest],
+                    Field(discriminator="op")]
 
 
 class Envelope(BaseModel):
@@ -66,5 +82,6 @@ class Reply(BaseModel):
     facts: GpuFacts | None = None
     baseline: Baseline | None = None
     result: EvalResult | None = None
+    op_timing: OpTiming | None = None
     error: str = ""  # a failure of the request itself (bad problem, ...), not of a candidate
     fatal: bool = False  # the worker's CUDA context is unusable: it exits after this reply

@@ -15,8 +15,11 @@ import traceback
 from pydantic import ValidationError
 
 from kerngen.errors import KerngenError
+from kerngen.harness import lifeline
 from kerngen.harness.gpu.memory_plan import HarnessMemoryError
-from kerngen.harness.pool.protocol import BaselineRequest, Envelope, EvaluateRequest, HelloRequest, PrepareRequest, Reply
+from kerngen.harness.pool.protocol import (
+    BaselineRequest, Envelope, EvaluateRequest, HelloRequest, OpTimeRequest, PrepareRequest, Reply,
+)
 from kerngen.harness.results import EvalResult, Verdict
 
 
@@ -46,16 +49,19 @@ class Worker:
 
     def state(self, ref):
         from kerngen.problems.load import load_problem
-        from kerngen.problems.torch_modes import strict_fp32
+        from kerngen.problems.torch_modes import set_precision
 
         from kerngen.harness.gpu.check import ProblemState
+        from kerngen.harness.gpu.precision import tolerance_for
 
         key = ref.key()
         if key not in self.states:
-            strict_fp32()
+            set_precision(ref.precision)
             if len(self.states) >= 2:  # keep at most two problems' models and params resident
                 self.states.pop(next(iter(self.states)))
-            self.states[key] = ProblemState(load_problem(ref), self.device)
+            state = ProblemState(load_problem(ref), self.device)
+            tolerance_for(state)  # at --precision tf32: measured now, before any candidate's clock runs
+            self.states[key] = state
         return self.states[key]
 
     def hello(self, req: HelloRequest):
@@ -79,12 +85,26 @@ class Worker:
 
     def evaluate(self, req: EvaluateRequest) -> EvalResult:
         from kerngen.harness.gpu.evaluate import Evaluation
+        from kerngen.harness.gpu.precision import tolerance_for
 
         facts = self.hello(HelloRequest(ceilings=False))
         run = Evaluation(self.state(req.problem), self.stream, self.flusher, self.device_index)
         result = run.run(req.cubin(), req.plan, req.compile, req.options)
         result.spec_hash, result.gpu = req.spec_hash, facts.name
+        tol = tolerance_for(run.state)
+        if result.check is not None and tol.precision.value != "fp32":
+            result.message += f"; checked at {tol.note()}"
         return result
+
+    def op_time(self, req: OpTimeRequest):
+        from kerngen.harness.gpu.evaluate import Evaluation
+        from kerngen.harness.gpu.op_bench import time_op_path
+
+        self.hello(HelloRequest(ceilings=False))
+        state = self.state(req.problem)
+        memory = Evaluation(state, self.stream, self.flusher, self.device_index).memory_plan(req.plan)
+        return time_op_path(state, req.spec, req.plan, req.cubin(), self.stream, self.flusher, self.device_index,
+                            req.budget_ms, input_sets=memory.timed_sets)
 
     def handle(self, env: Envelope) -> Reply:
         req = env.request
@@ -95,6 +115,8 @@ class Worker:
         if isinstance(req, PrepareRequest):
             self.state(req.problem)
             return Reply(id=env.id)
+        if isinstance(req, OpTimeRequest):
+            return Reply(id=env.id, op_timing=self.op_time(req))
         return Reply(id=env.id, result=self.evaluate(req))
 
 
@@ -132,6 +154,8 @@ def _failure_reply(env: Envelope, exc: BaseException) -> Reply:
 
 
 def main() -> None:
+    if os.environ.get("KERNGEN_PARENT_PID", "").isdigit():  # no GPU worker outlives its kerngen
+        lifeline.die_with_parent(int(os.environ["KERNGEN_PARENT_PID"]))
     # Keep the protocol pipe clean: anything a library prints goes to stderr (the worker log).
     proto = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)

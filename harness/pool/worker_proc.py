@@ -15,6 +15,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+from kerngen.errors import KerngenError
+from kerngen.harness import lifeline
 from kerngen.harness.pool.protocol import Envelope, Reply
 
 
@@ -33,6 +35,12 @@ class WorkerDied(Exception):
     def __init__(self, message: str, log_tail: str) -> None:
         super().__init__(message)
         self.log_tail = log_tail
+
+
+class WorkerLost(KerngenError):
+    """The worker itself is gone (a Ray actor, or the node it ran on), not by the candidate's doing:
+    no verdict on the candidate it had; the pool hands that to another worker (once) or leaves it
+    for a resume. A local worker process is never lost: it dies (WorkerDied) and is restarted."""
 
 
 class WorkerProcess:
@@ -54,17 +62,18 @@ class WorkerProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def start(self) -> None:
-        env = dict(os.environ, CUDA_VISIBLE_DEVICES=self.device, PYTHONUNBUFFERED="1")
+        # KERNGEN_PARENT_PID: the worker dies with this process, however it is killed (lifeline)
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES=self.device, PYTHONUNBUFFERED="1", KERNGEN_PARENT_PID=str(os.getpid()))
         env.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)
         log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
+        self.proc = lifeline.spawn(lambda: subprocess.Popen(
             [sys.executable, "-m", self.module],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=log,
             env=env,
             start_new_session=True,  # its own process group: a kill takes any children too
-        )
+        ))
         log.close()
         self._lines = queue.Queue()
         threading.Thread(target=self._read, args=(self.proc, self._lines), daemon=True).start()

@@ -8,7 +8,7 @@ subclass :class:`~kerngen.errors.ExprError`) for anything a spec can provoke, an
 another exception. Every value it hands on fits where it goes: grid and block within CUDA's
 limits, dynamic shared memory and scratch sizes within sane bounds, an ``int32``/``int64``
 argument within its type, a ``float32`` argument finite and within float32's range, a
-``tensormap`` argument's box rows and columns within 1..256 (what the tensor allows is checked
+``tensormap`` argument's box rows and columns within 1..256 and its view's dims positive (what the tensor allows is checked
 where it is bound, :mod:`kerngen.harness.gpu.tensormap`), a define within 64 bits (or a finite
 float) and not named like a CUDA header's reserved names.
 """
@@ -43,6 +43,8 @@ class ResolvedArg(BaseModel):
     value: int | float | None = None  # a scalar's value
     box: tuple[int, int] | None = None  # a "tensormap": (box_rows, box_cols)
     swizzle: int | None = None  # a "tensormap": 0, 32, 64 or 128 (bytes)
+    full_width: bool = True  # a "tensormap": the box spans every column (False: box_cols of them)
+    view: tuple[int, ...] | None = None  # a "tensormap": the shape the tensor is viewed as
 
 
 class ResolvedLaunch(BaseModel):
@@ -214,7 +216,9 @@ def _resolve_launch(step: Launch, env: Mapping[str, object], known: _Bindable, i
             where = f"step {index}: kernel '{step.kernel}' argument {pos}"
             known.require(arg.name, where)
             box = (_box(arg.box_rows, "box_rows", env, where), _box(arg.box_cols, "box_cols", env, where))
-            args.append(ResolvedArg(kind="tensormap", name=arg.name, box=box, swizzle=arg.swizzle))
+            view = _view(arg.view, env, where) if arg.view is not None else None
+            args.append(ResolvedArg(kind="tensormap", name=arg.name, box=box, swizzle=arg.swizzle,
+                                    full_width=arg.full_width, view=view))
         else:
             args.append(_resolve_scalar(arg, env, index))
     return ResolvedLaunch(
@@ -228,6 +232,13 @@ def _box(text: object, what: str, env: Mapping[str, object], where: str) -> int:
         shown = expr.shown(value) if isinstance(text, int) else f"{expr.shown(text)} = {expr.shown(value)}"
         raise SpecError(f"{where}: tensormap {what} {shown} is not in 1..{MAX_TMA_BOX}")
     return value
+
+
+def _view(dims: list, env: Mapping[str, object], where: str) -> tuple[int, ...]:
+    view = tuple(expr.evaluate_int(d, env) for d in dims)
+    if any(d <= 0 for d in view) or math.prod(view) > MAX_SCRATCH_ELEMENTS:
+        raise SpecError(f"{where}: tensormap view {view} has a dim <= 0 or more elements than any tensor")
+    return view
 
 
 def _resolve_scalar(arg: ScalarArg, env: Mapping[str, object], index: int) -> ResolvedArg:

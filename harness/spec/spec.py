@@ -38,6 +38,7 @@ from pydantic import (
     Tag,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -59,6 +60,7 @@ MAX_ARGS = 256  # arguments of one launch
 MAX_DEFINES = 256
 MAX_CONSTRAINTS = 256
 MAX_SCRATCH = 64
+MAX_VIEW_DIMS = 8  # dims of a tensormap argument's view
 INT_MIN, INT_MAX = -(2**63), 2**64 - 1  # a literal integer (it may end up as a 64-bit -D value)
 
 
@@ -143,7 +145,8 @@ class TensorMapArg(_Model):
     ``rows`` come in as zeros, never another outer index's data. The box is box_rows * cols * element size bytes (the mbarrier's expect_tx).
     Refused: cols not a multiple of box_cols, cols / box_cols > 256, box_cols * element size not
     a multiple of 16 or (with a swizzle) above the swizzle, cols * element size not a multiple of
-    16, a dim of 2**32 or more."""
+    16, a dim of 2**32 or more. ``full_width: false`` and ``view`` (a GEMM's k tiles of a reshaped
+    tensor): harness/gpu/tensormap.py."""
 
     kind: Literal["tensormap"]
     name: str = Field(pattern=_TENSOR_NAME.pattern, description="the tensor mapped (as for a tensor argument)")
@@ -153,12 +156,25 @@ class TensorMapArg(_Model):
         default=128, description="shared memory swizzle in bytes (0: none); box_cols * element size <= swizzle"
     )
 
+    full_width: bool = Field(default=True, description="false: a box of box_cols columns at a column coordinate")
+    view: list[Expr] | None = Field(default=None, min_length=2, max_length=MAX_VIEW_DIMS,
+                                    description="the tensor seen as this shape (same element count) first")
+
     @field_validator("swizzle", mode="before")
     @classmethod
     def _swizzle(cls, value: Any) -> Any:
         if isinstance(value, bool):  # JSON false is no number of bytes, though Python counts it 0
             raise ValueError(f"swizzle must be 0, 32, 64 or 128 (bytes), got {value}")
         return value
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: Any) -> Any:
+        """Fields added later are left out at their defaults: older specs dump and hash as before."""
+        data = handler(self)
+        for key, unused in (("full_width", self.full_width), ("view", self.view is None)):
+            if unused and isinstance(data, dict):
+                data.pop(key, None)
+        return data
 
 
 _ARG_TAGS = {"tensor": "tensor", "tensormap": "tensormap"}
@@ -230,6 +246,14 @@ class Scratch(_Model):
     size: Expr = Field(description="number of elements")
 
 
+class Origin(_Model):
+    """Who wrote a spec, where it was built by a catalogue (the offline playbook): its family and variant.
+    Provenance only: not part of the candidate (never hashed, compiled or launched)."""
+
+    family: str = Field(max_length=64)
+    variant: str = Field(max_length=64)
+
+
 class KernelSpec(_Model):
     """A candidate kernel: pure CUDA-C plus a launch plan. Loadable from JSON or YAML."""
 
@@ -254,6 +278,8 @@ class KernelSpec(_Model):
     )
     scratch: list[Scratch] = Field(default_factory=list)
     steps: list[Step] = Field(min_length=1, description="ordered launches and memsets of one call")
+    origin: Origin | None = Field(default=None, description="the playbook family and variant that built it "
+                                  "(provenance, not part of the candidate)")
 
     @model_validator(mode="before")
     @classmethod
@@ -336,7 +362,7 @@ class KernelSpec(_Model):
         for index, step in enumerate(self.steps):
             if isinstance(step, Launch) and len(step.args) > MAX_ARGS:
                 raise ValueError(f"step {index}: {len(step.args)} arguments; at most {MAX_ARGS}")
-        for where, text in self._expressions():
+        for where, text in self.expressions():
             if isinstance(text, str):
                 try:
                     expr.parse(text)
@@ -349,7 +375,7 @@ class KernelSpec(_Model):
             raise ValueError("two scratch buffers share a name")
         return self
 
-    def _expressions(self) -> list[tuple[str, Expr]]:
+    def expressions(self) -> list[tuple[str, Expr]]:
         """Every expression with where it is (``steps.0.grid.1``): a message names the field."""
         out: list[tuple[str, Expr]] = [(f"constraints.{i}", c) for i, c in enumerate(self.constraints)]
         out += [(f"defines.{name}", v) for name, v in self.defines.items()]
@@ -364,6 +390,7 @@ class KernelSpec(_Model):
                 for i, a in enumerate(step.args):
                     if isinstance(a, TensorMapArg):
                         out += [(f"{at}.args.{i}.box_rows", a.box_rows), (f"{at}.args.{i}.box_cols", a.box_cols)]
+                        out += [(f"{at}.args.{i}.view.{j}", v) for j, v in enumerate(a.view or ())]
         return out
 
     # ----- configurations -------------------------------------------------------------------
@@ -402,7 +429,7 @@ class KernelSpec(_Model):
 
     def content_hash(self) -> str:
         """Hash of everything that defines the candidate (not its name or description)."""
-        data = self.model_dump(mode="json", exclude={"name", "description"})
+        data = self.model_dump(mode="json", exclude={"name", "description", "origin"})
         if not self.arch_specific:  # a spec that does not use the field hashes as before it existed
             data.pop("arch_specific", None)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]

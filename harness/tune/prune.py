@@ -21,6 +21,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from pydantic import BaseModel
 
+from kerngen import expr
 from kerngen.errors import KerngenError
 from kerngen.expr import TensorFacts
 from kerngen.harness.spec.plan import ResolvedLaunch, ResolvedPlan, constraints_hold, build_env, resolve
@@ -44,6 +45,59 @@ def _threads(launch: ResolvedLaunch) -> int:
     return launch.block[0] * launch.block[1] * launch.block[2]
 
 
+class Memo:
+    """What static pruning works out for a spec at one problem's sizes, memoized over the many
+    configurations of its space (evaluating them one by one was most of the time of ``kerngen
+    playbook DIR``): each constraint's verdict by the values of the tunables it reads (one or two:
+    a space of thousands has a few dozen verdicts), and the resolved plan by the values of the
+    tunables the plan's expressions read (one that only the source reads, ``UNROLL``, changes no
+    grid, block or shared memory). Verdicts, reasons and plans are those of the unmemoized path."""
+
+    def __init__(self, spec: KernelSpec, sizes: Mapping[str, int | float], tensors: Mapping[str, TensorFacts]) -> None:
+        self.base = build_env(sizes, tensors, {})
+        tunables = set(spec.tunables)
+
+        def reads(text: object) -> set[str]:
+            try:
+                return expr.names_in(text) & tunables if isinstance(text, str) else set()
+            except KerngenError:  # does not parse: judged per configuration, as before
+                return tunables
+
+        self.constraints = [(text, tuple(sorted(reads(text)))) for text in spec.constraints]
+        plan_texts = [text for where, text in spec.expressions() if not where.startswith("constraints.")]
+        self.plan_reads = tuple(sorted(set().union(*(reads(t) for t in plan_texts)) if plan_texts else set()))
+        self.verdicts: dict[tuple, tuple[str, str]] = {}
+        self.plans: dict[tuple, tuple[ResolvedPlan | None, str, str]] = {}
+
+    def check(self, cfg: Mapping[str, int]) -> tuple[str, str]:
+        """("", "") when every constraint holds for the full configuration ``cfg``, else (kind, reason)."""
+        env: dict[str, object] | None = None
+        for i, (text, used) in enumerate(self.constraints):
+            key = (i, *(cfg[n] for n in used))
+            verdict = self.verdicts.get(key)
+            if verdict is None:
+                env = env if env is not None else {**self.base, **cfg}  # tunables win, as in build_env
+                try:
+                    held = expr.evaluate_bool(text, env)
+                    verdict = ("", "") if held else ("constraint", f"constraint violated: {text}")
+                except KerngenError as exc:
+                    verdict = ("constraint", f"constraint cannot be evaluated: {exc}")
+                self.verdicts[key] = verdict
+            if verdict[0]:
+                return verdict
+        return "", ""
+
+    def plan(self, cfg: dict[str, int], work_out: Callable[[], tuple[ResolvedPlan | None, str, str]]
+             ) -> tuple[ResolvedPlan | None, str, str]:
+        """``work_out()`` for the first configuration of its kind; the others get its verdict and a
+        copy of its plan with their own configuration."""
+        key = tuple(cfg[n] for n in self.plan_reads)
+        if key not in self.plans:
+            self.plans[key] = work_out()
+        plan, kind, reason = self.plans[key]
+        return (plan.model_copy(update={"config": cfg}) if plan is not None else None), kind, reason
+
+
 def static_reason(
     spec: KernelSpec,
     config: Mapping[str, int],
@@ -51,19 +105,32 @@ def static_reason(
     sizes: Mapping[str, int | float],
     tensors: Mapping[str, TensorFacts],
     gpu: GpuFacts,
+    memo: Memo | None = None,
 ) -> tuple[ResolvedPlan | None, str, str]:
     """(plan, "", "") when the config survives, else (None, kind, reason). Never raises for
-    anything the spec (a model's answer) holds: that is a reason."""
+    anything the spec (a model's answer) holds: that is a reason. ``memo``: the spec's, over many
+    configurations (:func:`static_prune`)."""
     try:
         cfg = spec.full_config(dict(config))
     except KerngenError as exc:
         return None, "plan", f"configuration does not fit the spec: {exc}"
+    if memo is not None:
+        kind, why = memo.check(cfg)
+        if kind:
+            return None, kind, why
+        return memo.plan(cfg, lambda: _plan_reason(spec, cfg, sizes, tensors, gpu))
     try:
         ok, why = constraints_hold(spec, build_env(sizes, tensors, cfg))
     except KerngenError as exc:
         return None, "constraint", f"constraint cannot be evaluated: {exc}"
     if not ok:
         return None, "constraint", why
+    return _plan_reason(spec, cfg, sizes, tensors, gpu)
+
+
+def _plan_reason(spec: KernelSpec, cfg: dict[str, int], sizes: Mapping[str, int | float],
+                 tensors: Mapping[str, TensorFacts], gpu: GpuFacts) -> tuple[ResolvedPlan | None, str, str]:
+    """The plan of a configuration whose constraints hold, or why it does not resolve or fit the GPU."""
     try:
         plan = resolve(spec, sizes=sizes, tensors=tensors, config=cfg, check_constraints=False)
     except KerngenError as exc:
@@ -97,11 +164,12 @@ def static_prune(
     ``deadline`` (``time.monotonic()``), the configs not examined by then are in neither list."""
     survivors: list[tuple[dict[str, int], ResolvedPlan]] = []
     pruned: list[PrunedConfig] = []
+    memo = Memo(spec, sizes, tensors)
     for n, config in enumerate(configs):
         if deadline is not None and n % 64 == 0 and time.monotonic() >= deadline:
             break
         cfg = dict(config)
-        plan, kind, reason = static_reason(spec, cfg, sizes=sizes, tensors=tensors, gpu=gpu)
+        plan, kind, reason = static_reason(spec, cfg, sizes=sizes, tensors=tensors, gpu=gpu, memo=memo)
         if plan is None:
             pruned.append(PrunedConfig(config=cfg, kind=kind, reason=reason))
         else:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import threading
 import time
@@ -31,7 +32,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from kerngen.agent.budget import StopKind
+from kerngen.problems.torch_modes import DEFAULTS_LABEL
+from kerngen.results.speedups import SHORT_NOTE
 from kerngen.agent.journal import has_journal, write_atomic
+from kerngen.agent.safe_paths import UnsafePathError, inside, refuse_symlinks, regular_file, shown
 from kerngen.agent.tree import Run, load_run
 from kerngen.errors import JournalError, KerngenError
 from kerngen.results.show import no_kernel_why
@@ -39,6 +44,7 @@ from kerngen.results.suite import reference_metrics
 from kerngen.text import one_line, strict_json
 
 BATCHES = "batches"
+MAX_BATCH_BYTES = 16 << 20  # a state file of thousands of problems is well under 1 MB
 
 
 class Status(str, Enum):
@@ -65,25 +71,50 @@ class Batch(BaseModel):
         return next(e for e in self.entries if e.problem == problem)
 
 
-def batch_path(problems: Sequence[str], runs_dir: Path) -> Path:
+def batch_path(problems: Sequence[str], runs_dir: Path, kind: str = "") -> Path:
+    """``kind``: "dry-run" keeps a dry run's batch apart from the one that measures the same problems."""
     digest = hashlib.sha256("\n".join(sorted(problems)).encode()).hexdigest()[:10]
     first = Path(problems[0]).parent.name if len({str(Path(p).parent) for p in problems}) == 1 else "mixed"
     slug = re.sub(r"[^a-z0-9_-]+", "-", (first or "problems").lower()).strip("-")[:40] or "problems"
-    return runs_dir / BATCHES / f"{slug}-{digest}.json"
+    return runs_dir / BATCHES / f"{slug}{'-' + kind if kind else ''}-{digest}.json"
 
 
-def open_batch(problems: Sequence[str], runs_dir: Path, minutes: float | None, fresh: bool) -> tuple[Batch, Path]:
-    """The batch of these problems (continued unless ``fresh``); a corrupt state file is refused."""
-    path = batch_path(problems, runs_dir)
+def open_batch(problems: Sequence[str], runs_dir: Path, minutes: float | None, fresh: bool,
+               kind: str = "") -> tuple[Batch, Path]:
+    """The batch of these problems (continued unless ``fresh``); a corrupt or unsafe state file is
+    refused (:func:`check_entries`)."""
+    path = batch_path(problems, runs_dir, kind)
     if path.is_file() and not fresh:
         try:
-            batch = Batch.model_validate_json(path.read_bytes())
+            batch = Batch.model_validate_json(regular_file(path, "batch state", MAX_BATCH_BYTES).read_bytes())
+        except UnsafePathError as exc:
+            raise JournalError(f"{exc}; use --fresh") from None
         except (ValidationError, OSError, ValueError) as exc:
             raise JournalError(f"batch state {path} is unreadable ({type(exc).__name__}); use --fresh") from None
         if sorted(batch.problems) == sorted(problems):
+            check_entries(batch, path, runs_dir)
             return batch, path
     batch = Batch(problems=list(problems), minutes=minutes, entries=[Entry(problem=p) for p in problems])
     return batch, path
+
+
+def check_entries(batch: Batch, path: Path, runs_dir: Path) -> None:
+    """A state file in a runs folder someone handed over names the run folders the batch resumes
+    and appends to: each must be a plain name inside ``runs_dir``, neither it nor what a search
+    writes in it a symbolic link (as a single resume checks), and each entry one of the batch's
+    problems. :class:`JournalError` (one line) otherwise."""
+    problems = set(batch.problems)
+    for e in batch.entries:
+        try:
+            if e.problem not in problems:
+                raise UnsafePathError(f"entry {shown(e.problem)} is not one of the batch's problems")
+            if e.run is not None:
+                folder = inside(runs_dir, e.run, "run folder")
+                if folder.is_symlink():
+                    raise UnsafePathError(f"run folder {shown(e.run)} is a symbolic link")
+                refuse_symlinks(folder)
+        except UnsafePathError as exc:
+            raise JournalError(f"batch state {path}: {exc}; refused (use --fresh)") from None
 
 
 def save(batch: Batch, path: Path) -> None:
@@ -106,37 +137,65 @@ def run_batch(batch: Batch, path: Path, runs_dir: Path, search_one: SearchOne, *
               quiet: bool = False) -> Batch:
     """Search the batch's pending and interrupted problems, one per slot at a time (a slot is an
     evaluator: one GPU worker of the pool or one actor of a Ray cluster; one slot: in turn, in this
-    thread). The state file has one writer: entries change and are saved under one lock."""
+    thread). The state file has one writer: entries change and are saved under one lock. A slot
+    whose GPU is lost (its Ray node gone) takes no more problems, and the one it had goes back to
+    the others, which resume it in its run folder (nothing evaluated is evaluated again)."""
     left = deque(todo(batch))
     err = Console(stderr=True, highlight=False)
     lock = threading.Lock()
+    turn = threading.Condition(lock)  # a slot waits for the problems that others may hand back
+    busy = [0]  # slots searching now
+    stopped = threading.Event()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err, disable=quiet) as bar:
         task = bar.add_task("problems", total=len(batch.entries), completed=len(batch.entries) - len(left))
 
         def next_entry() -> Entry | None:
-            with lock:
-                if not left:
+            with turn:
+                while not left and busy[0] and not stopped.is_set():
+                    turn.wait()
+                if not left or stopped.is_set():
                     return None
                 entry = left.popleft()
+                busy[0] += 1
                 bar.update(task, description=one_line(Path(entry.problem).stem, 40))
                 return entry
 
         def work(slot: Any) -> None:
             while (entry := next_entry()) is not None:
-                _search_entry(batch, path, runs_dir, entry, search_one, slot, lock)
+                gone = ""
+                try:
+                    gone = _search_entry(batch, path, runs_dir, entry, search_one, slot, lock)
+                finally:
+                    with turn:
+                        busy[0] -= 1
+                        if gone:
+                            left.appendleft(entry)
+                        turn.notify_all()
+                if gone:
+                    then = "resumed in its run folder" if entry.run else "searched there"
+                    err.print(one_line(f"{Path(entry.problem).stem}: its GPU was lost ({gone}): handed to "
+                                       f"another GPU, {then}", 300), markup=False)
+                    return  # this slot takes no more problems
                 bar.advance(task)
+
+        def stop() -> None:  # under the lock
+            stopped.set()
+            left.clear()
+            turn.notify_all()
 
         if len(slots) == 1:
             work(slots[0])
         else:
-            _in_threads(work, slots, stop=left.clear, lock=lock)
+            _in_threads(work, slots, stop=stop, lock=lock)
     return batch
 
 
 def _search_entry(batch: Batch, path: Path, runs_dir: Path, entry: Entry, search_one: SearchOne, slot: Any,
-                  lock: threading.Lock) -> None:
-    """One problem's search, its entry updated and the state saved as it goes."""
+                  lock: threading.Lock) -> str:
+    """One problem's search, its entry updated and the state saved as it goes. Returns why the
+    slot lost its GPU ("" while it has one): the entry is then left to resume, whatever the
+    search ended with (its candidates in flight came back as the harness's, not the kernels')."""
     t0 = time.monotonic()
     resume = runs_dir / entry.run if entry.run and has_journal(runs_dir / entry.run) else None
 
@@ -149,19 +208,35 @@ def _search_entry(batch: Batch, path: Path, runs_dir: Path, entry: Entry, search
     def started(run_dir: Path) -> None:  # interrupted from here on: resumed
         update(run=run_dir.name, status=Status.running)
 
+    def lost() -> str:
+        check = getattr(slot, "workers_lost", None)
+        gone = check() if callable(check) else ""
+        if gone:
+            update(status=Status.running if entry.run else Status.pending, reason=one_line(f"GPU lost: {gone}", 300),
+                   wall_s=entry.wall_s + time.monotonic() - t0)
+        return gone
+
     try:
         run_dir = search_one(entry.problem, resume, started, slot)
         run = load_run(run_dir)
+        # stopped because the harness could not evaluate: its GPU may be gone (then resumed elsewhere)
+        if run.finished is not None and run.finished.stop is StopKind.harness and (gone := lost()):
+            return gone
         update(run=run_dir.name, status=Status.finished, reason=run.finished.reason if run.finished else "",
                wall_s=entry.wall_s + time.monotonic() - t0)
     except KeyboardInterrupt:
         update(wall_s=entry.wall_s + time.monotonic() - t0)
         raise
     except KerngenError as exc:
+        if gone := lost():
+            return gone
         update(status=Status.failed, reason=one_line(str(exc), 300), wall_s=entry.wall_s + time.monotonic() - t0)
     except Exception as exc:  # noqa: BLE001 - one problem's crash is its row, not the batch's end
+        if gone := lost():
+            return gone
         update(status=Status.failed, reason=one_line(f"{type(exc).__name__}: {exc}", 300),
                wall_s=entry.wall_s + time.monotonic() - t0)
+    return ""
 
 
 def _in_threads(work: Callable[[Any], None], slots: Sequence[Any], *, stop: Callable[[], None],
@@ -195,12 +270,17 @@ def _in_threads(work: Callable[[Any], None], slots: Sequence[Any], *, stop: Call
         raise interrupts[0]
 
 
+def _finite(value: Any) -> float | None:
+    """A time or ratio for a table: None for what was not measured (a dry run's NaN) or is not a number."""
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) and value > 0 else None
+
+
 def summary_rows(batch: Batch, runs_dir: Path) -> list[dict]:
     rows = []
     for e in batch.entries:
         row = {"problem": e.problem, "status": e.status.value, "run": e.run, "reason": e.reason,
                "wall_min": round(e.wall_s / 60, 3), "best_ms": None, "eager_ms": None, "compile_ms": None,
-               "vs_eager": None, "vs_compile": None}
+               "vs_eager": None, "vs_compile": None, "vs_compile_defaults": None}
         run: Run | None = None
         if e.run and has_journal(runs_dir / e.run):
             try:
@@ -210,40 +290,51 @@ def summary_rows(batch: Batch, runs_dir: Path) -> list[dict]:
         if run is not None:
             base, best = run.baseline, run.best
             if base is not None:
-                row["eager_ms"] = base.eager.median_ms
-                row["compile_ms"] = base.compiled.median_ms if base.compiled else None
+                row["eager_ms"] = _finite(base.eager.median_ms)
+                row["compile_ms"] = _finite(base.compiled.median_ms) if base.compiled else None
             if best is not None:
-                row["best_ms"] = best.ms
-                row["vs_eager"] = row["eager_ms"] / best.ms if row["eager_ms"] else None
-                row["vs_compile"] = row["compile_ms"] / best.ms if row["compile_ms"] else None
-            elif e.status is Status.finished:
+                row["best_ms"] = _finite(best.ms)
+                row["vs_eager"] = row["eager_ms"] / best.ms if row["eager_ms"] and row["best_ms"] else None
+                row["vs_compile"] = row["compile_ms"] / best.ms if row["compile_ms"] and row["best_ms"] else None
+                row["vs_compile_defaults"] = run.tree.figures(best)["speedup_compile_defaults"]
+            elif e.status is Status.finished and not run.started.dry_run:
                 row["reason"] = f"{e.reason}; " + no_kernel_why(run)
         rows.append(row)
     return rows
 
 
-def render_summary(rows: list[dict], minutes: float | None, wall_s: float) -> Table:
+def render_summary(rows: list[dict], minutes: float | None, wall_s: float, *, dry_run: bool = False) -> Table:
+    """The batch's table: a problem's name whole (folded, never cut: ``--json`` has every field),
+    with why it stopped under it, then its times. A dry run measured nothing: no fast_p line."""
+    from rich import box
+
     def ms(v):
         return "-" if v is None else f"{v:.4f}"
 
     def x(v):
         return "-" if v is None else f"{v:.2f}x"
 
-    t = Table(title="generate: one search per problem")
-    for col, just in (("problem", "left"), ("status", "left"), ("best ms", "right"), ("eager ms", "right"),
-                      ("compile ms", "right"), ("vs eager", "right"), ("vs compile", "right"), ("min", "right"),
-                      ("stop / why", "left")):
-        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    t = Table(title="generate: one search per problem" + (" (dry run: compiled, nothing run)" if dry_run else ""),
+              title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=0)  # the box puts a space between
+    t.add_column("problem\nstop / why", overflow="fold", ratio=1, min_width=20)
+    t.add_column("status", no_wrap=True)
+    for col in ("best\nms", "eager\nms", "compile\nms", "fp32\neager", "fp32\ncompile", "dflt\ncompile", "min"):
+        t.add_column(col, justify="right", no_wrap=True)
     for r in rows:
-        t.add_row(Text(Path(r["problem"]).stem), r["status"], ms(r["best_ms"]), ms(r["eager_ms"]),
-                  ms(r["compile_ms"]), x(r["vs_eager"]), x(r["vs_compile"]), f"{r['wall_min']:.2f}",
-                  Text(one_line(r["reason"], 160)))
+        name = Text(Path(r["problem"]).stem, style="bold")
+        name.append("\n" + one_line(r["reason"], 300), style="dim")
+        t.add_row(name, r["status"], ms(r["best_ms"]), ms(r["eager_ms"]), ms(r["compile_ms"]), x(r["vs_eager"]),
+                  x(r["vs_compile"]), x(r["vs_compile_defaults"]), f"{r['wall_min']:.2f}")
     with_kernel = sum(1 for r in rows if r["best_ms"] is not None)
     budget = f" (budget {minutes * len(rows):.1f} = {len(rows)} x {minutes:g})" if minutes else ""
-    t.caption = (f"{with_kernel} of {len(rows)} problems have a correct kernel; "
-                 f"wall {wall_s / 60:.2f} min this session{budget}")
+    done = (f"{sum(1 for r in rows if r['status'] == Status.finished.value)} of {len(rows)} problems searched"
+            if dry_run else f"{with_kernel} of {len(rows)} problems have a correct kernel")
+    t.caption = f"{done}; wall {wall_s / 60:.2f} min this session{budget}"
+    if not dry_run:
+        t.caption += "\n" + SHORT_NOTE.format(label=DEFAULTS_LABEL)
+    t.caption_justify = "left"
     ran = [r for r in rows if r["status"] != Status.pending.value]
-    if ran:
+    if ran and not dry_run:
         t.caption += "\n" + metrics_line(ran)
     return t
 

@@ -15,6 +15,12 @@ It prints each kernel's registers, spills and shared memory, and how many config
 spec's tunables are admissible (:func:`kerngen.harness.tune.admissible.admissible`, the one resolution
 the playbook uses too: the tuner's static pruning; with ``--compile-all`` every admissible one is
 also compiled and checked like the chosen one).
+With ``--emulate``, a spec that passes them is then run on the CPU emulator
+(:mod:`kerngen.harness.emu`) through the harness's own correctness check, against PyTorch's
+reference on the CPU, at the problem's shape (``--shape`` makes a built-in small enough): fresh
+random inputs, poisoned and guarded outputs, runs before and after the reference. The emulator
+compiles the spec's CUDA-C as host C++ and runs it on this machine, jailed (:mod:`kerngen.harness.emu.jail`):
+it runs the spec the user names, never a model's answer.
 Exit status 0 when every check passes, 1 when one fails (one line on stderr), 2 when the command
 cannot run (the problem does not load, a bad option); ``--json`` prints one JSON object instead.
 """
@@ -32,6 +38,9 @@ from kerngen.text import one_line, strict_json
 from kerngen.errors import KerngenError
 
 ARCH_RE = re.compile(r"^sm_\d{2,3}[af]?$")
+# the most input and output bytes --emulate takes on (one fiber per CUDA thread: a few million
+# threads a second); beyond it, a smaller --shape
+EMULATE_MAX_BYTES = 64 << 20
 
 
 class CheckFailed(KerngenError):
@@ -53,6 +62,10 @@ def _arg_json(arg) -> dict[str, Any]:
         out["name"] = arg.name
     elif arg.kind == "tensormap":
         out.update(name=arg.name, box=list(arg.box), swizzle=arg.swizzle)
+        if not arg.full_width:  # a k-tile box (and a view): shown where used, older reports unchanged
+            out["full_width"] = False
+        if arg.view is not None:
+            out["view"] = list(arg.view)
     else:
         out["value"] = arg.value
     return out
@@ -74,7 +87,8 @@ def _plan_json(plan) -> dict[str, Any]:
 
 
 def run_check(spec_path: str, problem: str, *, config: str | None = None, arch: str | None = None,
-              shape: str | None = None, dtype: str | None = None, compile_all: bool = False) -> dict[str, Any]:
+              shape: str | None = None, dtype: str | None = None, compile_all: bool = False,
+              emulate: bool = False) -> dict[str, Any]:
     """The report of ``kerngen check`` as data. Raises :class:`KerngenError` when the command
     cannot run; a failed check is ``report["ok"] is False`` with ``stage`` and ``error``."""
     from kerngen.problems.load import load_problem
@@ -95,10 +109,13 @@ def run_check(spec_path: str, problem: str, *, config: str | None = None, arch: 
         raise KerngenError(f"bad --arch {arch!r}: expected sm_XY, e.g. sm_90")
     ref = parse_problem_ref(problem, shape=shape, dtype=dtype)
     info = load_problem(ref).info  # ProblemError: the command cannot run (exit 2)
+    if emulate:
+        _emulation_fits(info)
     gpu = limits_for(arch)
     report: dict[str, Any] = {
         "ok": False, "stage": None, "error": None, "spec": str(spec_path), "name": None, "problem": ref.label(),
         "arch": arch, "passed": [], "config": None, "plan": None, "compile": None, "kernels": {}, "configs": None,
+        "emulated": None,
         "limits": {"max_threads_per_block": gpu.max_threads_per_block,
                    "max_shared_per_block_optin": gpu.max_shared_per_block_optin,
                    "regs_per_block": gpu.regs_per_block},
@@ -119,6 +136,10 @@ def run_check(spec_path: str, problem: str, *, config: str | None = None, arch: 
         except (ArithmeticError, ValueError, TypeError, RecursionError, MemoryError) as exc:
             return False, fail(stage, f"{type(exc).__name__}: {exc}")
 
+    # what the command line gets wrong is a usage error (exit 2), not a check the spec fails
+    if not Path(spec_path).is_file():
+        raise KerngenError(f"kernel spec not found: {spec_path}")
+    wanted = parse_config(config)
     ok, spec = guarded("spec", lambda: KernelSpec.load(spec_path))
     if not ok:
         return report
@@ -131,14 +152,11 @@ def run_check(spec_path: str, problem: str, *, config: str | None = None, arch: 
         report["configs"] = {"error": report["error"]}
         report["stage"] = report["error"] = None
 
-    def the_config() -> dict[str, int]:
-        cfg = parse_config(config)
-        spec.check_config(cfg)
-        return spec.full_config(cfg)
-
-    ok, cfg = guarded("config", the_config)
-    if not ok:
-        return report
+    try:
+        cfg = spec.full_config(wanted)
+    except KerngenError as exc:  # --config names a tunable the spec lacks, or a value it does not offer
+        raise KerngenError(f"--config does not fit {spec_path}: {exc} (its tunables: "
+                           f"{', '.join(f'{k}={v}' for k, v in spec.tunables.items()) or 'none'})") from None
     report["config"] = cfg
     report["passed"].append("config")
     def the_plan():
@@ -175,8 +193,45 @@ def run_check(spec_path: str, problem: str, *, config: str | None = None, arch: 
     if kind:
         return fail("resources", f"{reason} ({arch})")
     report["passed"].append("resources")
+    if emulate:
+        ok, result = guarded("emulate", lambda: _emulate(ref, spec, plan))
+        if not ok:
+            return report
+        report["emulated"] = {"verdict": result.verdict.value, "message": one_line(result.message, 1000),
+                              "failed": result.check.failed.value if result.check and result.check.failed else None,
+                              "seeds": result.check.seeds if result.check else [], "seconds": round(result.wall_s, 2)}
+        if not result.ok:
+            return fail("emulate", f"{result.verdict.value}: {result.message}")
+        report["passed"].append("emulate")
     report["ok"] = True
     return report
+
+
+def _emulation_fits(info) -> None:
+    """--emulate on a problem small enough for the emulator, else a usage error (exit 2)."""
+    from kerngen.harness.emu.runner import available, compiler
+
+    if not available():
+        raise KerngenError(f"--emulate needs a C++ compiler: {compiler()!r} is not on PATH (set KERNGEN_EMU_CXX)")
+    total = sum(t.nbytes for t in info.inputs) + sum(t.nbytes for t in info.outputs)
+    if total > EMULATE_MAX_BYTES:
+        raise KerngenError(f"--emulate: {info.name} moves {total / 2**20:.0f} MiB, more than the emulator takes on "
+                           f"({EMULATE_MAX_BYTES >> 20} MiB): give a built-in a smaller --shape, e.g. --shape 64x256")
+
+
+def _emulate(ref, spec, plan):
+    """The harness's correctness check of ``spec`` on the CPU emulator (not timed)."""
+    import torch
+
+    from kerngen.harness.emu.launch import evaluate_emulated
+    from kerngen.harness.evaluator import EvalOptions
+    from kerngen.harness.gpu.check import ProblemState
+    from kerngen.problems.load import load_problem
+    from kerngen.problems.torch_modes import strict_fp32
+
+    strict_fp32()
+    state = ProblemState(load_problem(ref), torch.device("cpu"))
+    return evaluate_emulated(state, spec, plan, EvalOptions(seeds=3, bench=False, timeout_s=300.0))
 
 
 # ----- printing -----------------------------------------------------------------------------
@@ -186,7 +241,9 @@ def _cfg_text(cfg: dict[str, int] | None) -> str:
 
 def _arg_text(arg: dict[str, Any]) -> str:
     if arg["kind"] == "tensormap":
-        return f"tensormap {arg['name']} box {arg['box'][0]}x{arg['box'][1]} swizzle {arg['swizzle']}"
+        tile = "" if arg.get("full_width", True) else " (k tile)"
+        view = f" of view {'x'.join(map(str, arg['view']))}" if "view" in arg else ""
+        return f"tensormap {arg['name']}{view} box {arg['box'][0]}x{arg['box'][1]}{tile} swizzle {arg['swizzle']}"
     return arg.get("name") or f"{arg['kind']} {arg['value']}"
 
 
@@ -239,6 +296,9 @@ def _print_report(report: dict[str, Any]) -> None:
             say(f"    an admissible configuration: --config {_cfg_text(c['first_admissible'])}")
     elif c:
         say(f"  configurations: not counted ({c['error']})")
+    emu = report.get("emulated")
+    if emu:
+        say(f"  emulated on the CPU against PyTorch: {emu['verdict']} ({emu['seconds']:.1f} s): {emu['message']}")
     if report["ok"]:
         say(f"ok: {', '.join(report['passed'])}")
 
@@ -253,14 +313,18 @@ def check_cmd(
     dtype: Optional[str] = typer.Option(None, "--dtype", help="built-ins: fp32 | fp16 | bf16"),
     compile_all: bool = typer.Option(False, "--compile-all", help="compile and check every admissible "
                                      "configuration too (not only static pruning)"),
+    emulate: bool = typer.Option(False, "--emulate", help="then run the spec on the CPU emulator through the "
+                                 "harness's correctness check against PyTorch (a small --shape; needs g++; compiles "
+                                 "and runs the spec's CUDA-C as host code, jailed: only for specs you trust to run)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Vet a kernel spec without a GPU: validate it, resolve its launch plan for PROBLEM, compile
     it in the sandbox, check kernel names and argument sizes against the compiled parameters;
-    print registers, spills, shared memory and the admissible configurations."""
+    print registers, spills, shared memory and the admissible configurations. With --emulate, also
+    run it on the CPU emulator through the harness's correctness check at a small shape."""
     try:
         report = run_check(str(spec), problem, config=config, arch=arch, shape=shape, dtype=dtype,
-                           compile_all=compile_all)
+                           compile_all=compile_all, emulate=emulate)
     except KerngenError as exc:
         if as_json:
             typer.echo(json.dumps({"ok": False, "stage": "setup", "error": one_line(str(exc))}))

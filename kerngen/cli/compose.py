@@ -32,6 +32,7 @@ from kerngen.agent.proposer import SearchContext
 from kerngen.agent.scripted import ScriptedEvaluator, ScriptedProposer, ScriptedTuner
 from kerngen.agent.search_settings import ContextFactory, Tuner
 from kerngen.errors import KerngenError, LLMError
+from kerngen.redact import register_url
 from kerngen.harness.pool import local as pool
 from kerngen.harness.pool.dry_run import DryRunEvaluator
 from kerngen.harness.results import Baseline, EvalResult, GpuFacts
@@ -152,9 +153,13 @@ def make_proposer(kind: str, problem: ProblemRef, *, usage: Usage, model: str | 
     from kerngen.agent.llm.config import LLMConfig
     from kerngen.agent.llm.proposer import LLMProposer
 
+    register_url(base_url)  # a password in --base-url is redacted from every journal, report, log and error
     config = LLMConfig.from_env(model, base_url, **{k: v for k, v in (llm_knobs or {}).items() if v is not None})
+    register_url(str(config.base_url or ""))  # ... and one from the environment
+    if config.has_prices and usage.cost_usd is None:
+        usage.cost_usd = 0.0  # priced: a search that spent nothing says $0, not "no prices"
     client = LLMClient(config)
-    client.check()  # before any GPU work: an unreachable endpoint, a wrong key or an unknown model
+    client.check()  # before any GPU work (journaled once the run exists, counted in requests and cost)
     return LLMProposer(client, on_call=usage.on_call), model
 
 

@@ -12,11 +12,23 @@ from rich.console import Console
 from rich.markup import escape
 
 from kerngen.errors import KerngenError
+from kerngen.redact import redact
 from kerngen.text import one_line
 
 
 def error_line(text: str) -> None:
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(text)}", markup=True)
+    """One error line on stderr, secrets (an API key, a password in a URL) redacted."""
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(redact(text))}",
+                                                                markup=True)
+
+
+def warn_torn(run: Any) -> None:
+    """A run whose last journal line is unreadable (a write cut short) is read without it: say so
+    on stderr (show, report and export go on; a resume cuts the line off)."""
+    if getattr(run, "truncated", 0):
+        Console(stderr=True, highlight=False, soft_wrap=True).print(one_line(
+            f"warning: run {run.id}: the last line of its journal ({run.truncated} bytes) is unreadable, a write cut "
+            "short: it is skipped (kerngen generate --resume cuts it off)"), markup=False)
 
 
 def guard(fn: Callable[..., Any], *, data: bool = False) -> Callable[..., Any]:

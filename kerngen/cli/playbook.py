@@ -42,6 +42,8 @@ def playbook(
     arch: Optional[str] = typer.Option(None, "--arch", help="count configurations for this target's limits "
                                        "(default sm_90)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object instead of text"),
+    no_cache: bool = typer.Option(False, "--no-cache", help="a folder: work every file out again (each file's "
+                                  "answer is cached by its content and kerngen's source)"),
 ) -> None:
     """Show the playbook's family, variants (with their admissible configurations at the problem's
     shape, or why none) and ideas for PROBLEM; with --out, write a variant's kernel spec (all its
@@ -52,8 +54,7 @@ def playbook(
     from kerngen.problems.load import load_problem
     from kerngen.problems.ref import parse_problem_ref
 
-    from kerngen.agent.playbook import builders
-    from kerngen.agent.playbook.catalog import CATALOG
+    from kerngen.agent.playbook import family_of
     from kerngen.agent.playbook.coverage import DEFAULT_ARCH
     from kerngen.agent.playbook.proposer import PlaybookProposer
     from kerngen.cli.check import ARCH_RE
@@ -65,14 +66,15 @@ def playbook(
     if Path(problem).is_dir():
         if variant is not None or out is not None or shape is not None or dtype is not None:
             raise KerngenError("--variant, --out, --shape and --dtype are for one problem, not a folder")
-        _folder(Path(problem), limits_for(arch), as_json)
+        _folder(Path(problem), limits_for(arch), as_json, cached=not no_cache)
         return
     ref = parse_problem_ref(problem, shape=shape, dtype=dtype)
     prop = PlaybookProposer(load_problem(ref), gpu=limits_for(arch))
     if prop.recognised is None:
         raise KerngenError(f"the playbook has nothing for {ref.label()}: {prop.reason}")
     family = prop.recognised.family
-    variants = builders.VARIANTS[family]
+    fam = family_of(prop.recognised)
+    variants = fam.variants
     if variant is not None and variant not in variants:
         raise KerngenError(f"unknown --variant {variant!r} for family {family} (choose from {', '.join(variants)})")
     off = prop.offer
@@ -82,7 +84,7 @@ def playbook(
     console = Console(highlight=False, soft_wrap=True)
     if out is None and as_json:
         ideas = [{"id": e.id, "category": e.category.value, "variant": e.variant, "text": e.text,
-                  "offered": e.variant in offered} for e in CATALOG[family]]
+                  "offered": e.variant in offered} for e in fam.ideas]
         typer.echo(json.dumps({"problem": ref.label(), "family": family, "limits": off.limits, "shape": off.where,
                                "variants": offered, "not_offered": {v.variant: v.why for v in off.dropped},
                                "configurations": {v.variant: v.summary() for v in off.variants},
@@ -91,13 +93,15 @@ def playbook(
     if out is None:
         dropped = f"; not offered: {', '.join(v.variant for v in off.dropped)}" if off.dropped else ""
         console.print(f"[bold]{ref.label()}[/]: family {family}; variants: {', '.join(offered)}{dropped}")
+        if family == "regions":  # what each region is and which family serves it
+            console.print(f"  {prop.recognised.message}", markup=False)
         for v in off.offered:
             sample = f" (a sample of {v.counted.enumerated})" if v.counted.sampled else ""
             console.print(f"  {v.variant}: {v.count} of {v.total} configurations{sample} admissible at {off.where} "
                           f"({off.limits}){_moved_text(v)}", markup=False)
         for v in off.dropped:
             console.print(f"  {v.variant} not offered: {v.why}", markup=False)
-        for entry in CATALOG[family]:
+        for entry in fam.ideas:
             if entry.variant in offered:
                 console.print(f"  {entry.id} [{entry.category.value}] ({entry.variant}): {entry.text}", markup=False)
         return
@@ -122,9 +126,12 @@ def playbook(
                   f"{off.where} ({off.limits}){_moved_text(vo)}", markup=False)
 
 
-def _folder(folder: Path, gpu: Any, as_json: bool) -> None:
-    """The coverage of every problem file of ``folder`` (or of its sub-folders)."""
+def _folder(folder: Path, gpu: Any, as_json: bool, cached: bool = True) -> None:
+    """The coverage of every problem file of ``folder`` (or of its sub-folders), a progress bar on
+    stderr as it goes; each file's row cached (:class:`_RowCache`) unless ``cached`` is False."""
     from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
 
     from kerngen.agent.playbook.coverage_table import coverage_row, problem_files
 
@@ -132,18 +139,80 @@ def _folder(folder: Path, gpu: Any, as_json: bool) -> None:
     if not files:
         raise KerngenError(f"no .py problem files in {folder} or its sub-folders")
     console = Console(highlight=False, soft_wrap=True)
+    err = Console(stderr=True)
+    cache = _RowCache(gpu.name) if cached else None
     rows = []
-    for f in files:
-        r = coverage_row(f, folder, gpu)
-        rows.append(r)
-        if not as_json:
-            what = f"{r.family} [{', '.join(r.variants)}]" if r.variants else f"{r.family}: {r.why}"
-            console.print(f"{r.file}  {what}", markup=False)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("left"), TimeRemainingColumn(), console=err, transient=True,
+                  disable=not err.is_terminal) as bar:
+        task = bar.add_task("playbook", total=len(files))
+        for f in files:
+            bar.update(task, description=f"{f.name[:40]:<40}")
+            r = cache.get(f, folder) if cache is not None else None
+            if r is None:
+                r = coverage_row(f, folder, gpu)
+                if cache is not None:
+                    cache.put(f, folder, r)
+            rows.append(r)
+            if not as_json:
+                what = f"{r.family} [{', '.join(r.variants)}]" if r.variants else f"{r.family}: {r.why}"
+                console.print(f"{r.file}  {what}", markup=False)
+            bar.advance(task)
     covered = sum(1 for r in rows if r.variants)
     if as_json:
         typer.echo(json.dumps({"folder": str(folder), "limits": gpu.name, "files": len(rows), "covered": covered,
                                "rows": [r.to_json() for r in rows]}, indent=1))
         return
     families = sorted({r.family for r in rows if r.variants})
+    hits = f"; {cache.hits} of {len(rows)} from the cache (--no-cache works them out again)" if cache and cache.hits else ""
     console.print(f"{covered} of {len(rows)} files have a playbook kernel ({gpu.name}); families: "
-                  f"{', '.join(families) or 'none'}", markup=False)
+                  f"{', '.join(families) or 'none'}{hits}", markup=False)
+
+
+class _RowCache:
+    """A folder's coverage rows on disk (``$KERNGEN_CACHE_DIR/playbook/``), one file per problem
+    file, keyed by the file's bytes and path, the GPU limits and kerngen's source
+    (:func:`kerngen.version.source_hash`): a change to any of them works the row out again. An
+    unreadable entry is worked out again too."""
+
+    def __init__(self, limits: str) -> None:
+        from kerngen.harness.cache_dir import cache_root
+        from kerngen.version import source_hash
+
+        self.dir = cache_root() / "playbook"
+        self.salt = f"{source_hash()}\0{limits}\0".encode()
+        self.hits = 0
+
+    def _path(self, f: Path) -> Path | None:
+        import hashlib
+
+        try:
+            data = f.read_bytes()
+        except OSError:
+            return None  # coverage_row says why
+        key = hashlib.sha256(self.salt + str(f.resolve()).encode() + b"\0" + data).hexdigest()[:32]
+        return self.dir / f"{key}.json"
+
+    def get(self, f: Path, folder: Path) -> Any:
+        from kerngen.agent.playbook.coverage_table import CoverageRow
+
+        path = self._path(f)
+        try:
+            data = json.loads(path.read_text()) if path is not None else None
+            row = CoverageRow(file=f.relative_to(folder).as_posix(), family=str(data["family"]),
+                              variants=tuple(str(v) for v in data["variants"]), why=str(data["why"]))
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+        self.hits += 1
+        return row
+
+    def put(self, f: Path, folder: Path, row: Any) -> None:
+        from kerngen.harness.atomic import write_atomic
+
+        path = self._path(f)
+        if path is None:
+            return
+        try:
+            write_atomic(path, json.dumps({k: v for k, v in row.to_json().items() if k != "file"}))
+        except OSError:
+            pass  # a cache that cannot be written costs time, never the answer

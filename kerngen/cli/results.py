@@ -17,7 +17,9 @@ import typer
 from rich.console import Console
 
 from kerngen.cli import cluster
-from kerngen.cli.compose import make_evaluator
+from kerngen.cli.guard import warn_torn
+from kerngen.errors import KerngenError
+from kerngen.problems.torch_modes import DEFAULTS_LABEL
 
 
 
@@ -39,14 +41,17 @@ def suite(
     config: Optional[str] = typer.Option(None, "--config", help="tunables of --kernel, e.g. BLOCK=256"),
     budget_ms: float = typer.Option(300.0, "--budget-ms", min=1.0, help="time budget of each timed series"),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
+    op: bool = typer.Option(True, "--op/--no-op", help="time the exported op's path beside each kernel"),
+    no_compile: bool = typer.Option(False, "--no-compile", help="skip torch.compile (eager baselines only)"),
     save: Optional[Path] = typer.Option(None, "--save", help="keep each measurement in this file as it is "
                                         "done; the same command again measures only what it lacks (same GPU model)"),
     ray: Optional[str] = cluster.RAY,
     ray_gpu_model: Optional[str] = cluster.RAY_GPU_MODEL,
     evaluator_kind: str = typer.Option("pool", "--evaluator", hidden=True),
 ) -> None:
-    """The best kernel of each problem vs PyTorch eager and torch.compile on this GPU, fast_p vs both,
-    and why the problems without a kernel have none."""
+    """The best kernel of each problem vs PyTorch eager and torch.compile (true fp32, and at PyTorch's
+    defaults) on this GPU, fast_p vs each, the exported op's path beside each kernel, and why the
+    problems without a kernel have none."""
     import json
 
     from kerngen.results.suite import expand_problems, run_suite
@@ -55,6 +60,8 @@ def suite(
     from kerngen.harness.evaluator import EvalOptions
     from kerngen.harness.spec.spec import KernelSpec
 
+    if save is not None and no_compile:
+        raise KerngenError("--save keeps the full measurement: leave --no-compile out (or --save out)")
     names = expand_problems(problems or [])  # ProblemError before any GPU work
     spec = KernelSpec.load(kernel) if kernel else None
     evaluator = _suite_evaluator(evaluator_kind, ray, ray_gpu_model)
@@ -62,7 +69,8 @@ def suite(
         memo = SaveFile(save, evaluator.gpu_facts().name) if save is not None else None
         with _progress(len(names), enabled=not as_json) as on_progress:
             rep = run_suite(names, evaluator, runs_dir, kernel=spec, config=parse_config(config),
-                            options=EvalOptions(budget_ms=budget_ms), on_progress=on_progress, memo=memo)
+                            options=EvalOptions(budget_ms=budget_ms), on_progress=on_progress, memo=memo, op=op,
+                            with_compile=not no_compile)
     except KeyboardInterrupt:
         if save is None:
             raise
@@ -82,6 +90,8 @@ def _suite_evaluator(kind: str, ray: str | None = None, ray_gpu_model: str | Non
     the Ray cluster), so that a problem's baseline and its kernel are measured in the same worker
     process on the same GPU (the suite measures one thing at a time: a second worker would only
     ever idle)."""
+    from kerngen.cli.compose import make_evaluator  # here: the composition root imports torch (seconds)
+
     if kind != "pool":
         return make_evaluator(kind)
     if ray or ray_gpu_model:
@@ -145,19 +155,25 @@ def _metrics_line(m: Any, total: int) -> str:
 def print_suite(rep: Any) -> None:
     from rich.table import Table
 
-    table = Table(title=f"suite on {_say(rep.gpu)}")
-    cols = ("problem", "eager ms", "compile ms", "kernel ms (IQR)", "floor ms", "vs eager", "vs compile",
-            "% of floor", "verdict / why")
+    from kerngen.results.speedups import SHORT_NOTE
+
+    table = Table(title=f"suite on {_say(rep.gpu)}", caption=SHORT_NOTE.format(label=DEFAULTS_LABEL) +
+                  "; op: the exported op through torch.ops, timed beside the kernel (gap to it)", caption_justify="left")
+    cols = ("problem", "eager ms", "compile ms", "kernel ms (IQR)", "op ms (gap)", "floor ms", "fp32 eager",
+            "fp32 compile", "dflt compile", "% of floor", "verdict / why")
     for col in cols:
-        table.add_column(col, justify="left" if col in (cols[0], cols[-1]) else "right")
+        # a problem's name is folded over lines, never cut (--json has every field too)
+        table.add_column(col, justify="left" if col in (cols[0], cols[-1]) else "right",
+                         overflow="fold" if col == cols[0] else "ellipsis")
     for e in rep.entries:
         k = e.kernel
         compile_ms = _f(_ms(e.compiled), ".4f") if not e.compile_missing else "failed"
+        op = f"{e.op.op.median_ms:.4f} ({e.op.gap_pct:+.1f}%)" if e.op is not None else "-"
         table.add_row(
             _say(e.ref.label()), _f(_ms(e.eager), ".4f"), compile_ms,
-            f"{k.median_ms:.4f} ({k.iqr_ms:.4f})" if k else "-", _f(e.floor_ms, ".4f"),
-            _f(e.speedup_eager, ".2f", "x"), _f(e.speedup_compile, ".2f", "x"), _f(e.pct_roofline, ".1f", "%"),
-            _say(_why_cell(e)),
+            f"{k.median_ms:.4f} ({k.iqr_ms:.4f})" if k else "-", op, _f(e.floor_ms, ".4f"),
+            _f(e.speedup_eager, ".2f", "x"), _f(e.speedup_compile, ".2f", "x"), _f(e.speedup_compile_defaults, ".2f", "x"),
+            _f(e.pct_roofline, ".1f", "%"), _say(_why_cell(e)),
         )
     out = Console(highlight=False)
     out.print(table)
@@ -166,12 +182,18 @@ def print_suite(rep: Any) -> None:
             out.print(f"[yellow]{_say(e.ref.label())}[/]: {_say(_why_line(e))}")
         if e.compile_missing and e.compile_error:
             out.print(f"[yellow]{_say(e.ref.label())}[/]: torch.compile failed: {_say(e.compile_error)}")
+        if e.op is not None and e.op.warning():
+            out.print(f"[yellow]warning:[/] {_say(e.ref.label())}: {_say(e.op.warning())}")
+        if e.op_error:
+            out.print(f"[yellow]{_say(e.ref.label())}[/]: {_say(e.op_error)}")
     m = rep.metrics
     if rep.reused:
         out.print(f"{rep.reused} of {m.problems} measured in an earlier sitting on this GPU model (--save)")
     out.print(f"{m.correct}/{m.problems} problems with a correct kernel")
     out.print(_say(_metrics_line(m.eager, m.problems)))
     out.print(_say(_metrics_line(m.compile, m.problems)))
+    if m.compile_defaults is not None:
+        out.print(_say(_metrics_line(m.compile_defaults, m.problems)))
     missing = m.problems - m.correct
     if missing:
         out.print(_say(f"no correct kernel for {missing} of {m.problems}: {rep.without_kernel_text()}"))
@@ -192,27 +214,35 @@ def report(
     from kerngen.results.report import write_report
     from kerngen.agent.tree import load_run
 
-    path = write_report(load_run(run, runs_dir), out)
+    loaded = load_run(run, runs_dir)
+    warn_torn(loaded)
+    path = write_report(loaded, out)
     Console(highlight=False).print(f"report written to {_say(path)}")
 
 
 # ----- export -------------------------------------------------------------------------------
 def export(
-    run: str = typer.Argument(..., help="a run folder, or a run id under --runs-dir"),
+    runs: List[str] = typer.Argument(..., metavar="RUN...", help="a run folder or a run id under --runs-dir; "
+                                     "several runs of one problem at other shapes: one op, a shape bucket each"),
     out: Path = typer.Option(..., "--out", "-o", help="folder to write the export into"),
     name: Optional[str] = typer.Option(None, "--name", help="op name (torch.ops.kerngen.NAME) [problem_hash]"),
     arch: Optional[str] = typer.Option(None, "--arch", help="cubin arch [the run's GPU]"),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir"),
 ) -> None:
-    """Export the best kernel of a run: .cu, launch plan + config (JSON), cubin and a PyTorch op module."""
-    from kerngen.results.export import export_run
+    """Export the best kernel of a run (or of several runs at other shapes): .cu, launch plan + config
+    (JSON), cubin and a PyTorch op module."""
+    from kerngen.agent.tree import load_run
+    from kerngen.results.export import export_runs
 
-    res = export_run(run, out, runs_dir=runs_dir, name=name, arch=arch)
+    for one in runs:  # a journal's unreadable last line: said, and skipped
+        warn_torn(load_run(one, runs_dir))
+    res = export_runs(list(runs), out, runs_dir=runs_dir, name=name, arch=arch)
     console = Console(highlight=False)
     if res.name.startswith("demo_") and name is None:
         console.print("[bold red]DEMO (scripted, not measured on a GPU)[/]: this run's kernel is a toy and its "
                       "times are made up")
-    console.print(f"exported {res.op} to {_say(res.dir)}:")
+    buckets = f" ({res.buckets + 1} shape buckets)" if res.buckets else ""
+    console.print(f"exported {res.op} to {_say(res.dir)}{buckets}:")
     for p in res.files():
         console.print(f"  {_say(p.name)}")
     console.print(_say(f"use it: op = kerngen.load({str(res.dir)!r}) (or import {res.module.stem} with that folder "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import shlex
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -20,34 +20,40 @@ from rich.console import Console
 from kerngen.agent.budget import SearchConfig, Usage, make_budget
 from kerngen.agent.journal import ensure_unlocked, has_journal, new_run_id
 from kerngen.agent.problem_data import rerun_ref
-from kerngen.agent.replay import replay_run
 from kerngen.agent.safe_paths import refuse_symlinks
-from kerngen.agent.search import Search, SearchSettings
-from kerngen.agent.search_records import budget_for_resume
+from kerngen.agent.search_records import budget_for_resume, resume_note
+from kerngen.agent.search_settings import SearchSettings
 from kerngen.agent.tree import load_run
 from kerngen.cli import batch as batch_mod
 from kerngen.cli import cluster
-from kerngen.cli.compose import (
-    make_context_factory, make_evaluator, make_proposer, make_search_tuner, playbook_seed, shards,
-)
+from kerngen.cli.guard import warn_torn
 from kerngen.errors import KerngenError
 from kerngen.harness.spec.spec import KernelSpec
 from kerngen.problems.load import load_problem
-from kerngen.problems.ref import parse_problem_ref
+from kerngen.problems.ref import parse_problem_ref, parse_shapes
 from kerngen.results.live import LiveView
-from kerngen.results.replay_table import replay_table
 from kerngen.results.suite import expand_problems
 from kerngen.results.dry_run import dry_run_summary, render_dry_run
 from kerngen.results.show import list_runs, no_kernel_why, render, render_header, render_runs, run_json
+from kerngen.results.speedups import speedup_line
 from kerngen.text import one_line
+
+# The search engine (kerngen.agent.search, .replay) and the composition root (kerngen.cli.compose:
+# NumPy, the playbook, the tuner) are imported in the commands that run them, not here: `kerngen
+# --help`, `runs` and `show` start in a fraction of a second without them (tests/cli/test_startup.py).
 
 # ----- generate -----------------------------------------------------------------------------
 def generate(
     problems: Optional[List[str]] = typer.Argument(
         None, metavar="PROBLEM",
         help="built-in problem name or a KernelBench .py file; several, or a folder: one search each"),
-    shape: Optional[str] = typer.Option(None, "--shape", help="sizes of a built-in problem, e.g. 8192x1024"),
+    shape: Optional[str] = typer.Option(None, "--shape", help="sizes of a built-in problem, e.g. 8192x1024; "
+                                        "several (1x4096,8x4096,64x4096): one search each, one export"),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="fp32 | fp16 | bf16 (built-in problems)"),
+    precision: Optional[str] = typer.Option(None, "--precision", help="fp32 (true fp32, the default) | tf32 "
+                                            "(PyTorch's TF32 reference, a tolerance measured against fp64)"),
+    export_dir: Optional[Path] = typer.Option(None, "--export", help="export the best kernel (of every --shape: "
+                                              "one op, one shape bucket each) into this folder"),
     kernel: Optional[Path] = typer.Option(None, "--kernel", help="seed kernel spec (JSON/YAML) to start from"),
     proposer: str = typer.Option("auto", "--proposer", help="auto | llm | playbook | scripted"),
     model: Optional[str] = typer.Option(None, "--model", help="LLM model name (implies --proposer llm under auto)"),
@@ -114,10 +120,8 @@ def generate(
              "price_cached_in_per_mtok": price_cached_in,
              "reasoning_effort": reasoning_effort, "max_output_tokens": max_output_tokens, "timeout_s": llm_timeout,
              "extra_body": _extra_fields(llm_extra)}
-    if dry_run:
-        if resume:
-            raise KerngenError("a dry run is not resumed: run it again (it costs LLM calls, no GPU)")
-        evaluator_kind, runs_dir = "dry-run", runs_dir / "dry-run"  # kept apart from the runs that measured
+    if dry_run:  # its run folder is listed with the others (runs, latest), marked as a dry run
+        evaluator_kind = "dry-run"
     problems = list(problems or [])
     if len(problems) > 1 and resume:
         raise KerngenError("--resume continues one run; for several problems run the same command again")
@@ -129,7 +133,17 @@ def generate(
                                        branches=branches or defaults.branches,
                                        repairs=repairs if repairs is not None else defaults.repairs,
                                        tune=not no_tune))
-    if not resume and (len(problems) > 1 or (problem is not None and Path(problem).is_dir())):
+    shapes = parse_shapes(shape) if shape else []
+    many = len(problems) > 1 or (problem is not None and Path(problem).is_dir())
+    if len(shapes) > 1:
+        if resume or many or problem is None:
+            raise KerngenError("several --shape values take one built-in PROBLEM (each shape's run resumes alone: "
+                               "kerngen generate --resume RUN)")
+        return _generate_shapes(problem, shapes, dtype, precision, asked, evaluator_kind, export_dir)
+    if not resume and many:
+        if precision or export_dir:
+            raise KerngenError("--precision and --export take one problem (several: one search each, then "
+                               "kerngen export RUN)")
         return _generate_many(problems, asked, fresh=fresh, as_json=as_json, evaluator_kind=evaluator_kind)
     if resume:
         rec = load_run(resume, runs_dir)  # JournalError for a missing or corrupt run, before anything else
@@ -138,40 +152,105 @@ def generate(
         # the run's problem file runs again only when built in, named here, or unchanged since the run started
         ref, which = rerun_ref(rec.started, problem, hint=f"kerngen generate FILE --resume {resume}")
         out.print(which, markup=False, soft_wrap=True)
-        prop, settings = _resume_settings(rec, ref, asked, usage)
+        if rec.started.dry_run:  # a dry run goes on as one, compiling for the GPU it started with
+            evaluator_kind, asked = "dry-run", replace(asked, gpu=rec.started.dry_run)
+        elif dry_run:
+            raise KerngenError(f"run {rec.id} ran on a GPU: --dry-run does not continue it (leave --dry-run out)")
     else:
         if not problem:
             raise KerngenError("generate needs a PROBLEM (or --resume RUN)")
-        ref = parse_problem_ref(problem, shape, dtype)
+        ref = parse_problem_ref(problem, shape, dtype, precision)
         _check_problem(ref, evaluator_kind)
-        prop, settings = _new_settings(ref, asked, usage, KernelSpec.load(kernel) if kernel else None)
-    run_dir = settings.run_dir
+        seed = KernelSpec.load(kernel) if kernel else None
+    from kerngen.agent.search import Search
+    from kerngen.cli import compose
+
+    # the GPU before the LLM: where no GPU can run the search, no request to the endpoint is spent
+    evaluator = compose.make_evaluator(evaluator_kind, **asked.where())
     try:
-        evaluator = make_evaluator(evaluator_kind, **asked.where())
+        prop, settings = _resume_settings(rec, ref, asked, usage) if resume else _new_settings(ref, asked, usage, seed)
+        if resume:
+            out.print(resume_note(rec, settings.budget), markup=False, soft_wrap=True)
+        run_dir = settings.run_dir
         try:
-            tuner = make_search_tuner(evaluator_kind, evaluator, ref, no_tune or not settings.config.tune)
+            tuner = compose.make_search_tuner(evaluator_kind, evaluator, ref, no_tune or not settings.config.tune)
             view = LiveView(total_rounds=settings.budget.rounds)
             search = Search(settings, prop, evaluator, tuner=tuner, usage=usage, listeners=[view],
-                            context_factory=make_context_factory(evaluator_kind))
+                            context_factory=compose.make_context_factory(evaluator_kind))
             out.print(f"[bold]run[/] {run_dir}" + (" (resumed)" if resume else ""))
             with view:
                 result = search.run()
-        finally:
-            evaluator.close()
-    except KeyboardInterrupt:
-        _say_interrupted(run_dir, runs_dir)
-        raise typer.Exit(130) from None
+        except KeyboardInterrupt:
+            _say_interrupted(run_dir, runs_dir)
+            raise typer.Exit(130) from None
+    finally:
+        evaluator.close()
     for warning in getattr(prop, "warnings", []):  # e.g. the endpoint's context is smaller than the prompts
         Console(stderr=True, highlight=False, soft_wrap=True).print(one_line(f"warning: {warning}"), markup=False)
     run = load_run(result.run_dir)
     out.print(render_header(run))
     out.print(one_line(f"stopped: {result.reason}"), markup=False)  # a reason may quote a model's text
-    if dry_run:
+    if run.started.dry_run:
         out.print(render_dry_run(dry_run_summary(run)))
     elif run.best is not None:
         out.print(f"best kernel: {result.run_dir / 'best' / 'spec.json'}")
+        if export_dir is not None:
+            _export([run], export_dir, out)
     else:
         out.print(one_line(no_kernel_why(run)), markup=False)
+
+
+def _generate_shapes(problem: str, shapes: list[tuple[int, ...]], dtype: str | None, precision: str | None,
+                     asked: "_Asked", evaluator_kind: str, export_dir: Path | None) -> None:
+    """``--shape A,B,C``: one search per shape, one after the other on one evaluator (--minutes each),
+    then a line per shape and one export holding the best kernel of each (a shape bucket each)."""
+    out = Console(highlight=False)
+    refs = [parse_problem_ref(problem, "x".join(map(str, s)), dtype, precision) for s in shapes]
+    for ref in refs:
+        _check_problem(ref, evaluator_kind)  # every shape fails fast, before any GPU work
+    from kerngen.agent.search import Search
+    from kerngen.cli import compose
+
+    done = []
+    evaluator = compose.make_evaluator(evaluator_kind, **asked.where())
+    try:
+        for ref in refs:
+            usage = Usage()
+            prop, settings = _new_settings(ref, asked, usage, None)
+            tuner = compose.make_search_tuner(evaluator_kind, evaluator, ref, not settings.config.tune)
+            view = LiveView(total_rounds=settings.budget.rounds)
+            search = Search(settings, prop, evaluator, tuner=tuner, usage=usage, listeners=[view],
+                            context_factory=compose.make_context_factory(evaluator_kind))
+            out.print(f"[bold]run[/] {settings.run_dir} ({ref.label()})")
+            with view:
+                result = search.run()
+            done.append(load_run(result.run_dir))
+    except KeyboardInterrupt:
+        Console(stderr=True, highlight=False, soft_wrap=True).print(one_line(
+            f"interrupted after {len(done)} of {len(refs)} shapes; each finished run is kept"), markup=False)
+        raise typer.Exit(130) from None
+    finally:
+        evaluator.close()
+    for run in done:
+        best = run.tree.best()
+        what = (f"{best.ms:.4f} ms; {speedup_line(run.tree.figures(best))}" if best is not None
+                else one_line(no_kernel_why(run)))
+        out.print(one_line(f"{run.tree.problem.label() if run.tree.problem else '?'}: {what} (run {run.id})"),
+                  markup=False)
+    ready = [r for r in done if r.best is not None]
+    if export_dir is not None and ready:
+        _export(ready, export_dir, out)
+    elif ready:
+        out.print(one_line("one op for every shape: kerngen export " + " ".join(shlex.quote(r.id) for r in ready)
+                           + " --out DIR"), markup=False)
+
+
+def _export(runs: list[Any], out_dir: Path, out: Console) -> None:
+    from kerngen.results.export import export_runs
+
+    res = export_runs(runs, out_dir)
+    out.print(one_line(f"exported {res.op} to {res.dir} ({res.buckets + 1} shape bucket(s)); "
+                       f"use it: op = kerngen.load({str(res.dir)!r})"), markup=False)
 
 
 @dataclass(frozen=True)
@@ -199,6 +278,8 @@ class _Asked:
 def _resume_settings(rec: Any, ref: Any, asked: _Asked, usage: Usage) -> tuple[Any, SearchSettings]:
     """The proposer and settings that continue ``rec``: its config and seed, the latest recorded
     budget with the command line's in its place, its proposer and model unless others are asked."""
+    from kerngen.cli.compose import make_proposer
+
     st = rec.started
     kind = st.proposer if asked.proposer == "auto" and st.proposer in ("llm", "playbook", "scripted") else asked.proposer
     prop, model_name = make_proposer(kind, ref, usage=usage, model=asked.model or st.model, base_url=asked.base_url,
@@ -208,6 +289,8 @@ def _resume_settings(rec: Any, ref: Any, asked: _Asked, usage: Usage) -> tuple[A
 
 
 def _new_settings(ref: Any, asked: _Asked, usage: Usage, seed: KernelSpec | None) -> tuple[Any, SearchSettings]:
+    from kerngen.cli.compose import make_proposer, playbook_seed
+
     budget = make_budget(None, asked.given)  # a bad value: one line, not a traceback
     prop, model_name = make_proposer(asked.proposer, ref, usage=usage, model=asked.model, base_url=asked.base_url,
                                      llm_knobs=asked.knobs)
@@ -219,12 +302,16 @@ def _new_settings(ref: Any, asked: _Asked, usage: Usage, seed: KernelSpec | None
 
 def _generate_many(problems: list[str], asked: _Asked, *, fresh: bool, as_json: bool, evaluator_kind: str) -> None:
     """One search per problem, one problem per GPU worker at a time (:mod:`kerngen.cli.batch`)."""
+    from kerngen.agent.search import Search
+    from kerngen.cli import compose
+
     runs_dir = asked.runs_dir
     names = expand_problems(problems)  # a missing file or an empty folder: one line, before any GPU work
-    batch, path = batch_mod.open_batch(names, runs_dir, asked.given.get("wall_minutes"), fresh)
+    batch, path = batch_mod.open_batch(names, runs_dir, asked.given.get("wall_minutes"), fresh,
+                                       kind="dry-run" if evaluator_kind == "dry-run" else "")
     t0 = time.monotonic()
     # a batch with nothing left to search needs no GPU: its summary only
-    evaluator = make_evaluator(evaluator_kind, **asked.where()) if batch_mod.todo(batch) else None
+    evaluator = compose.make_evaluator(evaluator_kind, **asked.where()) if batch_mod.todo(batch) else None
 
     def search_one(source: str, resume_dir: Path | None, started, shard: Any) -> Path:
         usage = Usage()
@@ -239,16 +326,16 @@ def _generate_many(problems: list[str], asked: _Asked, *, fresh: bool, as_json: 
             ref = parse_problem_ref(source, None, None)
             _check_problem(ref, evaluator_kind)
             prop, settings = _new_settings(ref, asked, usage, None)
-        tuner = make_search_tuner(evaluator_kind, shard, ref, not settings.config.tune)
+        tuner = compose.make_search_tuner(evaluator_kind, shard, ref, not settings.config.tune)
         search = Search(settings, prop, shard, tuner=tuner, usage=usage,
-                        context_factory=make_context_factory(evaluator_kind))
+                        context_factory=compose.make_context_factory(evaluator_kind))
         started(settings.run_dir)
         search.run()
         return settings.run_dir
 
     try:
         if evaluator is not None:
-            batch_mod.run_batch(batch, path, runs_dir, search_one, slots=shards(evaluator), quiet=as_json)
+            batch_mod.run_batch(batch, path, runs_dir, search_one, slots=compose.shards(evaluator), quiet=as_json)
     except KeyboardInterrupt:
         Console(stderr=True, highlight=False, soft_wrap=True).print(one_line(
             f"interrupted: the batch is saved in {path}; run the same command again to continue it"), markup=False)
@@ -260,7 +347,8 @@ def _generate_many(problems: list[str], asked: _Asked, *, fresh: bool, as_json: 
     if as_json:
         typer.echo(batch_mod.summary_json(rows))
         return
-    Console(highlight=False).print(batch_mod.render_summary(rows, batch.minutes, time.monotonic() - t0))
+    Console(highlight=False).print(batch_mod.render_summary(rows, batch.minutes, time.monotonic() - t0,
+                                                            dry_run=evaluator_kind == "dry-run"))
 
 
 def _say_interrupted(run_dir: Path, runs_dir: Path) -> None:
@@ -310,6 +398,7 @@ def show(
 ) -> None:
     """Print the search tree of a run: ideas, categories, verdicts, times, speedups, registers."""
     loaded = load_run(run, runs_dir)
+    warn_torn(loaded)
     if as_json:
         typer.echo(json.dumps(run_json(loaded), indent=2, allow_nan=False))
         return
@@ -345,15 +434,19 @@ def replay(
     evaluator_kind: str = typer.Option("pool", "--evaluator", hidden=True),
 ) -> None:
     """Re-run a recorded search with no LLM call, re-evaluating every node on this GPU."""
+    from kerngen.agent.replay import replay_run
+    from kerngen.cli import compose
+    from kerngen.results.replay_table import replay_table
+
     orig = load_run(run, runs_dir)
     _, which = rerun_ref(orig.started, problem)  # before any GPU work: which file runs, or why none
     Console(highlight=False).print(which, markup=False, soft_wrap=True)
-    evaluator = make_evaluator(evaluator_kind)
+    evaluator = compose.make_evaluator(evaluator_kind)
     try:
         view = LiveView(total_rounds=len(orig.tree.beams))
         with view:
-            rep = replay_run(orig, evaluator, runs_dir=runs_dir, context_factory=make_context_factory(evaluator_kind),
-                             listeners=[view], problem=problem)
+            rep = replay_run(orig, evaluator, runs_dir=runs_dir, listeners=[view], problem=problem,
+                             context_factory=compose.make_context_factory(evaluator_kind))
     finally:
         evaluator.close()
     out = Console(highlight=False)

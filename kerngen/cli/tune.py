@@ -16,7 +16,6 @@ from typing import Any, Optional
 import typer
 
 from kerngen.cli import cluster
-from kerngen.cli.compose import make_evaluator
 from kerngen.text import strict_json
 from kerngen.errors import KerngenError
 
@@ -135,6 +134,7 @@ def tune_cmd(
 ) -> None:
     """Autotune a kernel spec's tunables on this machine's GPUs, or a Ray cluster's (every config
     fully checked)."""
+    from kerngen.cli.compose import make_evaluator  # here: the composition root imports torch (seconds)
     from kerngen.problems.load import load_problem
     from kerngen.problems.ref import parse_problem_ref
 

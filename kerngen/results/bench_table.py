@@ -1,5 +1,7 @@
-"""Rows and the rich table of ``kerngen bench``: one line each for eager, torch.compile, the
-kernel and the roofline floor, with ratios computed from medians measured in the same run."""
+"""Rows and the rich table of ``kerngen bench``: one line each for eager and torch.compile (in true
+fp32, and at PyTorch's defaults where those compute something else), the kernel, the exported op's
+path and the roofline floor, with ratios computed from medians measured in the same run: "fp32" vs
+PyTorch in true fp32, "dflt" vs PyTorch at its defaults (cuDNN convolutions in TF32)."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ import math
 from rich.console import Console
 from rich.table import Table
 
-from kerngen.harness.results import Baseline, EvalResult, GpuFacts, Timing
+from kerngen.harness.results import Baseline, EvalResult, GpuFacts, OpTiming, Timing
+from kerngen.results.speedups import SHORT_NOTE
 from kerngen.harness.gpu.timing import MAX_LATE_FRACTION
 
 
@@ -17,6 +20,10 @@ def ratio(num: float | None, den: float | None) -> float | None:
     if num is None or den is None or not den > 0 or not math.isfinite(den):
         return None
     return num / den
+
+
+def _ms(t: Timing | None) -> float | None:
+    return t.median_ms if t is not None else None
 
 
 def _row(name: str, verdict: str, t: Timing | None, base: Baseline) -> dict:
@@ -28,21 +35,32 @@ def _row(name: str, verdict: str, t: Timing | None, base: Baseline) -> dict:
         "iqr_ms": t.iqr_ms if t else None,
         "speedup_vs_eager": ratio(base.eager.median_ms, ms),
         "speedup_vs_compile": ratio(base.compiled.median_ms if base.compiled else None, ms),
+        "speedup_vs_eager_defaults": ratio(_ms(base.eager_defaults), ms),
+        "speedup_vs_compile_defaults": ratio(_ms(base.compiled_defaults), ms),
         "pct_of_roofline": (100.0 * base.floor_ms / ms) if (ms and base.floor_ms) else None,
         "clocks_sagged": bool(t and t.clocks and t.clocks.sagged),
         "host_bound": bool(t and t.late_reps > t.reps * MAX_LATE_FRACTION),
     }
 
 
-def bench_rows(base: Baseline, result: EvalResult | None) -> list[dict]:
-    rows = [_row("PyTorch eager", "ok", base.eager, base)]
+def bench_rows(base: Baseline, result: EvalResult | None, op: OpTiming | None = None) -> list[dict]:
+    rows = [_row("PyTorch eager (true fp32)", "ok", base.eager, base)]
     if base.compiled is not None:
-        rows.append(_row("torch.compile", "ok", base.compiled, base))
+        rows.append(_row("torch.compile (true fp32)", "ok", base.compiled, base))
     else:
-        rows.append({**_row("torch.compile", "failed", None, base), "note": base.compile_error})
+        rows.append({**_row("torch.compile (true fp32)", "failed", None, base), "note": base.compile_error})
+    if base.eager_defaults is not None and not base.defaults_same:
+        label = base.defaults_label or "defaults"
+        rows.append(_row(f"PyTorch eager ({label})", "ok", base.eager_defaults, base))
+        if base.compiled_defaults is not None:
+            rows.append(_row(f"torch.compile ({label})", "ok", base.compiled_defaults, base))
     if result is not None:
         rows.append({**_row("kernel", result.verdict.value, result.timing if result.ok else None, base),
                      "note": result.message})
+    if op is not None:
+        rows.append({**_row("exported op (torch.ops)", "ok" if op.matches else "differs", op.op, base),
+                     "note": op.warning(), "gap_pct": op.gap_pct, "host_us": op.host_us,
+                     "kernel_ms_beside": op.kernel.median_ms})
     return rows
 
 
@@ -50,24 +68,42 @@ def _fmt(v: float | None, spec: str, suffix: str = "") -> str:
     return "-" if v is None else f"{v:{spec}}{suffix}"
 
 
-def print_bench(label: str, facts: GpuFacts, base: Baseline, result: EvalResult | None) -> None:
+def print_bench(label: str, facts: GpuFacts, base: Baseline, result: EvalResult | None,
+                op: OpTiming | None = None) -> None:
     console = Console()
-    table = Table(title=f"{label} on {facts.name}")
-    for col in ("", "verdict", "median ms", "IQR ms", "vs eager", "vs compile", "% roofline"):
+    table = Table(title=f"{label} on {facts.name}", caption=SHORT_NOTE.format(label=base.defaults_label or "defaults"),
+                  caption_justify="left")
+    cols = ("", "verdict", "median ms", "IQR ms", "fp32 eager", "fp32 compile", "dflt eager", "dflt compile",
+            "% roofline")
+    for col in cols:
         table.add_column(col, justify="left" if col in ("", "verdict") else "right")
-    rows = bench_rows(base, result)
+    rows = bench_rows(base, result, op)
     for row in rows:
         flag = (" (clocks sagged)" if row["clocks_sagged"] else "") + (" (host-bound)" if row["host_bound"] else "")
         table.add_row(
             row["name"] + flag, row["verdict"], _fmt(row["median_ms"], ".4f"), _fmt(row["iqr_ms"], ".4f"),
             _fmt(row["speedup_vs_eager"], ".2f", "x"), _fmt(row["speedup_vs_compile"], ".2f", "x"),
+            _fmt(row["speedup_vs_eager_defaults"], ".2f", "x"), _fmt(row["speedup_vs_compile_defaults"], ".2f", "x"),
             _fmt(row["pct_of_roofline"], ".1f", "%"),
         )
     if base.floor_ms is not None:
-        table.add_row(f"roofline floor ({base.floor_bound})", "", f"{base.floor_ms:.4f}", "", "", "", "100.0%")
+        table.add_row(f"roofline floor ({base.floor_bound})", "", f"{base.floor_ms:.4f}", "", "", "", "", "", "100.0%")
+    if base.floor_measured_ms is not None:
+        table.add_row("  from the measured ceilings", "", f"{base.floor_measured_ms:.4f}", "", "", "", "", "", "")
     console.print(table)
+    if base.floor_basis:
+        console.print(f"roofline floor: {base.floor_basis}", markup=False)
+    if base.defaults_same:
+        console.print(f"{base.defaults_label}: the same outputs bit for bit as true fp32 (no op of the problem uses "
+                      "TF32): the true fp32 times stand for both")
     if result is not None:
         console.print(f"kernel: {result.message}")
+    if op is not None:
+        console.print(f"exported op: {op.op.median_ms:.4f} ms beside its kernel's {op.kernel.median_ms:.4f} ms "
+                      f"({op.gap_pct:+.1f}%), host {op.host_us:.0f} us a call; timed: the op through torch.ops and "
+                      "the kernel through the harness's launcher, alternating, same inputs")
+        if op.warning():
+            console.print(f"[yellow]warning:[/] {op.warning()}")
     if base.compiled is None and base.compile_error:
         console.print(f"[yellow]torch.compile failed:[/] {base.compile_error}")
     if base.degenerate:

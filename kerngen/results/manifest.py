@@ -7,6 +7,7 @@ import hashlib
 import keyword
 import re
 from pathlib import Path
+from enum import Enum
 from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
@@ -22,6 +23,7 @@ from kerngen.problems.ref import ProblemRef
 FORMAT = "kerngen-export/1"
 MAX_MANIFEST_BYTES = 16 << 20
 MAX_CUBIN_BYTES = 256 << 20
+MAX_BUCKETS = 64  # shape buckets of one export
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,119}")
 _ARCH = re.compile(r"sm_[0-9]{2,3}[af]?")
 
@@ -44,19 +46,19 @@ def _identifier(value: str, what: str) -> str:
     return value
 
 
-class ExportManifest(BaseModel):
-    """``<name>.json`` of an export folder."""
+class TimedPath(str, Enum):
+    """Which path a recorded time is of."""
 
-    format: Literal["kerngen-export/1"] = FORMAT
-    name: str  # the op is torch.ops.kerngen.<name>
-    op: str  # "kerngen::<name>"
-    problem: ProblemRef
-    problem_label: str
+    kernel = "kernel"  # the harness launching the plan on its own buffers (a run's times)
+    op = "op"  # the exported op as a user calls it (kerngen bench --op, kerngen suite)
+
+
+class KernelVariant(BaseModel):
+    """One kernel of an export and the shapes it was checked and timed at (a shape bucket)."""
+
     inputs: list[TensorInfo]  # the op's arguments: inputs, then params (see arg_names)
     params: list[TensorInfo]
     outputs: list[TensorInfo]
-    arg_names: list[str]  # Python names of the op's arguments, in order (inputs then params)
-    scalars: dict[str, int | float] = Field(default_factory=dict)  # fixed non-tensor inputs of the problem
     spec: KernelSpec
     config: dict[str, int]
     plan: ResolvedPlan
@@ -68,28 +70,19 @@ class ExportManifest(BaseModel):
     nvrtc_version: str = ""
     origin: str = ""  # "run <id> node #<n>" or "spec <name>"
     timing: Timing | None = None  # what the harness measured, on ``gpu``
+    timed: TimedPath = TimedPath.kernel  # which path ``timing`` is of
     gpu: str = ""
-    kerngen_version: str = ""
+    # the problem's sizes at these shapes (names the plan's expressions may read besides the tensors'),
+    # and the tolerance the kernel was checked at (None: the dtype's default)
+    sizes: dict[str, int | float] = Field(default_factory=dict)
+    atol: float | None = None
+    rtol: float | None = None
 
     @property
     def arguments(self) -> list[TensorInfo]:
         return [*self.inputs, *self.params]
 
     # an export folder may come from anyone: every name that becomes a path, an op or an option is checked
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        return _identifier(value, "op name")
-
-    @field_validator("arg_names")
-    @classmethod
-    def _args(cls, value: list[str]) -> list[str]:
-        for a in value:
-            _identifier(a, "argument name")
-        if len(set(value)) != len(value):
-            raise ValueError("argument names repeat")
-        return value
-
     @field_validator("source_file", "cubin_file")
     @classmethod
     def _file(cls, value: str | None) -> str | None:
@@ -107,6 +100,44 @@ class ExportManifest(BaseModel):
             raise ValueError(f"arch {shown(value)} is not a GPU architecture like sm_90")
         return value
 
+
+class ExportManifest(KernelVariant):
+    """``<name>.json`` of an export folder: the first kernel (at the first shape) in its own
+    fields, the kernels of further shape buckets in ``buckets`` (``kerngen export RUN RUN ...``)."""
+
+    format: Literal["kerngen-export/1"] = FORMAT
+    name: str  # the op is torch.ops.kerngen.<name>
+    op: str  # "kerngen::<name>"
+    problem: ProblemRef
+    problem_label: str
+    arg_names: list[str]  # Python names of the op's arguments, in order (inputs then params)
+    scalars: dict[str, int | float] = Field(default_factory=dict)  # fixed non-tensor inputs of the problem
+    forward_args: list[str] = Field(default_factory=list)  # Model.forward's arguments in order (tensors, scalars)
+    precision: str = "fp32"  # what the kernels were checked against: "fp32" (true fp32) or "tf32"
+    buckets: list[KernelVariant] = Field(default_factory=list, max_length=MAX_BUCKETS)
+    kerngen_version: str = ""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return _identifier(value, "op name")
+
+    @field_validator("arg_names")
+    @classmethod
+    def _args(cls, value: list[str]) -> list[str]:
+        for a in value:
+            _identifier(a, "argument name")
+        if len(set(value)) != len(value):
+            raise ValueError("argument names repeat")
+        return value
+
+    @field_validator("precision")
+    @classmethod
+    def _precision(cls, value: str) -> str:
+        if value not in ("fp32", "tf32"):
+            raise ValueError(f"precision {shown(value)} is not fp32 or tf32")
+        return value
+
     @model_validator(mode="after")
     def _consistent(self) -> "ExportManifest":
         if self.op != f"kerngen::{self.name}":
@@ -115,7 +146,16 @@ class ExportManifest(BaseModel):
             raise ValueError(f"{len(self.arg_names)} argument names for {len(self.arguments)} tensors")
         if not self.outputs:
             raise ValueError("no outputs")
+        names = ([t.name for t in self.arguments], [t.name for t in self.outputs])
+        for i, b in enumerate(self.buckets):
+            if ([t.name for t in b.arguments], [t.name for t in b.outputs]) != names:
+                raise ValueError(f"bucket {i} has other tensors than the op's ({', '.join(names[0])})")
         return self
+
+    def variants(self) -> list[KernelVariant]:
+        """Every kernel of the export, the first one first."""
+        first = KernelVariant.model_validate({k: getattr(self, k) for k in KernelVariant.model_fields})
+        return [first, *self.buckets]
 
     def schema(self) -> str:
         """The op's torch.library schema: ``(Tensor x, Tensor w) -> Tensor``."""
@@ -124,8 +164,11 @@ class ExportManifest(BaseModel):
 
     def identity(self) -> str:
         """A digest of what the op does (not where or when it was exported)."""
-        keep = {"name", "spec", "config", "plan", "inputs", "params", "outputs", "arg_names", "kernels"}
-        return hashlib.sha256(self.model_dump_json(include=keep).encode()).hexdigest()
+        keep = {"name", "spec", "config", "plan", "inputs", "params", "outputs", "arg_names", "kernels", "precision"}
+        data = self.model_dump_json(include=keep)
+        if self.buckets:
+            data += "".join(b.model_dump_json(include=keep) for b in self.buckets)
+        return hashlib.sha256(data.encode()).hexdigest()
 
 
 def read_manifest(path: str | Path) -> ExportManifest:

@@ -20,7 +20,8 @@ from typing import Any
 
 from kerngen.agent.journal import DEMO_LABEL, NodeEvaluated, NodeProfiled, NodeTuned, RoundFinished, write_atomic
 from kerngen.results.report_charts import Point, RooflineData, Series
-from kerngen.results.show import profile_text, spent_wall_s
+from kerngen.results.show import TIMED_KERNEL, precision_line, profile_text, spent_wall_s
+from kerngen.results.speedups import speedup_line
 from kerngen.agent.tree import Node, Run
 from kerngen.errors import KerngenError, ProblemError
 from kerngen.redact import printable
@@ -111,21 +112,27 @@ def _problem_counts(run: Run) -> tuple[float | None, float | None]:
         if info is not None:
             flops = flops if flops is not None else info.flops
             nbytes = nbytes if nbytes is not None else float(info.min_bytes)
-    if nbytes is None and b and b.floor_ms and b.floor_bound == "memory" and gpu and gpu.copy_gbps:
+    measured_floor = b is not None and not b.floor_basis  # an older run's floor: from the measured copy
+    if nbytes is None and measured_floor and b.floor_ms and b.floor_bound == "memory" and gpu and gpu.copy_gbps:
         nbytes = b.floor_ms * 1e-3 * gpu.copy_gbps * 1e9
     return flops, nbytes
 
 
 def roofline_data(run: Run) -> RooflineData | None:
-    from kerngen.harness.gpu.roofline import compute_rate_tflops
+    from kerngen.harness.gpu.roofline import compute_rate_tflops, peak_bandwidth, peak_rate
 
     flops, nbytes = _problem_counts(run)
     if not nbytes:
         return None
     gpu, b = run.tree.gpu, run.baseline
-    dtype = run.tree.problem.dtype if run.tree.problem and run.tree.problem.dtype else "float32"
-    data = RooflineData(flops=flops, min_bytes=nbytes, copy_gbps=gpu.copy_gbps if gpu else None,
-                        peak_tflops=compute_rate_tflops(dtype, gpu) if gpu else None)
+    dtype = run.tree.dtype() or "float32"
+    rate = peak_rate(dtype, gpu) if gpu else None
+    bw = peak_bandwidth(gpu) if gpu else None
+    data = RooflineData(flops=flops, min_bytes=nbytes, copy_gbps=bw[0] if bw else None,
+                        peak_tflops=rate[0] if rate else None,
+                        roof_label="; ".join(x[1] for x in (bw, rate) if x) or "unknown",
+                        measured_gbps=gpu.copy_gbps if gpu else None,
+                        measured_tflops=compute_rate_tflops(dtype, gpu) if gpu else None)
     data.kernels = [Point(x=n.id, y=n.ms, label=f"#{n.id}") for n in run.tree.ranked()]
     if b is not None:
         data.references.append(Point(x=0, y=b.eager.median_ms, label="PyTorch eager"))
@@ -180,9 +187,8 @@ def _diff_class(line: str) -> str:
     return {"+": "da", "-": "dd"}.get(line[:1], "")
 
 
-def node_view(run: Run, n: Node, best_id: int | None, seen: set[int] | None = None) -> dict[str, Any]:
-    seen = set() if seen is None else seen
-    seen.add(n.id)  # a journal that makes a node its own ancestor: each node once
+def node_view(run: Run, n: Node, best_id: int | None) -> dict[str, Any]:
+    """One node's card (its children are items of :func:`tree_view` after it)."""
     f = run.tree.figures(n)
     r = n.best_result
     worst = r.compile.worst() if r is not None and r.compile is not None and r.compile.kernels else None
@@ -202,16 +208,34 @@ def node_view(run: Run, n: Node, best_id: int | None, seen: set[int] | None = No
         "plan": plan_text(n.spec) if n.spec else "", "notes": n.notes,
         "profile": profile_text(n.profile) if n.profile is not None else "",
         "diff": [(_diff_class(l), l) for l in diff],
-        "children": [node_view(run, run.nodes[c], best_id, seen) for c in sorted(set(n.children))
-                     if c in run.nodes and c not in seen],
     }
 
 
 def tree_view(run: Run) -> list[dict[str, Any]]:
+    """The tree in pre-order, walked with a stack, not by recursion (a legitimately deep run, a
+    chain of 300 repairs and refinements, renders like any other): each node's card, whether its
+    children follow (``opens``: the template opens a list) and how many lists close after it
+    (``closes``). A journal that makes a node its own ancestor shows each node once."""
     best = run.best
-    roots = sorted(run.tree.roots(), key=lambda n: n.id)
+    best_id = best.id if best else None
     seen: set[int] = set()
-    return [node_view(run, n, best.id if best else None, seen) for n in roots if n.id not in seen]
+    out: list[dict[str, Any]] = []
+    stack = [iter(sorted(run.tree.roots(), key=lambda n: n.id))]
+    while stack:
+        n = next(stack[-1], None)
+        if n is None:
+            stack.pop()
+            if stack:  # a list of children ends: it closes after the last card written
+                out[-1]["closes"] += 1
+            continue
+        if n.id in seen:
+            continue
+        seen.add(n.id)
+        kids = [run.nodes[c] for c in sorted(set(n.children)) if c in run.nodes and c not in seen]
+        out.append(node_view(run, n, best_id) | {"opens": bool(kids), "closes": 0})
+        if kids:
+            stack.append(iter(kids))
+    return out
 
 
 def problem_view(run: Run) -> dict[str, Any] | None:
@@ -281,6 +305,9 @@ def context(run: Run) -> dict[str, Any]:
         "demo": DEMO_LABEL if run.started.demo else "", "usage": run.finished.usage if run.finished else {},
         "tree": tree_view(run), "charts": charts(run), "tuning": _tuning_tables(run), "facts": _facts(run),
         "problem_info": problem_view(run),
+        "best_line": speedup_line(run.tree.figures(best)) if best else "",
+        "precision": precision_line(run.tree.problem.precision if run.tree.problem else None),
+        "timed": TIMED_KERNEL,
     }
 
 

@@ -35,8 +35,11 @@ class RooflineData(BaseModel):
 
     flops: float | None
     min_bytes: float
-    copy_gbps: float | None
+    copy_gbps: float | None  # the roof: the data sheet's bandwidth and rate (kerngen.harness.gpu.roofline)
     peak_tflops: float | None
+    roof_label: str = "data-sheet peaks"
+    measured_gbps: float | None = None  # the ceilings the harness measured (device copy, cuBLAS), beside it
+    measured_tflops: float | None = None
     kernels: list[Point] = Field(default_factory=list)  # x: node id, y: ms
     references: list[Point] = Field(default_factory=list)  # eager / torch.compile: x unused, y: ms
 
@@ -78,6 +81,14 @@ def _from_zero(ax, *, top_pad: float = 1.08) -> None:
     from matplotlib.ticker import MaxNLocator
 
     ax.yaxis.set_major_locator(MaxNLocator(nbins=6))
+
+
+def around(values: Sequence[float]) -> tuple[float, float]:
+    """A y range that shows how ``values`` differ: their span with a margin, never from zero
+    (a tuning curve from 2.80 to 2.95 ms is flat on an axis from 0). Pure."""
+    lo, hi = min(values), max(values)
+    pad = max((hi - lo) * 0.08, abs(hi) * 0.005, 1e-12)
+    return lo - pad, hi + pad
 
 
 def ridge_point(copy_gbps: float | None, peak_tflops: float | None) -> float | None:
@@ -147,8 +158,8 @@ def tuning_chart(curves: Sequence[Series]) -> str | None:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("configuration tried (in order)")
         ax.set_ylabel("median ms")
-        ax.set_title("autotuning of each survivor (dashed: best so far)")
-        _from_zero(ax)
+        ax.set_title("autotuning of each survivor (dashed: best so far; the axis spans the times, not from 0)")
+        ax.set_ylim(*around([p.y for c in curves for p in c.points if p.ok]))
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, title="node")
         return to_svg(fig)
 
@@ -175,10 +186,14 @@ def _roofline(data: RooflineData) -> str:
         if ridge:
             lo, hi = min(xs), max(xs)
             xs = sorted({min(lo, ridge / 10), ridge, max(hi, ridge * 10)} | set(xs))
+        for gbps, tflops, style, label in ((data.copy_gbps, data.peak_tflops, "-", f"roof: {data.roof_label}"),
+                                           (data.measured_gbps, data.measured_tflops, "--",
+                                            "measured ceilings (device copy, cuBLAS matmul)")):
+            if not (gbps or tflops):
+                continue
+            ceil = [min(gbps * x if gbps else float("inf"), tflops * 1e3 if tflops else float("inf")) for x in xs]
+            ax.plot(xs, ceil, color="black", linestyle=style, label=label)
         if data.copy_gbps or data.peak_tflops:
-            ceil = [min(data.copy_gbps * x if data.copy_gbps else float("inf"),
-                        data.peak_tflops * 1e3 if data.peak_tflops else float("inf")) for x in xs]
-            ax.plot(xs, ceil, color="black", label="measured ceiling (copy bandwidth, matmul rate)")
             if ridge:
                 ax.axvline(ridge, color="black", linestyle=":", linewidth=0.8,
                            label=f"ridge point {ridge:.1f} FLOP/B")
@@ -210,7 +225,9 @@ def _bandwidth(data: RooflineData) -> str:
         for i, p in enumerate(data.references):
             ax.axhline(gbps(p.y), color=colors[i % 2], linestyle="--", label=p.label)
         if data.copy_gbps:
-            ax.axhline(data.copy_gbps, color="black", label="measured device copy bandwidth")
+            ax.axhline(data.copy_gbps, color="black", label=f"roof: {data.roof_label}")
+        if data.measured_gbps:
+            ax.axhline(data.measured_gbps, color="black", linestyle="--", label="measured device copy bandwidth")
         ax.set_ylabel("achieved GB/s (minimum bytes / time)")
         _from_zero(ax)
         ax.set_xlabel("node")

@@ -10,7 +10,8 @@ why not (:mod:`kerngen.results.suite_runs`), never the problem file its journal 
 compared, by resolved path, to the files given).
 
 Side by side: problems are measured one after the other; a problem's baseline (eager,
-torch.compile, the roofline floor) and then its kernel are measured back to back on the one
+torch.compile, in true fp32 and at PyTorch's defaults, the roofline floor), then its kernel, then
+the exported op's path beside the kernel (``--no-op``: not) are measured back to back on the one
 Evaluator, with the same time budget, before the next problem starts. ``kerngen suite`` gives that
 Evaluator one GPU worker, so both run in the same worker process on the same GPU, with the problem
 (model, parameters, inputs) loaded once for both. A problem without a kernel is not measured.
@@ -47,7 +48,8 @@ from kerngen.results.suite_runs import (
     why_kernel_failed,
 )
 from kerngen.harness.evaluator import Candidate, EvalOptions, Evaluator
-from kerngen.harness.results import Baseline, EvalResult, Timing
+from kerngen.harness.results import Baseline, EvalResult, OpTiming, Timing
+from kerngen.problems.torch_modes import DEFAULTS_LABEL
 from kerngen.harness.spec.spec import KernelSpec
 from kerngen.problems.ref import ProblemRef
 from kerngen.text import one_line, strict_json
@@ -96,6 +98,7 @@ class SuiteMetrics(BaseModel):
     correct: int
     eager: RefMetrics
     compile: RefMetrics
+    compile_defaults: RefMetrics | None = None  # vs torch.compile at PyTorch's defaults (TF32 conv)
 
 
 def fast_p(outcomes: Sequence[Outcome], p: float) -> float:
@@ -129,11 +132,16 @@ def suite_metrics(entries: Sequence["SuiteEntry"], ps: Sequence[float] = FAST_P)
     """Against eager over every entry; against torch.compile over the entries that do not lack a
     compile time (see the module docstring)."""
     compiled = [e for e in entries if not e.compile_missing]
+    # at the defaults: the problems measured with them (a saved entry from before they were has none)
+    defaults = [e for e in compiled if e.compiled_defaults is not None or e.eager is None]
     return SuiteMetrics(
         problems=len(entries), correct=sum(1 for e in entries if e.correct),
         eager=reference_metrics("eager", [(e.correct, e.speedup_eager) for e in entries], 0, ps),
         compile=reference_metrics("torch.compile", [(e.correct, e.speedup_compile) for e in compiled],
                                   len(entries) - len(compiled), ps),
+        compile_defaults=reference_metrics(
+            f"torch.compile at {DEFAULTS_LABEL}", [(e.correct, e.speedup_compile_defaults) for e in defaults],
+            len(entries) - len(defaults), ps) if any(e.compiled_defaults is not None for e in entries) else None,
     )
 
 
@@ -154,6 +162,14 @@ class SuiteEntry(BaseModel):
     floor_bound: str = ""
     speedup_eager: float | None = None
     speedup_compile: float | None = None
+    # PyTorch at its defaults (cuDNN TF32 convolutions), beside true fp32 (the fields above)
+    eager_defaults: Timing | None = None
+    compiled_defaults: Timing | None = None
+    defaults_label: str = ""
+    speedup_eager_defaults: float | None = None
+    speedup_compile_defaults: float | None = None
+    op: OpTiming | None = None  # the exported op's path timed beside the kernel (kernel: the harness's launcher)
+    op_error: str = ""  # why the op's path has no time
     pct_roofline: float | None = None  # the kernel's % of the roofline floor (100: at the floor)
     recorded_ms: float | None = None  # the kernel's median in its run (maybe another GPU)
     recorded_gpu: str = ""
@@ -233,27 +249,42 @@ def _entry(problem: str, found: FoundKernel, base: Baseline, result: EvalResult)
         floor_ms=base.floor_ms, floor_bound=base.floor_bound,
         speedup_eager=ratio(base.eager.median_ms, ms),
         speedup_compile=ratio(base.compiled.median_ms if base.compiled else None, ms),
+        eager_defaults=base.eager_defaults, compiled_defaults=base.compiled_defaults,
+        defaults_label=base.defaults_label,
+        speedup_eager_defaults=ratio(base.eager_defaults.median_ms if base.eager_defaults else None, ms),
+        speedup_compile_defaults=ratio(base.compiled_defaults.median_ms if base.compiled_defaults else None, ms),
         pct_roofline=(100.0 * base.floor_ms / ms) if (ms and base.floor_ms) else None,
         recorded_ms=found.recorded_ms if found.recorded_ms is not None and math.isfinite(found.recorded_ms) else None,
         recorded_gpu=found.recorded_gpu,
     )
 
 
-def measure_one(problem: str, found: FoundKernel, evaluator: Evaluator, options: EvalOptions | None) -> SuiteEntry:
+def measure_one(problem: str, found: FoundKernel, evaluator: Evaluator, options: EvalOptions | None,
+                op: bool = True, with_compile: bool = True) -> SuiteEntry:
     """Baseline and then kernel of one problem on ``evaluator``, back to back (the baseline with
-    the kernel's time budget). A problem PyTorch itself cannot run becomes an ``error`` entry (the
-    rest of the suite still runs)."""
+    the kernel's time budget), then, for a correct kernel and an evaluator that can (``time_op``),
+    the exported op's path beside the kernel. A problem PyTorch itself cannot run becomes an
+    ``error`` entry (the rest of the suite still runs)."""
     try:
+        skip = {} if with_compile else {"with_compile": False}  # --no-compile: eager only
         if options is not None:
-            base = evaluator.baseline(found.ref, budget_ms=options.budget_ms)
+            base = evaluator.baseline(found.ref, budget_ms=options.budget_ms, **skip)
         else:
-            base = evaluator.baseline(found.ref)
+            base = evaluator.baseline(found.ref, **skip)
     except KerngenError as exc:
         message = one_line(str(exc))
         return SuiteEntry(problem=problem, ref=found.ref, kernel_from=found.origin, verdict=ERROR,
                           message=message, why=why_baseline_failed(message))
     result = evaluator.evaluate(found.ref, [Candidate(spec=found.spec, config=found.config)], options)[0]
-    return _entry(problem, found, base, result)
+    entry = _entry(problem, found, base, result)
+    time_op = getattr(evaluator, "time_op", None)
+    if op and result.ok and time_op is not None:
+        try:
+            entry.op = time_op(found.ref, found.spec, result.config or found.config,
+                               budget_ms=(options or EvalOptions()).budget_ms)
+        except KerngenError as exc:
+            entry.op_error = one_line(str(exc))
+    return entry
 
 
 def run_suite(
@@ -266,6 +297,8 @@ def run_suite(
     options: EvalOptions | None = None,
     on_progress: OnProgress | None = None,
     memo: Memo | None = None,
+    op: bool = True,
+    with_compile: bool = True,
 ) -> SuiteReport:
     """Measure every problem, one after the other (see the module docstring), and compute the
     suite's metrics. The runs under ``runs_dir`` are read once, before any measurement (not at
@@ -293,7 +326,7 @@ def run_suite(
         if kept is not None:
             entries.append(kept)
             continue
-        entry = measure_one(problem, found, evaluator, options)
+        entry = measure_one(problem, found, evaluator, options, op=op, with_compile=with_compile)
         if memo is not None and entry.verdict != ERROR:  # PyTorch failing here may not fail next time
             memo.record(problem, found, budget_ms, entry)
         entries.append(entry)

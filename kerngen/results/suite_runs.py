@@ -145,7 +145,10 @@ class RunIndex:
         self.skipped: list[str] = []
         for path in _run_dirs(self.runs_dir):
             try:
-                summary = summarize(load_run(path))
+                run = load_run(path)
+                if run.started.dry_run:  # compiled, nothing measured: not what a suite counts
+                    continue
+                summary = summarize(run)
             except KerngenError as exc:
                 self.skipped.append(one_line(f"{path.name}: {exc}", 300))
                 continue

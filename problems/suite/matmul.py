@@ -20,6 +20,12 @@ def canonical_shape(shape):
     return tuple(shape) * 3 if len(shape) == 1 else tuple(shape)
 
 
+def shape_of_inputs(shapes):
+    """SHAPE from the inputs' shapes (an exported op's fallback at another shape): A (M, K), B (K, N)."""
+    (m, k), (_, n) = shapes
+    return (m, n, k)
+
+
 class Model(nn.Module):
     """Single matrix multiplication."""
 

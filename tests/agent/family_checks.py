@@ -110,3 +110,39 @@ def matmul_problem(folder: Path, m: int, k: int, n: int):
     path = folder / f"mm_{m}_{k}_{n}.py"
     path.write_text(MATMUL_PROBLEM.format(m=m, k=k, n=n))
     return load_problem(str(path))
+
+
+# a KernelBench-format problem of one forward expression (the gemm families' CPU tests): ``init`` a line of
+# __init__ (modules), every tensor in ``dtype`` (the model moved there once built), inputs made by ``make``
+FORWARD_PROBLEM = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        {init}
+        self.to(torch.{dtype})
+
+    def forward(self, {args}):
+        return {forward}
+
+
+def get_inputs():
+    return [{inputs}]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def forward_problem(folder: Path, forward: str, inputs: dict[str, tuple[int, ...]], *, init: str = "pass",
+                    dtype: str = "float32", make: str = "rand"):
+    """``forward`` over inputs of those shapes (``torch.<make>``), written as ``p<n>.py`` in ``folder`` and loaded."""
+    path = folder / f"p{len(list(folder.iterdir()))}.py"
+    made = ", ".join(f"torch.{make}({s}, dtype=torch.{dtype})" for s in inputs.values())
+    path.write_text(FORWARD_PROBLEM.format(init=init, dtype=dtype, args=", ".join(inputs), forward=forward, inputs=made))
+    return load_problem(str(path))

@@ -7,18 +7,23 @@ divide evenly among the slices, an nn.Linear with bias and epilogue, and a batch
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
-from kerngen.agent.playbook import builders, explain
+from kerngen.agent.playbook import explain, family_of
 from tests.agent.family_checks import resized_copy
 from tests.emu import cases
-from tests.emu.runner import available, emulate
+from tests.emu.runner import emulate
+from tests.resources import kernelbench
 
-KB = Path("/work/shared/kernelbench")
-pytestmark = [pytest.mark.skipif(not available(), reason="no C++ compiler (g++) for the CPU emulator"),
-              pytest.mark.skipif(not (KB / "level2").is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")]
+
+def _build(m, variant, defaults=None):
+    return family_of(m).build(m, variant, defaults)
+
+
+KB = kernelbench()
+pytestmark = [pytest.mark.needs_cxx,
+              pytest.mark.needs_kernelbench]
 
 # the smallest 3xTF32 tiles: 4 warps of 32 x 32, two k8 steps per tile
 TF32_GEMM = {"BM": 64, "BN": 64, "BK": 16, "WM": 32, "WN": 32, "STAGES": 3}
@@ -49,7 +54,7 @@ SPLIT_K_INNER = 112
 def _split_k_mismatches(source, split: int, shape=None) -> dict[str, str]:
     """Emulate the 3xTF32 GEMM built with ``SPLIT_K`` = ``split`` (its two-launch plan) on seeded inputs."""
     problem = cases.load(source, shape)
-    spec = builders.build(explain(problem), "tf32x3", {**TF32_GEMM, "SPLIT_K": split})
+    spec = _build(explain(problem), "tf32x3", {**TF32_GEMM, "SPLIT_K": split})
     assert [s.kernel for s in spec.steps] == ["sgemm_tf32x3", "sgemm_tf32x3_sum"]
     case = cases.make_case(problem)
     emulate(spec, case.tensors, sizes=case.sizes)
@@ -80,7 +85,7 @@ def test_split_k_batched_matmul(tmp_path, split):
 @pytest.mark.parametrize("shape", [(70, 37, 45), (3, 5, 2)])
 def test_padded_matmul_where_no_tile_divides(shape):
     problem = cases.load("matmul", shape)
-    spec = builders.build(explain(problem), "tf32x3_padded", TF32_GEMM)
+    spec = _build(explain(problem), "tf32x3_padded", TF32_GEMM)
     assert [s.kernel for s in spec.steps] == ["sgemm_tf32x3_pad"] * 2 + ["sgemm_tf32x3", "sgemm_tf32x3_pad"]
     case = cases.make_case(problem)
     emulate(spec, case.tensors, sizes=case.sizes)

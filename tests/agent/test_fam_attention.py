@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from kerngen.agent.playbook import PlaybookProposer, builders, explain, seed_specs
-from kerngen.agent.playbook.build_attention import FA2_DEFAULTS, MAX_SMEM_SM80, fa2_smem_bytes
+from kerngen.agent.playbook import family_of, PlaybookProposer, explain, seed_specs
+from kerngen.agent.playbook.attention.build import FA2_DEFAULTS, MAX_SMEM_SM80, fa2_smem_bytes
 from kerngen.agent.playbook.coverage import offer
-from kerngen.agent.playbook.fam_attention import FAMILY
-from kerngen.agent.playbook.match import read_problem
+from kerngen.agent.playbook.attention.family import ATTENTION as FAMILY
+from kerngen.agent.playbook.graph import trace
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.proposer import variant_of_spec
 from kerngen.errors import SpecError
@@ -25,17 +25,18 @@ from kerngen.harness.gpu.compare import compare
 from kerngen.harness.spec import plan
 from kerngen.problems.load import load_problem
 from tests.agent.family_checks import resized_copy
+from tests.resources import kernelbench
 
-try:  # the CPU emulator (tests/emu): runs the kernels' CUDA-C on CPU tensors
-    from tests.emu.runner import EmuError, emulate
-    from tests.emu.runner import available as emulator_available
-except ImportError:  # pragma: no cover - a tree without it
-    emulator_available, emulate, EmuError = (lambda: False), None, RuntimeError
+from tests.emu.runner import EmuError, emulate
+
+
+def _build(m, variant, defaults=None):
+    return family_of(m).build(m, variant, defaults)
 
 DATA = Path(__file__).parents[1] / "data" / "playbook"
-KB97 = Path("/work/shared/kernelbench/level1/97_ScaledDotProductAttention.py")
-needs_kb = pytest.mark.skipif(not KB97.is_file(), reason="no KernelBench copy at /work/shared/kernelbench")
-needs_emulator = pytest.mark.skipif(not emulator_available(), reason="no C++ compiler for the CPU emulator")
+KB97 = kernelbench("level1", "97_ScaledDotProductAttention.py")
+needs_kb = pytest.mark.needs_kernelbench
+needs_emulator = pytest.mark.needs_cxx
 LOG2E = math.log2(math.e)
 
 PROBLEM = '''
@@ -86,21 +87,21 @@ CHAIN_BMM = "return torch.bmm(torch.softmax(torch.bmm(q, k.transpose(1, 2)) * 0.
 def test_recognises_the_data_files(name, causal, dtype, d):
     m = explain(load_problem(str(DATA / f"{name}.py")))
     f = m.facts
-    assert m.family == "attention" and (f["causal"], f["dtype"], f["head_dim"], f["scale"]) == (causal, dtype, d, None)
-    assert (f["q"], f["k"], f["v"], f["nd"]) == ("q", "k", "v", 4) and m.message.startswith("attention: softmax(")
+    assert m.family == "attention" and (f.causal, f.dtype, f.head_dim, f.scale) == (causal, dtype, d, None)
+    assert (f.q, f.k, f.v, f.nd) == ("q", "k", "v", 4) and m.message.startswith("attention: softmax(")
 
 
 def test_recognises_the_builtin_suite_problem():
     m = explain(load_problem("attention"))
-    assert m.family == "attention" and m.facts["causal"] and m.facts["head_dim"] == 128
+    assert m.family == "attention" and m.facts.causal and m.facts.head_dim == 128
 
 
 @needs_kb
 def test_recognises_kernelbench_97_as_fp32_attention():
     m = explain(load_problem(str(KB97)))
     f = m.facts
-    assert m.family == "attention" and (f["q"], f["k"], f["v"]) == ("Q", "K", "V")
-    assert (f["causal"], f["dtype"], f["head_dim"], f["scale"]) == (False, "float32", 1024, None)
+    assert m.family == "attention" and (f.q, f.k, f.v) == ("Q", "K", "V")
+    assert (f.causal, f.dtype, f.head_dim, f.scale) == (False, "float32", 1024, None)
 
 
 @pytest.mark.parametrize("body, q, k, dtype, causal, scale", [
@@ -113,8 +114,8 @@ def test_recognises_kernelbench_97_as_fp32_attention():
 def test_recognises_sdpa_calls_and_explicit_chains(tmp_path, body, q, k, dtype, causal, scale):
     m = explain(_problem(tmp_path, body, q, k, dtype=dtype))
     f = m.facts
-    assert m.family == "attention" and f["causal"] == causal and f["nd"] == len(q)
-    assert (f["scale"] is None) if scale is None else math.isclose(f["scale"], scale, rel_tol=1e-9)
+    assert m.family == "attention" and f.causal == causal and f.nd == len(q)
+    assert (f.scale is None) if scale is None else math.isclose(f.scale, scale, rel_tol=1e-9)
 
 
 @pytest.mark.parametrize("body, q, k, v, dtype, init, why", [
@@ -125,10 +126,6 @@ def test_recognises_sdpa_calls_and_explicit_chains(tmp_path, body, q, k, dtype, 
     (SDPA.format(""), (1, 2, 16, 96), None, None, "bfloat16", "pass", "head dim 96"),
     (SDPA.format(""), (1, 2, 16, 64), None, (1, 2, 16, 128), "bfloat16", "pass", "value head dim 128"),
     (SDPA.format(", is_causal=True"), (1, 2, 16, 64), (1, 2, 24, 64), None, "bfloat16", "pass", "top-left"),
-    ("return F.scaled_dot_product_attention(self.proj(q), k, v)", (1, 2, 16, 64), None, None, "float32",
-     "self.proj = nn.Linear(64, 64)", "projections"),
-    ("return torch.softmax(q, -1)  # not attention at all", (1, 2, 16, 64), None, None, "bfloat16", "pass",
-     "computes none"),
     (SDPA.format("").replace("(q, k, v", "(q.transpose(-2, -1), k.transpose(-2, -1), v.transpose(-2, -1)")
      + ".transpose(-2, -1)", (1, 2, 64, 64), None, None, "bfloat16", "pass", "computes none"),  # (.., dim, seq)
     (SDPA.format(""), (1, 2, 16, 64), None, None, "float64", "pass", "float64"),
@@ -140,9 +137,19 @@ def test_refuses_what_it_does_not_cover_with_the_reason(tmp_path, body, q, k, v,
         explain(p)
 
 
+def test_projections_are_their_own_regions(tmp_path):
+    """The attention family refuses the projection; the partitioner serves it as a GEMM region before the core."""
+    p = _problem(tmp_path, "return F.scaled_dot_product_attention(self.proj(q), k, v)", (1, 2, 16, 64),
+                 dtype="float32", init="self.proj = nn.Linear(64, 64)")
+    with pytest.raises(NotCovered, match="projections"):
+        FAMILY.recognise(trace(p))
+    m = explain(p)
+    assert [r.match.family for r in m.facts.partition.regions] == ["gemm", "attention"]
+
+
 def test_a_softmax_between_products_that_is_no_attention_is_left_to_the_other_families(tmp_path):
     p = _problem(tmp_path, "return torch.softmax(q @ k, dim=-1) @ v", (1, 2, 64, 64), dtype="float32")
-    assert FAMILY.recognise(read_problem(p)) is None
+    assert FAMILY.recognise(trace(p)) is None
 
 
 # ----- specs and plans ------------------------------------------------------------------------------------
@@ -175,7 +182,7 @@ def _admits(spec, m, cfg: dict[str, int]) -> bool:
 
 def test_every_offered_configuration_fits_sm80_shared_memory():
     m = explain(load_problem("attention"))
-    spec = builders.build(m, "fa2")
+    spec = family_of(m).build(m, "fa2")
     r = plan.resolve(spec, sizes={}, tensors=m.tensor_facts())
     assert r.launches[0].shared_mem <= MAX_SMEM_SM80
     for cfg in ({"BLOCK_N": 128, "STAGES": 3}, {"SWIZZLE": 0, "BLOCK_N": 128, "STAGES": 2, "BLOCK_M": 128}):
@@ -186,7 +193,7 @@ def test_every_offered_configuration_fits_sm80_shared_memory():
 @needs_kb
 def test_q_from_shared_memory_only_with_two_row_tiles_a_warp_and_q_in_registers_only_where_it_fits():
     m = explain(load_problem("attention"))  # D = 128
-    spec = builders.build(m, "fa2")
+    spec = family_of(m).build(m, "fa2")
     assert _admits(spec, m, {"BLOCK_M": 128, "WARPS": 4, "QSMEM": 1})  # FlashAttention-2's tile
     assert not _admits(spec, m, {"BLOCK_M": 128, "WARPS": 4, "QSMEM": 0})  # O, S and Q: ~300 registers
     assert not _admits(spec, m, {"BLOCK_M": 128, "WARPS": 8, "QSMEM": 1})  # one m16 tile a warp: no gain
@@ -212,7 +219,7 @@ def test_kernelbench_97_offers_the_fp32_kernel_at_its_own_size():
 
 def test_an_explicit_scale_is_the_kernels_argument(tmp_path):
     m = explain(_problem(tmp_path, CHAIN_BMM, (6, 40, 128), (6, 50, 128)))
-    r = plan.resolve(builders.build(m, "fa2"), sizes={}, tensors=m.tensor_facts())
+    r = plan.resolve(family_of(m).build(m, "fa2"), sizes={}, tensors=m.tensor_facts())
     (launch,) = r.launches
     assert launch.grid == (1, 6, 1) and [a.value for a in launch.args[4:6]] == [40, 50]
     assert math.isclose(launch.args[6].value, 0.1 * LOG2E, rel_tol=1e-6)
@@ -249,7 +256,7 @@ def _compiled(spec, m, cfg, arch):
 @pytest.mark.parametrize("dtype, causal", [("bfloat16", True), ("float16", False)])
 def test_the_tensor_core_kernel_compiles_without_spills(tmp_path, arch, d, dtype, causal):
     m = explain(_problem(tmp_path, SDPA.format(f", is_causal={causal}"), (2, 4, 1000, d), dtype=dtype))
-    spec = builders.build(m, "fa2")
+    spec = family_of(m).build(m, "fa2")
     for cfg in FA2_SAMPLES[d] if (dtype, arch) == ("bfloat16", "sm_90") else FA2_SAMPLES[d][:1]:
         res = _compiled(spec, m, cfg, arch)
         assert res.registers <= 255 and res.spill_stores == 0 and res.spill_loads == 0, (cfg, res)
@@ -259,7 +266,7 @@ def test_the_tensor_core_kernel_compiles_without_spills(tmp_path, arch, d, dtype
 @pytest.mark.parametrize("arch", ["sm_90", "sm_80"])
 def test_the_fp32_kernel_compiles_without_spills(arch):
     m = explain(load_problem(str(KB97)))
-    spec = builders.build(m, "simt")
+    spec = family_of(m).build(m, "simt")
     for cfg in ({}, {"WARPS": 4, "BLOCK_N": 32}):
         res = _compiled(spec, m, cfg, arch)
         assert res.registers <= 255 and res.spill_stores == 0, (cfg, res)
@@ -269,7 +276,7 @@ def test_the_fp32_kernel_compiles_without_spills(arch):
 def _emulated(problem, variant: str, config: dict[str, int] | None = None, source: str | None = None):
     """The kernel's output and PyTorch's, on the problem's own (small) inputs."""
     m = explain(problem)
-    spec = builders.build(m, variant)
+    spec = family_of(m).build(m, variant)
     if source is not None:
         spec = spec.model_copy(update={"source": source})
     model = problem.build_model("cpu", 0)
@@ -335,6 +342,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 
+
 class Model(nn.Module):
     def forward(self, q, k, v):
         return F.scaled_dot_product_attention(q, k, v{causal})
@@ -379,7 +387,7 @@ def test_row_maxima_that_keep_growing_are_rescaled(tmp_path, s, d, dtype, causal
 ])
 def test_a_kernel_that_does_not_rescale_fails(tmp_path, broken):
     p = _growing(tmp_path, 150, 64, "bfloat16", False)
-    good = builders.build(explain(p), "fa2").source
+    good = _build(explain(p), "fa2").source
     bad = good.replace(*broken)
     assert bad != good
     out, ref = _emulated(p, "fa2", {"BLOCK_N": 32}, source=bad)
@@ -390,7 +398,7 @@ def test_a_kernel_that_does_not_rescale_fails(tmp_path, broken):
 def test_a_wrong_fragment_layout_fails_the_check(tmp_path):
     """K's chunk for ldmatrix lanes 8-15 and 16-23 swapped: the emulator's mma sees the wrong k half."""
     p = _problem(tmp_path, SDPA.format(""), (1, 1, 64, 64))
-    good = builders.build(explain(p), "fa2").source
+    good = _build(explain(p), "fa2").source
     bad = good.replace("fa_k_chunk(int lane) { return (lane >> 3) & 1; }", "fa_k_chunk(int lane) { return lane >> 4; }")
     assert bad != good
     out, ref = _emulated(p, "fa2", source=bad)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kerngen.agent.playbook import builders, explain
-from kerngen.agent.playbook.build_attention import (MAX_SMEM_SM90, WGMMA_BLOCK_NS, WGMMA_DEFAULTS,
+from kerngen.agent.playbook import explain, family_of
+from kerngen.agent.playbook.attention.build import (MAX_SMEM_SM90, WGMMA_BLOCK_NS, WGMMA_DEFAULTS,
                                                    WGMMA_TUNABLES)
 from kerngen.agent.playbook.coverage import offer
 from kerngen.errors import CompileError, SpecError
@@ -81,7 +81,7 @@ def test_the_suite_problem_offers_it_with_tma_descriptors_of_the_tiles():
 
 def test_constraints_keep_shared_memory_and_registers_in_bounds():
     m = explain(load_problem("attention"))
-    spec = builders.build(m, "wgmma")
+    spec = family_of(m).build(m, "wgmma")
     two = {"STAGES": 2}
     assert _admits(spec, m, {"BLOCK_N": 176, **two})  # FlashAttention-3's non-causal tile: O 64 + S 88 + P 44
     assert _admits(spec, m, {"BLOCK_N": 192, "PINGPONG": 0, **two})  # 64 + 96 + 48 + 32 = 240: no spills
@@ -98,7 +98,7 @@ def test_constraints_keep_shared_memory_and_registers_in_bounds():
 
 def test_head_dim_64_takes_three_consumers_and_fp32_is_refused(tmp_path):
     m = explain(_problem(tmp_path, (2, 4, 1000, 64), dtype="float16", causal=False))
-    spec = builders.build(m, "wgmma")
+    spec = family_of(m).build(m, "wgmma")
     assert spec.default_config() == WGMMA_DEFAULTS[64] == {"CWG": 3, "BLOCK_N": 128, "STAGES": 3, "PINGPONG": 0}
     assert _admits(spec, m, {})  # FlashAttention-3's 192 x 128 tile at head dim 64: O 32 + S 64 + P 32 + 32 = 160
     assert _admits(spec, m, {"CWG": 2, "BLOCK_N": 192}) and not _admits(spec, m, {"BLOCK_N": 144})
@@ -120,7 +120,7 @@ SAMPLES = {  # per head dim: the default, then each tunable moved, the register-
 @pytest.mark.parametrize("dtype, causal", [("bfloat16", True), ("float16", False)])
 def test_it_compiles_for_sm90a_without_spills_or_serialized_wgmma(tmp_path, d, dtype, causal):
     m = explain(_problem(tmp_path, (2, 4, 1000, d), dtype=dtype, causal=causal))
-    spec = builders.build(m, "wgmma")
+    spec = family_of(m).build(m, "wgmma")
     for cfg in SAMPLES[d] if dtype == "bfloat16" else SAMPLES[d][:2]:
         job = job_for(spec, _resolve(spec, m, cfg), "sm_90")
         assert job.arch == "sm_90a"
@@ -132,7 +132,7 @@ def test_it_compiles_for_sm90a_without_spills_or_serialized_wgmma(tmp_path, d, d
 
 def test_it_does_not_compile_for_a_gpu_without_wgmma(tmp_path):
     m = explain(_problem(tmp_path, (2, 4, 256, 128)))
-    spec = builders.build(m, "wgmma")
+    spec = family_of(m).build(m, "wgmma")
     with pytest.raises(CompileError):
         compile_job(job_for(spec, _resolve(spec, m), "sm_80"), cache=None)
 
@@ -140,5 +140,5 @@ def test_it_does_not_compile_for_a_gpu_without_wgmma(tmp_path):
 def test_every_block_n_it_offers_has_its_wgmma_shape():
     assert WGMMA_TUNABLES["BLOCK_N"] == WGMMA_BLOCK_NS and all(n % 16 == 0 and n <= 256 for n in WGMMA_BLOCK_NS)
     m = explain(load_problem("attention"))
-    src = builders.build(m, "wgmma").source
+    src = family_of(m).build(m, "wgmma").source
     assert all(f"#if BLOCK_N == {n}\n" in src and f".m64n{n}k16." in src for n in WGMMA_BLOCK_NS)

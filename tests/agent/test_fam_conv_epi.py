@@ -5,16 +5,15 @@ results at small shapes against PyTorch."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import torch
 
-from kerngen.agent.playbook import PlaybookProposer, builders, explain
-from kerngen.agent.playbook.build_conv_epi import SPEC_PREFIX, VARIANT_NAMES
+from kerngen.agent.playbook import family_of, PlaybookProposer, explain
+from kerngen.agent.playbook.conv.build_epi import SPEC_PREFIX, VARIANT_NAMES
 from kerngen.agent.playbook.coverage import offer
 from kerngen.agent.playbook.epilogue import EpIndex, EpParam
-from kerngen.agent.playbook.fam_conv_epi import FAMILY
+from kerngen.agent.playbook.conv.epi import CONV_EPI as FAMILY
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.proposer import variant_of_spec
 from kerngen.agent.proposer import NodeSummary, SearchContext
@@ -25,9 +24,16 @@ from kerngen.harness.spec import plan
 from tests.agent.family_checks import CONV_PROBLEM
 from tests.agent.spec_samples import sampled_plans
 from kerngen.problems.load import load_problem
+from tests.resources import kernelbench
+from tests.emu.runner import emulate
 
-KB = Path("/work/shared/kernelbench")
-needs_kb = pytest.mark.skipif(not (KB / "level1").is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+
+def _build(m, variant, defaults=None):
+    return family_of(m).build(m, variant, defaults)
+
+
+KB = kernelbench()
+needs_kb = pytest.mark.needs_kernelbench
 
 
 # name -> (conv constructor, init lines, forward args, forward body, inputs): small shapes (the emulator runs them)
@@ -68,13 +74,13 @@ OTHERS = {
     "conv_then_sum": ("nn.Conv2d(3, 8, 3)", "", "x", "        return self.conv(x).sum(dim=1)",
                       "torch.rand(2, 3, 9, 9)", "family conv_tail"),
     "reflect_padding": ("nn.Conv2d(3, 8, 3, padding=1, padding_mode='reflect')", "", "x",
-                        "        return torch.relu(self.conv(x))", "torch.rand(2, 3, 9, 9)", "padding_mode"),
+                        "        return torch.relu(self.conv(x))", "torch.rand(2, 3, 9, 9)", "NotCovered: pad at pad"),
     "two_convs": ("nn.Conv2d(3, 3, 3, padding=1, groups=3)", "        self.pw = nn.Conv2d(3, 8, 1)", "x",
-                  "        return self.pw(self.conv(x))", "torch.rand(2, 3, 9, 9)", "one nn.Conv2d"),
+                  "        return self.pw(self.conv(x))", "torch.rand(2, 3, 9, 9)", "family regions"),
     "conv3d": ("nn.Conv3d(3, 8, 3)", "", "x", "        return torch.relu(self.conv(x))",
                "torch.rand(2, 3, 6, 6, 6)", "family conv_nd"),
     "scalar_forward_input": ("nn.Conv2d(3, 4, 3)", "", "x, alpha", "        return self.conv(x) * alpha",
-                             "torch.rand(2, 3, 8, 8), 0.5", "'alpha', which is not a tensor"),
+                             "torch.rand(2, 3, 8, 8), 0.5", "family conv_epi"),  # alpha: a traced constant
 }
 
 
@@ -110,22 +116,29 @@ def test_leaves_or_refuses_what_is_not_its_own(problems, name):
 
 def test_facts_of_a_grouped_conv_with_a_residual_input(problems):
     f = explain(problems["conv2d_grouped_residual"]).facts
-    assert (f["dims"], f["C"], f["OC"], f["G"], f["SH"], f["PW"], f["DH"]) == (2, 8, 16, 4, 2, 1, 1)
-    assert f["x"] == "x" and f["weight"] == "conv.weight" and f["bias"] == "conv.bias"
-    assert f["epilogue"].params == (EpParam("y", EpIndex.full),)
+    assert (f.dims, f.C, f.OC, f.G, f.SH, f.PW, f.DH) == (2, 8, 16, 4, 2, 1, 1)
+    assert f.x == "x" and f.weight == "conv.weight" and f.bias == "conv.bias"
+    assert f.epilogue.params == (EpParam("y", EpIndex.full),)
 
 
 def test_facts_of_a_1d_conv_are_a_2d_conv_of_height_one(problems):
     f = explain(problems["conv1d_strided_dilated"]).facts
-    assert (f["dims"], f["KH"], f["SH"], f["PH"], f["DH"]) == (1, 1, 1, 0, 1)
-    assert (f["KW"], f["SW"], f["PW"], f["DW"], f["bias"]) == (3, 3, 0, 4, None)
-    assert f["epilogue"].empty
+    assert (f.dims, f.KH, f.SH, f.PH, f.DH) == (1, 1, 1, 0, 1)
+    assert (f.KW, f.SW, f.PW, f.DW, f.bias) == (3, 3, 0, 4, None)
+    assert f.epilogue.empty
     same = explain(problems["depthwise_1d_same"]).facts
-    assert (same["PW"], same["G"]) == (2, 4)  # padding='same' read as 2 on each side
+    assert (same.PW, same.G) == (2, 4)  # padding='same' read as 2 on each side
+
+
+def test_a_python_number_passed_to_forward_is_a_constant_the_spec_checks(problems):
+    m = explain(problems["scalar_forward_input"])
+    assert "0.5f" in " ".join(m.facts.epilogue.statements)
+    spec = family_of(m).build(m, "direct")
+    assert "alpha == 0.5" in spec.constraints  # the value the trace took, checked against the problem's
 
 
 def test_a_per_channel_parameter_of_a_1d_conv(problems):
-    ep = explain(problems["conv1d_scale_mish"]).facts["epilogue"]
+    ep = explain(problems["conv1d_scale_mish"]).facts.epilogue
     assert ep.params == (EpParam("scale", EpIndex.channel),) and "ep0[ch]" in " ".join(ep.statements)
 
 
@@ -145,7 +158,7 @@ KB_NOT_MINE = {"level1/50_conv_standard_2D__square_input__square_kernel.py": "fa
                "level2/25_Conv2d_Min_Tanh_Tanh.py": "family conv_tail",
                "level2/17_Conv2d_InstanceNorm_Divide.py": "family conv_tail",
                "level2/47_Conv3d_Mish_Tanh.py": "family conv_nd",
-               "level1/86_conv_depthwise_separable_2D.py": "one nn.Conv2d"}
+               "level1/86_conv_depthwise_separable_2D.py": "family regions"}
 # which variants each kind of KernelBench problem is offered at its own size (sm_90 limits)
 KB_OFFERED = {"level1/82_conv_depthwise_2D_square_input_square_kernel.py": ["depthwise"],
               "level1/76_conv_standard_1D_dilated_strided__.py": ["igemm", "direct", "tf32x3"],
@@ -157,7 +170,7 @@ KB_OFFERED = {"level1/82_conv_depthwise_2D_square_input_square_kernel.py": ["dep
 def test_kernelbench_files_it_claims(name):
     m = explain(load_problem(str(KB / name)))
     assert m.family == "conv_epi"
-    assert (m.facts["G"] == m.facts["C"]) == ("depthwise" in name)
+    assert (m.facts.G == m.facts.C) == ("depthwise" in name)
 
 
 @needs_kb
@@ -190,9 +203,9 @@ def _offered_specs(problems):
 def test_depthwise_problems_get_the_depthwise_kernel_only(problems, name):
     m = explain(problems[name])
     offered = [v.variant for v in offer(m, sizes={}, tensors=m.tensor_facts()).offered]
-    if m.facts["C"] == m.facts["G"]:
+    if m.facts.C == m.facts.G:
         assert offered == ["depthwise"]
-    elif (m.facts["OC"] // m.facts["G"]) % 4:  # the direct kernel reads its channels' weights as float4
+    elif (m.facts.OC // m.facts.G) % 4:  # the direct kernel reads its channels' weights as float4
         assert offered == ["igemm", "tf32x3"]
     else:
         assert offered == ["igemm", "direct", "tf32x3"]
@@ -217,7 +230,7 @@ def test_specs_compile_for_sm90_at_default_and_sampled_configs(problems):
 
 def test_igemm_without_cp_async_compiles(problems):
     m = explain(problems["conv2d_grouped_residual"])
-    spec = builders.build(m, "igemm", {"ASYNC": 0})
+    spec = family_of(m).build(m, "igemm", {"ASYNC": 0})
     r = plan.resolve(spec, sizes={}, tensors=m.tensor_facts())
     assert r.config["ASYNC"] == 0
     compile_job(job_for(spec, r, "sm_90"), cache=None)
@@ -225,7 +238,7 @@ def test_igemm_without_cp_async_compiles(problems):
 
 def test_the_epilogue_and_its_operands_reach_the_kernel(problems):
     m = explain(problems["conv2d_grouped_residual"])
-    spec = builders.build(m, "igemm")
+    spec = family_of(m).build(m, "igemm")
     assert "__global__" in spec.source and "sigmoid" not in spec.source  # C, not the formula's words
     assert "1.f / (1.f + expf(-v))" in spec.source and "ep0[idx]" in spec.source
     main = spec.steps[-1]
@@ -253,7 +266,7 @@ def test_every_idea_names_a_variant_and_every_variant_has_a_first_idea():
 
 def test_idea_branches_name_tunables_of_their_variant(problems):
     for name, variant in (("conv2d_bias_relu", "igemm"), ("conv2d_bias_relu", "direct"), ("depthwise", "depthwise")):
-        spec = builders.build(explain(problems[name]), variant)
+        spec = _build(explain(problems[name]), variant)
         for e in FAMILY.ideas:
             if e.variant == variant:
                 for branch in e.branches:
@@ -280,13 +293,6 @@ def test_proposer_starts_with_the_offered_variants_and_refines_its_parent(proble
 
 
 # ----- results on the CPU emulator ------------------------------------------------------------
-try:
-    from tests.emu.runner import available, emulate
-except ImportError:  # the emulator is not there: the tests below skip
-    def available() -> bool:
-        return False
-
-    emulate = None
 
 # per variant, configurations beyond the offered default: the igemm through its plain-load path (the
 # emulator cannot run cp.async's inline PTX)
@@ -301,14 +307,14 @@ EMU_VARIANTS = {n: ("depthwise",) if n.startswith("depthwise") else ("igemm",) i
 EMU_RUNS = [(n, v, cfg) for n in sorted(CASES) for v in EMU_VARIANTS[n] for cfg in EMU_CONFIGS[v]]
 
 
-@pytest.mark.skipif(not available(), reason="the CPU emulator (tests/emu) is not there or finds no C++ compiler")
+@pytest.mark.needs_cxx
 @pytest.mark.parametrize("name,variant,config", EMU_RUNS, ids=[f"{n}-{v}-{i % 2}" for i, (n, v, _) in
                                                                enumerate(EMU_RUNS)])
 def test_kernels_match_pytorch_on_the_emulator(problems, name, variant, config):
     p = problems[name]
     m = explain(p)
     offered = offer(m, sizes={}, tensors=m.tensor_facts()).get(variant)
-    spec = builders.build(m, variant, {**offered.defaults, **config})
+    spec = family_of(m).build(m, variant, {**offered.defaults, **config})
     model = p.build_model("cpu", 0)
     inputs = p.make_inputs("cpu", 0)
     ref = p.run_reference(model, inputs)[0]

@@ -9,23 +9,24 @@ input channel a group."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import torch
 
-from kerngen.agent.playbook import builders, explain
+from kerngen.agent.playbook import explain, family_of
 from kerngen.agent.playbook.coverage import offer
-from kerngen.agent.playbook.fam_conv_nd import FAMILY, out_size
+from kerngen.agent.playbook.conv.nd import CONV_ND as FAMILY, out_size
+from kerngen.agent.playbook.graph import trace
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.spec import plan
 from kerngen.problems.load import load_problem
 from tests.agent.family_checks import CONV_PROBLEM, problem_files
-from tests.emu.runner import available, emulate
+from tests.emu.runner import emulate
+from tests.resources import kernelbench
 
-KB = Path("/work/shared/kernelbench")
-needs_kb = pytest.mark.skipif(not (KB / "level1").is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+KB = kernelbench()
+needs_kb = pytest.mark.needs_kernelbench
 
 # name -> (constructor, init lines, forward body, input) of family_checks.CONV_PROBLEM with forward(self, x):
 # small shapes (the emulator runs them)
@@ -86,18 +87,18 @@ def test_claims_3d_and_transposed_convs_with_epilogues(problems, name):
     m = explain(problems[name])
     assert m.family == FAMILY.name, m.reason
     f = m.facts
-    assert len(f["K"]) == len(f["S"]) == len(f["P"]) == len(f["D"]) == len(f["OP"]) == 3
-    assert f["transposed"] == ("convT" in name)
+    assert len(f.K) == len(f.S) == len(f.P) == len(f.D) == len(f.OP) == 3
+    assert f.transposed == ("convT" in name)
 
 
-@pytest.mark.skipif(not available(), reason="the CPU emulator (tests/emu) is not there or finds no C++ compiler")
+@pytest.mark.needs_cxx
 @pytest.mark.parametrize("config", [{}, {"OCT": 2, "BLOCK": 128}])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_kernel_matches_pytorch_on_the_emulator(problems, name, config):
     _matches_pytorch(problems[name], "direct", config)
 
 
-@pytest.mark.skipif(not available(), reason="the CPU emulator (tests/emu) is not there or finds no C++ compiler")
+@pytest.mark.needs_cxx
 @pytest.mark.parametrize("name", TF32_CASES)
 def test_tf32x3_implicit_gemm_matches_pytorch_on_the_emulator(problems, name):
     _matches_pytorch(problems[name], "tf32x3", TF32_SMALL)
@@ -114,7 +115,7 @@ def test_tf32x3_is_offered_wherever_a_group_has_two_input_channels(problems):
 
 def _matches_pytorch(p, variant: str, config: dict) -> None:
     m = explain(p)
-    spec = builders.build(m, variant, config)
+    spec = family_of(m).build(m, variant, config)
     model = p.build_model("cpu", 0)
     inputs = p.make_inputs("cpu", 0)
     ref = p.run_reference(model, inputs)[0]
@@ -143,6 +144,9 @@ def test_kernelbench_files_compile_at_their_own_size(name):
 
 
 @needs_kb
-def test_a_transposed_conv_followed_by_a_norm_is_refused_with_the_reason():
+def test_a_transposed_conv_followed_by_a_norm_is_refused_with_the_reason_and_served_as_regions():
+    p = load_problem(str(KB / "level2" / "3_ConvTranspose3d_Sum_LayerNorm_AvgPool_GELU.py"))
     with pytest.raises(NotCovered, match="conv_nd cannot fuse as an elementwise epilogue"):
-        explain(load_problem(str(KB / "level2" / "3_ConvTranspose3d_Sum_LayerNorm_AvgPool_GELU.py")))
+        FAMILY.recognise(trace(p))
+    m = explain(p)
+    assert [r.match.family for r in m.facts.partition.regions] == ["conv_nd", "layernorm", "pool", "elementwise"]

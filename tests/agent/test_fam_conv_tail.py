@@ -5,15 +5,15 @@ emulator is there) its kernels' results at small shapes against PyTorch."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import torch
-from kerngen.agent.playbook import PlaybookProposer, builders, explain
-from kerngen.agent.playbook.build_conv_tail import SPEC_PREFIX, TAIL_TUNABLES, VARIANT_NAMES
-from kerngen.agent.playbook.conv_tail_ir import Reduce
+from kerngen.agent.playbook import family_of, PlaybookProposer, explain
+from kerngen.agent.playbook.conv.build_tail import SPEC_PREFIX, TAIL_TUNABLES, VARIANT_NAMES
+from kerngen.agent.playbook.conv.tail_ir import Reduce
 from kerngen.agent.playbook.coverage import offer
-from kerngen.agent.playbook.fam_conv_tail import FAMILY
+from kerngen.agent.playbook.conv.tail import CONV_TAIL as FAMILY
+from kerngen.agent.playbook.graph import trace
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.proposer import variant_of_spec
 from kerngen.agent.proposer import SearchContext
@@ -21,14 +21,22 @@ from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.results import GpuFacts
 from kerngen.harness.spec import plan
 from kerngen.problems.load import load_problem
+from tests.resources import kernelbench
+from tests.emu.runner import emulate
 
-KB = Path("/work/shared/kernelbench")
-needs_kb = pytest.mark.skipif(not (KB / "level2").is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+
+def _build(m, variant, defaults=None):
+    return family_of(m).build(m, variant, defaults)
+
+
+KB = kernelbench()
+needs_kb = pytest.mark.needs_kernelbench
 
 PROBLEM = '''
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
 
 
 class Model(nn.Module):
@@ -130,16 +138,22 @@ def _why(p) -> str:
 def test_claims_convolutions_with_a_tail_and_reads_its_stages(problems, name):
     m = explain(problems[name])
     assert m.family == "conv_tail"
-    assert [s.kind.value for s in m.facts["tail"].stages] == CASES[name][-1]
+    assert [s.kind.value for s in m.facts.tail.stages] == CASES[name][-1]
 
 
 @pytest.mark.parametrize("name", sorted(OTHERS))
 def test_leaves_or_refuses_what_is_not_its_own(problems, name):
-    assert OTHERS[name][-1] in _why(problems[name])
+    """The family another problem is, or conv_tail's own reason (the partitioner may serve it as regions)."""
+    want = OTHERS[name][-1]
+    if want.startswith("family "):
+        assert want == _why(problems[name])
+    else:
+        with pytest.raises(NotCovered, match=want):
+            FAMILY.recognise(trace(problems[name]))
 
 
 def test_a_norm_is_a_statistics_stage_applied_in_the_next_prologue(problems):
-    tail = explain(problems["groupnorm_residual_logsumexp"]).facts["tail"]
+    tail = explain(problems["groupnorm_residual_logsumexp"]).facts.tail
     stats, chan = tail.stages
     assert (stats.groups, stats.eps, chan.op) == (4, 1e-5, Reduce.logsumexp)
     assert tail.conv.nodes == ()  # the conv's output itself is stored (the norm's input and the residual)
@@ -149,14 +163,14 @@ def test_a_norm_is_a_statistics_stage_applied_in_the_next_prologue(problems):
 
 def test_the_epilogue_before_the_first_stage_goes_to_the_convolution(problems):
     m = explain(problems["sigmoid_group_norm"])
-    ep = m.facts["epilogue"]
+    ep = m.facts.epilogue
     assert [p.name for p in ep.params] == ["bias", "scale"] and "expf" in " ".join(ep.statements)
-    pool = explain(problems["avg_pool_sigmoid_sum"]).facts["tail"]
+    pool = explain(problems["avg_pool_sigmoid_sum"]).facts.tail
     assert pool.stages[0].store and pool.stages[1].per_sample and pool.stages[1].op == Reduce.sum
 
 
 def test_a_tensor_constant_is_a_literal(problems):
-    tail = explain(problems["channel_mean_no_keepdim"]).facts["tail"]
+    tail = explain(problems["channel_mean_no_keepdim"]).facts.tail
     assert tail.formula(tail.stages[0].epi) == "r + 1.5"
 
 
@@ -182,7 +196,7 @@ KB_OFFERED = ("25_Conv2d_Min_Tanh_Tanh.py", "65_Conv2d_AvgPool_Sigmoid_Sum.py",
 def test_kernelbench_files_it_claims(name):
     m = explain(load_problem(str(KB / "level2" / name)))
     assert m.family == "conv_tail"
-    assert [s.kind.value for s in m.facts["tail"].stages] == KB_MINE[name]
+    assert [s.kind.value for s in m.facts.tail.stages] == KB_MINE[name]
 
 
 @needs_kb
@@ -201,7 +215,7 @@ def test_kernelbench_elementwise_convolutions_stay_conv_epis():
         assert explain(load_problem(str(KB / "level2" / name))).family == "conv_epi"
     # torch.min(x, torch.tensor(c)): the one-element tensor made in forward is a literal of the epilogue
     m = explain(load_problem(str(KB / "level2" / "31_Conv2d_Min_Add_Multiply.py")))
-    assert m.family == "conv_epi" and "kg_fmin(v, 0.5f)" in " ".join(m.facts["epilogue"].statements)
+    assert m.family == "conv_epi" and "kg_fmin(v, 0.5f)" in " ".join(m.facts.epilogue.statements)
 
 
 # ----- specs --------------------------------------------------------------------------------------
@@ -229,7 +243,7 @@ def test_specs_compile_for_sm90_at_their_defaults(problems):
 
 def test_one_launch_per_stage_after_the_convolution(problems):
     m = explain(problems["group_norm_scale_max_pool_clamp"])
-    spec = builders.build(m, "direct")
+    spec = family_of(m).build(m, "direct")
     kernels = [s.kernel for s in spec.steps]
     assert kernels == ["conv_epi_direct", "conv_tail_k1_stats", "conv_tail_k2_window"]
     assert [s.name for s in spec.scratch] == ["ct_b0", "ct_s0"]
@@ -249,7 +263,7 @@ def test_every_idea_names_a_variant_and_every_variant_has_a_first_idea():
 
 def test_idea_branches_name_tunables_of_their_variant(problems):
     for variant in ("igemm", "direct"):
-        spec = builders.build(explain(problems["group_norm_scale_max_pool_clamp"]), variant)
+        spec = _build(explain(problems["group_norm_scale_max_pool_clamp"]), variant)
         for e in FAMILY.ideas:
             if e.variant == variant:
                 for branch in e.branches:
@@ -270,13 +284,6 @@ def test_proposer_starts_with_the_offered_variants(problems):
 
 
 # ----- results on the CPU emulator ------------------------------------------------------------
-try:
-    from tests.emu.runner import available, emulate
-except ImportError:  # the emulator is not there: the tests below skip
-    def available() -> bool:
-        return False
-
-    emulate = None
 
 # the igemm through its plain-load path (the emulator cannot run cp.async's inline PTX); odd tail blocks
 EMU_CONFIGS = {
@@ -286,13 +293,13 @@ EMU_CONFIGS = {
 EMU_RUNS = [(n, v, cfg) for n in sorted(CASES) for v in EMU_CONFIGS for cfg in EMU_CONFIGS[v]]
 
 
-@pytest.mark.skipif(not available(), reason="the CPU emulator (tests/emu) is not there or finds no C++ compiler")
+@pytest.mark.needs_cxx
 @pytest.mark.parametrize("name,variant,config", EMU_RUNS, ids=[f"{n}-{v}-{len(c)}" for n, v, c in EMU_RUNS])
 def test_kernels_match_pytorch_on_the_emulator(problems, name, variant, config):
     p = problems[name]
     m = explain(p)
     offered = offer(m, sizes={}, tensors=m.tensor_facts()).get(variant)
-    spec = builders.build(m, variant, {**offered.defaults, **config})
+    spec = family_of(m).build(m, variant, {**offered.defaults, **config})
     model = p.build_model("cpu", 0)
     inputs = p.make_inputs("cpu", 0)
     ref = p.run_reference(model, inputs)[0]
@@ -301,12 +308,12 @@ def test_kernels_match_pytorch_on_the_emulator(problems, name, variant, config):
     torch.testing.assert_close(tensors["out"], ref, atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.skipif(not available(), reason="the CPU emulator (tests/emu) is not there or finds no C++ compiler")
+@pytest.mark.needs_cxx
 def test_a_broken_tail_fails_the_check(problems):
     """The emulator check is not vacuous: a logsumexp that forgets its running max is wrong."""
     p = problems["groupnorm_residual_logsumexp"]
     m = explain(p)
-    spec = builders.build(m, "direct")
+    spec = family_of(m).build(m, "direct")
     source = spec.source.replace("(inf ? mx[u] : mx[u] + logf(se[u]))", "logf(se[u])")
     broken = spec.model_copy(update={"source": source})
     assert broken.source != spec.source

@@ -11,18 +11,17 @@ tf32 products exact in float64, one rounding to fp32 per k8 step, a fresh accumu
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from kerngen.agent.playbook import PlaybookProposer, builders, explain
-from kerngen.agent.playbook.build_conv_tf32 import (CONV2D_IDEAS, CONV2D_SPEC_NAME, CONV_EPI_IDEAS, DEFAULTS, VARIANT,
+from kerngen.agent.playbook import family_of, PlaybookProposer, explain
+from kerngen.agent.playbook.conv.build_tf32 import (CONV2D_IDEAS, CONV2D_SPEC_NAME, CONV_EPI_IDEAS, DEFAULTS, VARIANT,
                                                     smem_bytes)
-from kerngen.agent.playbook.build_tf32 import TERMS_PLAIN, TERMS_SPLIT
+from kerngen.agent.playbook.gemm.build_matmul_tf32 import TERMS_PLAIN, TERMS_SPLIT
 from kerngen.agent.playbook.coverage import offer
-from kerngen.agent.playbook.fam_conv_epi import FAMILY as CONV_EPI
+from kerngen.agent.playbook.conv.epi import CONV_EPI
 from kerngen.agent.playbook.proposer import variant_of_spec
 from kerngen.agent.playbook.render import MAX_SMEM, render
 from kerngen.harness.compile.compiler import compile_job, job_for
@@ -34,9 +33,16 @@ from kerngen.problems.registry import is_builtin
 from tests.agent.family_checks import CONV_PROBLEM, problem_files
 from tests.agent.spec_samples import sampled_plans
 from tests.agent.test_tf32 import _fp16_split_product, _row_fixed_point_product, split
+from tests.resources import kernelbench
+from tests.emu.runner import emulate
 
-KB = Path("/work/shared/kernelbench")
-needs_kb = pytest.mark.skipif(not (KB / "level1").is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+
+def _build(m, variant, defaults=None):
+    return family_of(m).build(m, variant, defaults)
+
+
+KB = kernelbench()
+needs_kb = pytest.mark.needs_kernelbench
 SMALL = (2, 3, 48, 48)  # conv2d's geometry (k11 s4 p2, 96 channels) on a small input: M = 242, K = 363
 FP32_REL_LIMIT = 1e-5  # the harness's ||out - ref|| / ||ref|| limit for fp32 outputs
 
@@ -66,7 +72,7 @@ def _suite(name: str = "conv2d", shape=None):
 
 
 def _resolved(m, defaults=None, config=None):
-    spec = builders.build(m, VARIANT, dict(defaults or {}))
+    spec = family_of(m).build(m, VARIANT, dict(defaults or {}))
     return spec, plan.resolve(spec, sizes={}, tensors=m.tensor_facts(), config=config)
 
 
@@ -118,7 +124,7 @@ def test_conv2d_wide_is_a_builtin_the_conv2d_family_takes():
     assert is_builtin("conv2d_wide")
     p, m = _suite("conv2d_wide", SMALL)
     assert "dynamic range" in p.info.description and (p.info.atol, p.info.rtol) == (1e-4, 1e-4)
-    assert m.family == "conv2d" and m.facts["weight"] == "conv.weight" and m.facts["bias"] == "conv.bias"
+    assert m.family == "conv2d" and m.facts.weight == "conv.weight" and m.facts.bias == "conv.bias"
     assert VARIANT in [v.variant for v in offer(m, sizes={}, tensors=m.tensor_facts()).offered]
     model = p.build_model("cpu", 0)
     (x,) = p.make_inputs("cpu", 0)
@@ -195,8 +201,8 @@ def test_the_conv_runs_the_gemm_loop():
     loop = render("_tf32x3_mma.cuh.j2")  # nothing at the top level: the macros are imported
     assert "mma.sync" not in loop
     m = _suite()[1]
-    conv = builders.build(m, VARIANT).source
-    gemm = builders.build(_matmul_match(), "tf32x3").source
+    conv = family_of(m).build(m, VARIANT).source
+    gemm = _build(_matmul_match(), "tf32x3").source
     core = gemm[gemm.index("#pragma unroll\n  for (int s = 0; s < STAGES - 1; ++s)"):gemm.index("tf_wait<0>();")]
     assert len(core) > 2000 and core in conv and "#define TRANS_B 1" in conv
 
@@ -221,7 +227,7 @@ def test_offered_for_the_suite_with_three_terms_and_plain_tf32_only_when_asked()
     assert main.shared_mem == smem_bytes(r.config)
     assert [a.name for a in pack.args] == ["conv.weight", "wt", "ktab"]
     assert [a.name for a in main.args] == ["x", "wt", "ktab", "conv.bias", "out"]
-    plain = builders.build(m, VARIANT, {"TERMS": TERMS_PLAIN})
+    plain = family_of(m).build(m, VARIANT, {"TERMS": TERMS_PLAIN})
     assert plain.tunables["TERMS"] == [TERMS_PLAIN, TERMS_SPLIT] and plain.defaults["TERMS"] == TERMS_PLAIN
     with pytest.raises(Exception, match="constraint"):
         _resolved(m, {"TERMS": 2})
@@ -253,7 +259,7 @@ def test_offered_for_conv_epi_problems(problems, name):
     assert VARIANT in [v.variant for v in o.offered]
     spec, r = _resolved(m, o.get(VARIANT).defaults)
     assert spec.name == CONV_EPI.spec_name(VARIANT) and variant_of_spec(spec) == VARIANT
-    assert r.launches[1].grid[2] == m.facts["G"]
+    assert r.launches[1].grid[2] == m.facts.G
 
 
 @needs_kb
@@ -316,13 +322,6 @@ def test_sampled_configs_and_idea_branches_compile():
 
 
 # ----- results on the CPU emulator (tests/emu runs mma.sync, cvt and cp.async) ---------------------
-try:
-    from tests.emu.runner import available, emulate
-except ImportError:  # the emulator is not there: the tests below skip
-    def available() -> bool:
-        return False
-
-    emulate = None
 
 ODD = (2, 3, 23, 19)  # conv2d's geometry on an input whose every tile is partial
 SMALL_TILES = {"BM": 64, "WM": 32, "WN": 32, "BK": 16, "STAGES": 2, "FLUSH": 0}  # 4 warps, 23 k tiles, no flush
@@ -333,7 +332,7 @@ def _emulated(p, defaults: dict[str, int]) -> tuple[torch.Tensor, torch.Tensor]:
     """The offered tf32x3 kernel (its default, ``defaults`` on top) on the emulator: (out, PyTorch's)."""
     m = explain(p)
     offered = offer(m, sizes={}, tensors=m.tensor_facts()).get(VARIANT)
-    spec = builders.build(m, VARIANT, {**offered.defaults, **defaults})
+    spec = family_of(m).build(m, VARIANT, {**offered.defaults, **defaults})
     model = p.build_model("cpu", 0)
     inputs = p.make_inputs("cpu", 0)
     (ref,) = p.run_reference(model, inputs)
@@ -342,7 +341,7 @@ def _emulated(p, defaults: dict[str, int]) -> tuple[torch.Tensor, torch.Tensor]:
     return tensors["out"], ref
 
 
-needs_emu = pytest.mark.skipif(not available(), reason="no CPU emulator (tests/emu) or no C++ compiler for it")
+needs_emu = pytest.mark.needs_cxx
 
 
 @needs_emu

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from kerngen.agent.playbook import PlaybookProposer, builders, explain
+from kerngen.agent.playbook import family_of, PlaybookProposer, explain
 from kerngen.agent.playbook.coverage import offer
 from kerngen.agent.playbook.epilogue import EpIndex
-from kerngen.agent.playbook.fam_gemm import FAMILY
-from kerngen.agent.playbook.match import read_problem
+from kerngen.agent.playbook.gemm.gemm import GEMM as FAMILY
+from kerngen.agent.playbook.graph import trace
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.proposer import variant_of_spec
 from kerngen.agent.proposer import NodeSummary, SearchContext
@@ -22,47 +22,18 @@ from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.results import EvalResult, GpuFacts, Verdict
 from kerngen.harness.spec import plan
 from kerngen.problems.load import load_problem
-from tests.agent.family_checks import resized_copy
+from tests.agent.family_checks import forward_problem, resized_copy
+from tests.resources import kernelbench
 
-try:  # the CPU emulator (tests/emu): runs the kernels' CUDA-C on CPU tensors
-    from tests.emu.runner import available as emulator_available
-    from tests.emu.runner import emulate
-except ImportError:  # pragma: no cover - a tree without it
-    emulator_available, emulate = (lambda: False), None
+from tests.emu.runner import emulate
 
-KB = Path("/work/shared/kernelbench")
-needs_kb = pytest.mark.skipif(not (KB / "level1").is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
-needs_emulator = pytest.mark.skipif(not emulator_available(), reason="no C++ compiler for the CPU emulator")
-
-PROBLEM = '''
-import torch
-import torch.nn as nn
-
-
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        {init}
-
-    def forward(self, {args}):
-        return {forward}
-
-
-def get_inputs():
-    return [{inputs}]
-
-
-def get_init_inputs():
-    return []
-'''
-
+KB = kernelbench()
+needs_kb = pytest.mark.needs_kernelbench
+needs_emulator = pytest.mark.needs_cxx
 
 def _problem(tmp_path: Path, forward: str, inputs: dict[str, tuple[int, ...]], init: str = "pass",
              dtype: str = "float32"):
-    path = tmp_path / f"p{len(list(tmp_path.iterdir()))}.py"
-    made = ", ".join(f"torch.rand({s}, dtype=torch.{dtype})" for s in inputs.values())
-    path.write_text(PROBLEM.format(init=init, args=", ".join(inputs), forward=forward, inputs=made))
-    return load_problem(str(path))
+    return forward_problem(tmp_path, forward, inputs, init=init, dtype=dtype)
 
 
 
@@ -91,11 +62,11 @@ def test_level2_linear_with_an_elementwise_epilogue(name):
     formula, has_bias, params = LINEAR_L2[name]
     m = explain(load_problem(str(KB / "level2" / name)))
     f = m.facts
-    assert m.family == "gemm" and f["kind"] == "gemm" and f["a"] == "x"
-    assert f["b"].endswith(".weight") and f["trans_b"] and not f["trans_a"] and f["mask"] == ""
-    assert f["ep"].formula == formula
-    assert bool(f["bias"]) == has_bias
-    assert tuple((p.name, p.index) for p in f["ep"].params) == params
+    assert m.family == "gemm" and f.kind == "gemm" and f.a == "x"
+    assert f.b.endswith(".weight") and f.trans_b and not f.trans_a and f.mask == ""
+    assert f.ep.formula == formula
+    assert bool(f.bias) == has_bias
+    assert tuple((p.name, p.index) for p in f.ep.params) == params
 
 
 LEVEL1 = {  # file: facts the recogniser must read
@@ -118,7 +89,7 @@ LEVEL1 = {  # file: facts the recogniser must read
 def test_level1_matmul_variants(name):
     m = explain(load_problem(str(KB / "level1" / name)))
     assert m.family == "gemm"
-    assert {k: m.facts[k] for k in LEVEL1[name]} == LEVEL1[name]
+    assert {k: getattr(m.facts, k) for k in LEVEL1[name]} == LEVEL1[name]
 
 
 @needs_kb
@@ -126,7 +97,7 @@ def test_level1_matmul_variants(name):
                                   "8_Matmul_with_irregular_shapes_.py", "13_Matmul_for_symmetric_matrices.py"])
 def test_plain_2d_matmul_stays_with_the_builtin_family(name):
     p = load_problem(str(KB / "level1" / name))
-    assert FAMILY.recognise(read_problem(p)) is None
+    assert FAMILY.recognise(trace(p)) is None
     assert explain(p).family == "matmul"
 
 
@@ -134,13 +105,13 @@ REFUSED_L2 = {
     "14_Gemm_Divide_Sum_Scaling.py": r"row reduction \(sum over dim 1\)",
     "18_Matmul_Sum_Max_AvgPool_LogSumExp_LogSumExp.py": r"row reduction \(sum over dim 1\)",
     "22_Matmul_Scale_ResidualAdd_Clamp_LogSumExp_Mish.py": r"row reduction \(logsumexp over dim 1\)",
-    "28_BMM_InstanceNorm_Sum_ResidualAdd_Multiply.py": "InstanceNorm2d",
-    "30_Gemm_GroupNorm_Hardtanh.py": "GroupNorm",
+    "28_BMM_InstanceNorm_Sum_ResidualAdd_Multiply.py": "instance_norm",
+    "30_Gemm_GroupNorm_Hardtanh.py": "group_norm",
     "45_Gemm_Sigmoid_LogSumExp.py": "2 nn.Linear calls",
-    "55_Matmul_MaxPool_Sum_Scale.py": "MaxPool1d over the columns",
+    "55_Matmul_MaxPool_Sum_Scale.py": "max_pool1d over the columns",
     "66_Matmul_Dropout_Softmax.py": r"row reduction \(softmax over dim 1\)",
     "80_Gemm_Max_Subtract_GELU.py": r"row reduction \(max over dim 1\)",
-    "98_Matmul_AvgPool_GELU_Scale_Max.py": "AvgPool1d",
+    "98_Matmul_AvgPool_GELU_Scale_Max.py": "avg_pool1d",
 }
 
 
@@ -149,10 +120,10 @@ REFUSED_L2 = {
 def test_level2_gemm_with_an_eval_batch_norm_fuses_its_running_statistics(name):
     m = explain(load_problem(str(KB / "level2" / name)))
     assert m.family == "gemm"
-    names = [p.name for p in m.facts["ep"].params]
+    names = [p.name for p in m.facts.ep.params]
     lead = "bn" if name.startswith("33") else "batch_norm"
     assert [f"{lead}.running_mean", f"{lead}.running_var", f"{lead}.weight", f"{lead}.bias"] == names[-4:]
-    assert "rsqrtf(" in " ".join(m.facts["ep"].statements)
+    assert "rsqrtf(" in " ".join(m.facts.ep.statements)
 
 
 @needs_kb
@@ -160,7 +131,7 @@ def test_level2_gemm_with_an_eval_batch_norm_fuses_its_running_statistics(name):
 def test_level2_gemm_with_reductions_is_refused_with_the_reason(name):
     p = load_problem(str(KB / "level2" / name))
     with pytest.raises(NotCovered, match=REFUSED_L2[name]):  # the gemm family's own word (gemm_rows takes most)
-        FAMILY.recognise(read_problem(p))
+        FAMILY.recognise(trace(p))
 
 
 @pytest.mark.parametrize("inputs, forward, want", [
@@ -177,45 +148,58 @@ def test_level2_gemm_with_reductions_is_refused_with_the_reason(name):
 def test_written_contractions(tmp_path, inputs, forward, want):
     m = explain(_problem(tmp_path, forward, inputs))
     assert m.family == "gemm"
-    assert {k: m.facts[k] for k in want} == want
+    assert {k: getattr(m.facts, k) for k in want} == want
 
 
-@pytest.mark.parametrize("inputs, forward, why", [
-    ({"A": (3, 5, 7), "B": (1, 7, 6)}, "torch.matmul(A, B)", "broadcast batch dims"),
-    ({"A": (5, 7), "B": (7, 6)}, "torch.matmul(A, B) * 2.0", "fuses an elementwise epilogue after an nn.Linear"),
-    ({"A": (5, 7), "B": (7, 6)}, "torch.matmul(A * 2.0, B)", "computed in the forward"),
-    ({"A": (5, 7), "B": (7, 6)}, "torch.matmul(A, B).sum(dim=1)", r"row reduction \(sum over dim 1\)"),
-    ({"A": (2, 4, 7), "B": (7, 2)}, "torch.einsum('bik,kb->bi', A, B)", "not one matrix product"),
+@pytest.mark.parametrize("inputs, forward, why, regions", [
+    ({"A": (3, 5, 7), "B": (1, 7, 6)}, "torch.matmul(A, B)", "broadcast batch dims", None),
+    ({"A": (5, 7), "B": (7, 6)}, "torch.matmul(A, B) * 2.0", "fuses an elementwise epilogue after an nn.Linear",
+     ["matmul", "elementwise"]),
+    ({"A": (5, 7), "B": (7, 6)}, "torch.matmul(A * 2.0, B)", "computed in the forward", ["elementwise", "matmul"]),
+    ({"A": (5, 7), "B": (7, 6)}, "torch.matmul(A, B).sum(dim=1)", r"row reduction \(sum over dim 1\)",
+     ["matmul", "reduce"]),
+    ({"A": (2, 4, 7), "B": (7, 2)}, "torch.einsum('bik,kb->bi', A, B)", "not one matrix product", None),
 ])
-def test_written_contractions_refused(tmp_path, inputs, forward, why):
+def test_written_contractions_refused(tmp_path, inputs, forward, why, regions):
+    """The gemm family's own reason; what it refuses whole the partitioner may serve as regions."""
+    p = _problem(tmp_path, forward, inputs)
     with pytest.raises(NotCovered, match=why):
-        explain(_problem(tmp_path, forward, inputs))
+        FAMILY.recognise(trace(p))
+    if regions is None:
+        with pytest.raises(NotCovered, match=why):
+            explain(p)
+    else:
+        m = explain(p)
+        assert m.family == "regions" and [r.match.family for r in m.facts.partition.regions] == regions
 
 
 def test_a_residual_input_and_3d_rows(tmp_path):
     m = explain(_problem(tmp_path, "torch.relu(self.fc(x)) * y + y", {"x": (2, 5, 8), "y": (2, 5, 6)},
                          init="self.fc = nn.Linear(8, 6)"))
     f = m.facts
-    assert (f["M"], f["K"], f["bias"]) == ("x.shape[0] * x.shape[1]", "x.shape[2]", "fc.bias")
-    assert [(p.name, p.index) for p in f["ep"].params] == [("y", EpIndex.full)]
+    assert (f.M, f.K, f.bias) == ("x.shape[0] * x.shape[1]", "x.shape[2]", "fc.bias")
+    assert [(p.name, p.index) for p in f.ep.params] == [("y", EpIndex.full)]
 
 
 def test_fp16_refused_column_scaling_left_alone_diag_recognised(tmp_path):
-    with pytest.raises(NotCovered, match="fp32 only"):
-        explain(_problem(tmp_path, "A @ B.T", {"A": (4, 8), "B": (6, 8)}, dtype="float16"))
+    half = explain(_problem(tmp_path, "A @ B.T", {"A": (4, 8), "B": (6, 8)}, dtype="float16"))
+    assert half.family == "gemm16" and half.facts["dtype"] == "float16"  # the 16-bit family's (wgmma, issue 35)
+    with pytest.raises(NotCovered, match="fp32 only"):  # a 16-bit row scaling: this family's, which is fp32 only
+        explain(_problem(tmp_path, "torch.diag(d) @ M", {"d": (6,), "M": (6, 5)}, dtype="float16"))
     column_scale = _problem(tmp_path, "A * B.unsqueeze(0)", {"A": (4, 6), "B": (6,)})
-    assert FAMILY.recognise(read_problem(column_scale)) is None
+    assert FAMILY.recognise(trace(column_scale)) is None
     rowscale = explain(_problem(tmp_path, "torch.diag(d) @ M", {"d": (6,), "M": (6, 5)}))
-    assert rowscale.facts == dict(kind="rowscale", d="d", m="M", R="M.shape[0]", C="M.shape[1]")
+    assert rowscale.facts.model_dump(include={"kind", "d", "m", "R", "C"}) == dict(
+        kind="rowscale", d="d", m="M", R="M.shape[0]", C="M.shape[1]")
 
 
 # ----- specs: coverage, plans, NVRTC ---------------------------------------------------------------------
 @needs_kb
 @pytest.mark.parametrize("level, name, offered", [
-    ("level2", "12_Gemm_Multiply_LeakyReLU.py", ["tiled", "tf32x3"]),
+    ("level2", "12_Gemm_Multiply_LeakyReLU.py", ["tiled", "tf32x3", "wgmma"]),  # wgmma: sm_90 limits
     ("level1", "4_Matrix_vector_multiplication_.py", ["gemv"]),  # a tile would waste its N side
     ("level1", "12_Matmul_with_diagonal_matrices_.py", ["rowscale"]),
-    ("level1", "14_Matmul_for_upper_triangular_matrices.py", ["tiled"]),
+    ("level1", "14_Matmul_for_upper_triangular_matrices.py", ["tiled", "wgmma"]),
 ])
 def test_variants_offered_at_the_problems_shape(level, name, offered):
     m = explain(load_problem(str(KB / level / name)))
@@ -227,7 +211,7 @@ def test_variants_offered_at_the_problems_shape(level, name, offered):
 @needs_kb
 def test_linear_plan_at_kernelbench_size():
     m = explain(load_problem(str(KB / "level2" / "76_Gemm_Add_ReLU.py")))  # 1024 x 8192 @ (8192 x 8192)^T
-    spec = builders.build(m, "tiled")
+    spec = family_of(m).build(m, "tiled")
     assert spec.name == FAMILY.spec_name("tiled") == "playbook-gemm-tiled"
     r = plan.resolve(spec, sizes={}, tensors=m.tensor_facts())
     (launch,) = r.launches
@@ -255,8 +239,8 @@ def test_offered_defaults_compile_without_spills(level, name):
     assert o.offered
     for v in o.offered:
         compiled = _compile(v.spec, plan.resolve(v.spec, sizes={}, tensors=m.tensor_facts()))
-        (res,) = compiled.info.kernels.values()
-        assert res.spill_stores == 0 and res.registers <= 255, (v.variant, res)
+        for res in compiled.info.kernels.values():  # wgmma: the pre-pass and the GEMM
+            assert res.spill_stores == 0 and res.registers <= 255, (v.variant, res)
 
 
 @pytest.mark.parametrize("forward, inputs, config", [
@@ -269,7 +253,7 @@ def test_offered_defaults_compile_without_spills(level, name):
 ])
 def test_other_configurations_compile(tmp_path, forward, inputs, config):
     m = explain(_problem(tmp_path, forward, inputs))
-    spec = builders.build(m, "tiled")
+    spec = family_of(m).build(m, "tiled")
     r = plan.resolve(spec, sizes={}, tensors=m.tensor_facts(), config=config)
     (res,) = _compile(spec, r).info.kernels.values()
     assert res.spill_stores == 0
@@ -277,7 +261,7 @@ def test_other_configurations_compile(tmp_path, forward, inputs, config):
 
 def test_constraints_refuse_cp_async_on_unaligned_rows(tmp_path):
     m = explain(_problem(tmp_path, "A @ B.T", {"A": (100, 63), "B": (97, 63)}))
-    spec = builders.build(m, "tiled")
+    spec = family_of(m).build(m, "tiled")
     with pytest.raises(Exception, match=r"CP_ASYNC == 0 or .*% 4 == 0"):
         plan.resolve(spec, sizes={}, tensors=m.tensor_facts(), config=dict(CP_ASYNC=1, STAGES=3, SMEM_T=0))
 
@@ -287,8 +271,9 @@ def test_constraints_refuse_cp_async_on_unaligned_rows(tmp_path):
 def test_proposer_rounds():
     prop = PlaybookProposer(load_problem(str(KB / "level2" / "86_Matmul_Divide_GELU.py")))
     assert prop.match is not None and prop.match.family == "gemm"
+    # an A100: no wgmma variant (on an H100 it comes first: tests/agent/test_gemm_wgmma.py)
     ctx = SearchContext(problem_name="p", problem_source="", problem_summary="",
-                        tensors={k: list(v) for k, v in prop.match.tensors().items()}, gpu=GpuFacts(name="H100"))
+                        tensors={k: list(v) for k, v in prop.match.tensors().items()}, gpu=GpuFacts(name="A100", arch="sm_80"))
     first = prop.ideas(ctx, None, 3)
     # the FFMA tile and the 3xTF32 one; gemv and rowscale are not offered here
     assert [i.text for i in first] == [e.text for e in FAMILY.ideas if e.id in ("gemm-tiled", "gemm-tf32x3")]
@@ -308,7 +293,7 @@ def test_proposer_rounds():
 def test_triangular_problems_get_the_k_range_skipping_idea():
     prop = PlaybookProposer(load_problem(str(KB / "level1" / "15_Matmul_for_lower_triangular_matrices.py")))
     ctx = SearchContext(problem_name="p", problem_source="", problem_summary="",
-                        tensors={k: list(v) for k, v in prop.match.tensors().items()}, gpu=GpuFacts(name="H100"))
+                        tensors={k: list(v) for k, v in prop.match.tensors().items()}, gpu=GpuFacts(name="A100", arch="sm_80"))
     (first,) = prop.ideas(ctx, None, 1)
     (branch, *_) = prop.implement(ctx, None, first, 1)
     assert branch.spec.default_config()["TRI_SKIP"] == 0  # off unless proposed: it assumes triangular inputs
@@ -325,7 +310,7 @@ def _emulated(path: Path, variant: str, config: dict | None = None) -> None:
     model, inputs = p.build_model("cpu", 0), p.make_inputs("cpu", 0)
     (want,) = p.run_reference(model, inputs)
     out = torch.full_like(want, float("nan"))  # every element must be written
-    emulate(builders.build(m, variant), p.bindings(model, inputs, [out]), config=config)
+    emulate(family_of(m).build(m, variant), p.bindings(model, inputs, [out]), config=config)
     assert torch.allclose(out, want, atol=1e-4, rtol=1e-4), (out - want).abs().nan_to_num(1e9).max()
 
 

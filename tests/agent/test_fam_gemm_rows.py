@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from kerngen.agent.playbook import PlaybookProposer, builders, explain
-from kerngen.agent.playbook.build_gemm_rows import split_epilogue
+from kerngen.agent.playbook import family_of, PlaybookProposer, explain
+from kerngen.agent.playbook.gemm.build_rows import split_epilogue
 from kerngen.agent.playbook.coverage import offer
-from kerngen.agent.playbook.fam_gemm import FAMILY as GEMM
-from kerngen.agent.playbook.fam_gemm_rows import FAMILY
-from kerngen.agent.playbook.match import read_problem
+from kerngen.agent.playbook.gemm.gemm import GEMM
+from kerngen.agent.playbook.gemm.rows import GEMM_ROWS as FAMILY
+from kerngen.agent.playbook.graph import trace
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.proposer import variant_of_spec
 from kerngen.agent.proposer import NodeSummary, SearchContext
@@ -23,48 +23,22 @@ from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.results import EvalResult, GpuFacts, Verdict
 from kerngen.harness.spec import plan
 from kerngen.problems.load import load_problem
-from tests.agent.family_checks import resized_copy
+from tests.agent.family_checks import forward_problem, resized_copy
+from tests.resources import kernelbench
 
-try:  # the CPU emulator (tests/emu): runs the kernels' CUDA-C on CPU tensors
-    from tests.emu import cases
-    from tests.emu.runner import available as emulator_available
-    from tests.emu.runner import emulate
-except ImportError:  # pragma: no cover - a tree without it
-    emulator_available, emulate, cases = (lambda: False), None, None
-
-KB = Path("/work/shared/kernelbench")
-needs_kb = pytest.mark.skipif(not (KB / "level2").is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
-needs_emulator = pytest.mark.skipif(not emulator_available(), reason="no C++ compiler for the CPU emulator")
-
-PROBLEM = '''
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+from tests.emu import cases
+from tests.emu.runner import emulate
 
 
-class Model(nn.Module):
-    def __init__(self):
-        super().__init__()
-        {init}
+def _build(m, variant, defaults=None):
+    return family_of(m).build(m, variant, defaults)
 
-    def forward(self, {args}):
-        return {forward}
-
-
-def get_inputs():
-    return [{inputs}]
-
-
-def get_init_inputs():
-    return []
-'''
-
+KB = kernelbench()
+needs_kb = pytest.mark.needs_kernelbench
+needs_emulator = pytest.mark.needs_cxx
 
 def _problem(tmp_path: Path, forward: str, inputs: dict[str, tuple[int, ...]], init: str):
-    path = tmp_path / f"p{len(list(tmp_path.iterdir()))}.py"
-    made = ", ".join(f"torch.randn({s})" for s in inputs.values())
-    path.write_text(PROBLEM.format(init=init, args=", ".join(inputs), forward=forward, inputs=made))
-    return load_problem(str(path))
+    return forward_problem(tmp_path, forward, inputs, init=init, make="randn")
 
 
 def _kb(name: str) -> Path:
@@ -101,7 +75,7 @@ def test_level2_gemm_with_row_ops(name):
     steps, formula = LEVEL2[name]
     m = explain(load_problem(str(_kb(name))))
     assert m.family == "gemm_rows"
-    prog = m.facts["tail"].program
+    prog = m.facts.tail.program
     assert prog.steps() == steps
     if formula is not None:
         assert prog.formula() == formula
@@ -110,12 +84,12 @@ def test_level2_gemm_with_row_ops(name):
 @needs_kb
 def test_the_outputs_layouts_and_the_tensors_read():
     m75 = explain(load_problem(str(_kb("75"))))  # min over the row + bias (1, N, 1, 1): a (1, N, B, 1) output
-    out = m75.facts["tail"].program.out
+    out = m75.facts.tail.program.out
     assert (out.row_stride, out.col_stride) == ("out.shape[3]", "out.shape[2] * out.shape[3]")
     m51 = explain(load_problem(str(_kb("51"))))
-    tensors = {t.name: (t.row_stride, t.col_stride) for t in m51.facts["tail"].program.tensors}
+    tensors = {t.name: (t.row_stride, t.col_stride) for t in m51.facts.tail.program.tensors}
     assert tensors == {"subtract": (None, "1"), "x": ("x.shape[1]", "1")}
-    lead = explain(load_problem(str(_kb("14")))).facts["tail"].lead  # torch.matmul(x, self.weight.T)
+    lead = explain(load_problem(str(_kb("14")))).facts.tail.lead  # torch.matmul(x, self.weight.T)
     assert (lead.x, lead.weight, lead.trans_b, lead.bias) == ("x", "weight", True, None)
 
 
@@ -127,7 +101,7 @@ def test_the_outputs_layouts_and_the_tensors_read():
     ("30", "", ("norm/16",)),  # nothing before the norm
 ])
 def test_the_elementwise_head_goes_into_the_gemms_epilogue(name, formula, steps):
-    tail = explain(load_problem(str(_kb(name)))).facts["tail"]
+    tail = explain(load_problem(str(_kb(name)))).facts.tail
     ep, rest = split_epilogue(tail)
     if formula == "":
         assert ep is None
@@ -141,22 +115,25 @@ def test_the_elementwise_head_goes_into_the_gemms_epilogue(name, formula, steps)
 @pytest.mark.parametrize("name", ["12_Gemm_Multiply_LeakyReLU.py", "33_Gemm_Scale_BatchNorm.py"])
 def test_gemm_with_an_elementwise_epilogue_stays_with_the_gemm_family(name):
     p = load_problem(str(KB / "level2" / name))
-    assert FAMILY.recognise(read_problem(p)) is None
+    assert FAMILY.recognise(trace(p)) is None
     assert explain(p).family == "gemm"
 
 
 @needs_kb
-def test_two_gemms_stay_refused_by_the_gemm_family():
+def test_two_gemms_are_two_regions():
+    """Neither GEMM family takes two GEMMs whole; the partitioner gives each its own region."""
     p = load_problem(str(_kb("45")))
-    assert FAMILY.recognise(read_problem(p)) is None
+    assert FAMILY.recognise(trace(p)) is None
     with pytest.raises(NotCovered, match="2 nn.Linear calls"):
-        explain(p)
+        GEMM.recognise(trace(p))
+    m = explain(p)
+    assert [r.match.family for r in m.facts.partition.regions] == ["gemm", "gemm_rows"]
 
 
 @needs_kb
 def test_the_gemm_family_still_says_why_when_asked_alone():
-    with pytest.raises(NotCovered, match="GroupNorm"):
-        GEMM.recognise(read_problem(load_problem(str(_kb("30")))))
+    with pytest.raises(NotCovered, match="group_norm"):
+        GEMM.recognise(trace(load_problem(str(_kb("30")))))
 
 
 WRITTEN = [  # (forward, inputs, init, the row ops)
@@ -183,7 +160,7 @@ def test_written_row_programs(tmp_path, forward, inputs, init, steps):
             explain(p)
         return
     m = explain(p)
-    assert m.family == "gemm_rows" and m.facts["tail"].program.steps() == steps
+    assert m.family == "gemm_rows" and m.facts.tail.program.steps() == steps
 
 
 @pytest.mark.parametrize("forward, init, why", [
@@ -197,9 +174,10 @@ def test_written_row_programs(tmp_path, forward, inputs, init, steps):
     ("torch.softmax(self.fc(x) * x[:, :12], 1)", "self.fc = nn.Linear(16, 12)", "computed from inputs or parameters"),
 ])
 def test_refused_with_the_reason(tmp_path, forward, init, why):
+    """gemm_rows' own reason (the partitioner may still serve the problem as regions)."""
     p = _problem(tmp_path, forward, {"x": (6, 16)}, init)
     with pytest.raises(NotCovered, match=why):
-        explain(p)
+        FAMILY.recognise(trace(p))
 
 
 # ----- specs: coverage, plans, NVRTC ---------------------------------------------------------------------
@@ -218,7 +196,7 @@ def test_variants_offered_at_the_files_shape(name, offered):
 @needs_kb
 def test_plan_at_kernelbench_size():
     m = explain(load_problem(str(_kb("30"))))  # 1024 x 8192 @ (8192 x 8192)^T, GroupNorm(16), hardtanh
-    spec = builders.build(m, "staged")
+    spec = family_of(m).build(m, "staged")
     assert spec.name == FAMILY.spec_name("staged") == "playbook-gemm-rows-staged"
     r = plan.resolve(spec, sizes={}, tensors=m.tensor_facts())
     gemm, rows = r.launches
@@ -254,7 +232,7 @@ def test_offered_defaults_compile_without_spills(name):
 def test_other_configurations_compile(config):
     m = explain(load_problem(str(_kb("62"))))  # 512 groups of 16 columns
     for variant in ("staged", "streamed"):
-        spec = builders.build(m, variant)
+        spec = family_of(m).build(m, variant)
         resolved = plan.resolve(spec, sizes={}, tensors=m.tensor_facts(), config=config)
         assert all(res.spill_stores == 0 for res in _compile(spec, resolved).info.kernels.values())
 
@@ -345,7 +323,7 @@ def test_written_problems_match_pytorch_on_the_emulator(tmp_path, forward, input
 def test_a_broken_kernel_fails_the_check(tmp_path):
     path = resized_copy(_kb("30"), tmp_path, batch_size=5, in_features=24, out_features=36, num_groups=4)
     p = load_problem(str(path))
-    spec = builders.build(explain(p), "staged")
+    spec = _build(explain(p), "staged")
     broken = spec.model_copy(update={"source": spec.source.replace("rsqrtf(var + ", "rsqrtf(0.9f * var + ")})
     assert broken.source != spec.source
     case = cases.make_case(p)

@@ -11,13 +11,16 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from kerngen.errors import SpecError
 import torch
 import torch.nn.functional as F
 
-from kerngen.agent.playbook import PlaybookProposer, builders, explain, seed_specs
-from kerngen.agent.playbook import fam_loss
-from kerngen.agent.playbook.build_loss import f32_literal, term_layout
-from kerngen.agent.playbook.match import Tensor, read_problem
+from kerngen.agent.playbook import family_of, PlaybookProposer, explain, seed_specs
+from kerngen.agent.playbook.loss import family as fam_loss
+from kerngen.agent.playbook.loss.build import f32_literal, term_layout
+from kerngen.agent.playbook.graph import Tensor
+from kerngen.agent.playbook.graph import trace
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.proposer import variant_of_spec
 from kerngen.expr import TensorFacts
@@ -25,13 +28,11 @@ from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.spec import plan
 from tests.agent.spec_samples import sampled_plans
 from kerngen.problems.load import load_problem
+from tests.resources import kernelbench
 
-try:  # the CPU emulator of tests/emu (another part of the tree; the tests below skip without it)
-    from tests.emu.runner import available as emu_available, emulate
-except ImportError:  # pragma: no cover - the emulator is not in this checkout
-    emu_available, emulate = (lambda: False), None
+from tests.emu.runner import emulate
 
-KB = Path("/work/shared/kernelbench/level1")
+KB = kernelbench("level1")
 KB_LOSSES = {  # file -> (kind, variant)
     "94_MSELoss.py": ("term", "term"),
     "95_CrossEntropyLoss.py": ("cross_entropy", "rows"),
@@ -40,7 +41,7 @@ KB_LOSSES = {  # file -> (kind, variant)
     "99_TripletMarginLoss.py": ("triplet", "rows"),
     "100_HingeLoss.py": ("term", "term"),
 }
-needs_kb = pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+needs_kb = pytest.mark.needs_kernelbench
 
 PROBLEM = '''
 import torch
@@ -132,21 +133,21 @@ def _problem(tmp_path: Path, name: str, case: tuple | None = None):
 def test_recognises_the_kernelbench_losses(name):
     m = explain(load_problem(str(KB / name)))
     assert m.family == "loss"
-    assert m.facts["kind"] == KB_LOSSES[name][0]
+    assert m.facts.kind == KB_LOSSES[name][0]
 
 
 @needs_kb
 def test_kernelbench_facts():
     kl = explain(load_problem(str(KB / "98_KLDivLoss.py"))).facts
-    assert kl["div_dims"] == (0,) and kl["loss"] == "kl_div(reduction=batchmean)"  # batchmean: / batch size
+    assert kl.div_dims == (0,) and kl.loss == "kl_div(reduction=batchmean)"  # batchmean: / batch size
     hinge = explain(load_problem(str(KB / "100_HingeLoss.py")))
-    assert hinge.facts["term_shape"] == (32768, 32768) and hinge.facts["div_dims"] == (0, 1)
-    lay = term_layout([(t, f"in_{t.name}") for t in hinge.inputs], hinge.facts["term_shape"])
+    assert hinge.facts.term_shape == (32768, 32768) and hinge.facts.div_dims == (0, 1)
+    lay = term_layout([(t, f"in_{t.name}") for t in hinge.inputs], hinge.facts.term_shape)
     assert [i.mode for i in lay.inputs] == ["full", "vec"]  # targets (N,) broadcast along the rows
     ce = explain(load_problem(str(KB / "95_CrossEntropyLoss.py"))).facts
-    assert ce["inputs"] == ["predictions", "targets"] and ce["ignore_index"] == -100 and ce["reduction"] == "mean"
+    assert ce.inputs == ("predictions", "targets") and ce.ignore_index == -100 and ce.reduction == "mean"
     tr = explain(load_problem(str(KB / "99_TripletMarginLoss.py"))).facts
-    assert (tr["margin"], tr["p"], tr["eps"], tr["swap"]) == (1.0, 2.0, 1e-6, False)
+    assert (tr.margin, tr.p, tr.eps, tr.swap) == (1.0, 2.0, 1e-6, False)
 
 
 NOT_MINE = {  # forwards the family leaves to the other families (recognise returns None)
@@ -159,7 +160,7 @@ NOT_MINE = {  # forwards the family leaves to the other families (recognise retu
 @pytest.mark.parametrize("name", sorted(NOT_MINE))
 def test_leaves_other_problems_to_other_families(tmp_path, name):
     p = _problem(tmp_path, name, NOT_MINE[name])
-    assert fam_loss.recognise(read_problem(p)) is None
+    assert fam_loss.LOSS.recognise(trace(p)) is None
 
 
 REFUSED = {  # losses the family owns but cannot serve: the reason names what is missing
@@ -191,7 +192,7 @@ def test_refuses_losses_it_cannot_serve(tmp_path, name):
     *case, word = REFUSED[name]
     p = _problem(tmp_path, name, tuple(case))
     with pytest.raises(NotCovered, match=word):
-        fam_loss.recognise(read_problem(p))
+        fam_loss.LOSS.recognise(trace(p))
 
 
 def test_refuses_a_weighted_loss_module(tmp_path):
@@ -199,7 +200,7 @@ def test_refuses_a_weighted_loss_module(tmp_path):
                   "return [torch.rand(8, 10), torch.randint(0, 10, (8,))]",
                   init="self.loss = nn.CrossEntropyLoss(weight=torch.ones(10))")
     with pytest.raises(NotCovered, match="weight"):
-        fam_loss.recognise(read_problem(load_problem(str(path))))
+        fam_loss.LOSS.recognise(trace(load_problem(str(path))))
 
 
 # ----- the formulas: the IR evaluated with torch ops against PyTorch ---------------------------
@@ -227,19 +228,19 @@ def _evaluate(chain, env: dict) -> torch.Tensor:
 
 def _loss_from_facts(m, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
     f = m.facts
-    env = {var: inputs[name] for name, var in f["terms"]}
+    env = {var: inputs[name] for name, var in f.terms}
     shape = torch.broadcast_shapes(*(t.shape for t in env.values()))
-    term = _evaluate(f["chain"], env).expand(shape)
-    div = math.prod(shape[d] for d in f["div_dims"])
+    term = _evaluate(f.chain, env).expand(shape)
+    div = math.prod(shape[d] for d in f.div_dims)
     s = term.double().sum().float() / div
-    return _evaluate(f["post_chain"], {"s": s})
+    return _evaluate(f.post_chain, {"s": s})
 
 
 @pytest.mark.parametrize("name", sorted(TERM_CASES))
 def test_term_formulas_match_pytorch(tmp_path, name):
     p = _problem(tmp_path, name)
     m = explain(p)
-    assert m.family == "loss" and m.facts["kind"] == "term"
+    assert m.family == "loss" and m.facts.kind == "term"
     model = p.build_model("cpu", 0)
     inputs = p.make_inputs("cpu", 1)
     want = p.run_reference(model, inputs)[0]
@@ -261,10 +262,10 @@ def test_kl_div_zero_targets_as_pytorch(tmp_path):
 
 def test_descriptions_name_the_loss(tmp_path):
     m = explain(_problem(tmp_path, "rmse"))
-    assert m.facts["loss"] == "mse_loss(reduction=mean)"
-    assert "sqrt" in m.facts["post_formula"] and m.facts["post_expr"] != "s"
+    assert m.facts.loss == "mse_loss(reduction=mean)"
+    assert "sqrt" in m.facts.post_formula and m.facts.post_expr != "s"
     m = explain(_problem(tmp_path, "hinge"))
-    assert m.facts["loss"].startswith("mean(") and "p * t" in m.facts["formula"]
+    assert m.facts.loss.startswith("mean(") and "p * t" in m.facts.formula
 
 
 # ----- broadcast layout --------------------------------------------------------------------------
@@ -321,8 +322,8 @@ def _compile(spec, resolved) -> None:
 ])
 def test_row_loss_reductions(tmp_path, name, reduction, by_count, div):
     m = explain(_problem(tmp_path, name))
-    assert (m.facts["reduction"], m.facts["by_count"]) == (reduction, by_count)
-    spec = builders.build(m, "rows")
+    assert (m.facts.reduction, m.facts.by_count) == (reduction, by_count)
+    spec = family_of(m).build(m, "rows")
     final = plan.resolve(spec, sizes={}, tensors=m.tensor_facts()).launches[1]
     assert final.args[-1].value == div
     assert ("(double)c;" in spec.source) == by_count
@@ -334,9 +335,9 @@ def test_specs_resolve_and_compile(tmp_path):
         variant = "term" if name in TERM_CASES else "rows"
         other = "rows" if variant == "term" else "term"
         with pytest.raises(ValueError, match=f"variant {variant}"):
-            builders.build(m, other)  # the other variant says which one serves this loss
-        spec = builders.build(m, variant)
-        assert spec.name == fam_loss.FAMILY.spec_name(variant) and variant_of_spec(spec) == variant
+            family_of(m).build(m, other)  # the other variant says which one serves this loss
+        spec = family_of(m).build(m, variant)
+        assert spec.name == fam_loss.LOSS.spec_name(variant) and variant_of_spec(spec) == variant
         assert "atomic" not in spec.source  # partials summed in a fixed order
         assert all(v == sorted(v) and spec.defaults[k] in v for k, v in spec.tunables.items())
         facts = m.tensor_facts()
@@ -350,7 +351,7 @@ def test_specs_resolve_and_compile(tmp_path):
 @pytest.mark.parametrize("name", sorted(KB_LOSSES))
 def test_kernelbench_specs_compile(name):
     m = explain(load_problem(str(KB / name)))
-    spec = builders.build(m, KB_LOSSES[name][1])
+    spec = family_of(m).build(m, KB_LOSSES[name][1])
     facts = m.tensor_facts()
     for resolved in [plan.resolve(spec, sizes={}, tensors=facts)] + sampled_plans(spec, facts, 2):
         _compile(spec, resolved)
@@ -358,26 +359,27 @@ def test_kernelbench_specs_compile(name):
 
 def test_constraints_reject_other_shapes(tmp_path):
     m = explain(_problem(tmp_path, "hinge"))  # p (48, 48), t (48,) broadcast along the rows
-    spec = builders.build(m, "term")
+    spec = family_of(m).build(m, "term")
     plan.resolve(spec, sizes={}, tensors={"p": TensorFacts((96, 48)), "t": TensorFacts((48,)),
                                           "out": TensorFacts(())})
-    for bad in ({"p": (48, 48), "t": (47,)}, {"p": (48, 48), "t": (48, 1)}, {"p": (48, 48, 2), "t": (48,)}):
-        with pytest.raises(Exception):
+    for bad, why in (({"p": (48, 48), "t": (47,)}, r"t\.shape\[0\] == p\.shape\[1\]"),
+                     ({"p": (48, 48), "t": (48, 1)}, r"t\.ndim == 1"), ({"p": (48, 48, 2), "t": (48,)}, r"p\.ndim == 2")):
+        with pytest.raises(SpecError, match=f"^constraint violated: {why}$"):
             plan.resolve(spec, sizes={}, tensors={**{k: TensorFacts(v) for k, v in bad.items()},
                                                   "out": TensorFacts(())})
     ce = explain(_problem(tmp_path, "ce"))
-    spec = builders.build(ce, "rows")
-    with pytest.raises(Exception):  # 16-byte row loads need rows of a multiple of 4 floats
+    spec = family_of(ce).build(ce, "rows")
+    with pytest.raises(SpecError, match=r"constraint violated: \(x\.shape\[1\]\) % 4 == 0"):  # 16-byte row loads
         plan.resolve(spec, sizes={}, tensors={"x": TensorFacts((64, 42)), "t": TensorFacts((64,)),
                                               "out": TensorFacts(())})
-    with pytest.raises(Exception):
+    with pytest.raises(SpecError, match=r"constraint violated: t\.shape\[0\] == x\.shape\[0\]"):
         plan.resolve(spec, sizes={}, tensors={"x": TensorFacts((64, 40)), "t": TensorFacts((63,)),
                                               "out": TensorFacts(())})
 
 
 def test_term_grid_and_partials(tmp_path):
     m = explain(_problem(tmp_path, "mse"))  # 64 x 37 = 2368 terms: 592 groups of 4
-    spec = builders.build(m, "term")
+    spec = family_of(m).build(m, "term")
     r = plan.resolve(spec, sizes={}, tensors=m.tensor_facts(), config={**spec.default_config(), "BLOCK": 128, "UNROLL": 2})
     assert r.launches[0].grid[0] == 3  # cdiv(592, 256)
     assert [s.size for s in r.scratch] == [3]
@@ -429,11 +431,11 @@ EMU_CASES = {  # name -> (args, body, inputs), configs besides the default: a fe
     "triplet_p3": (("a, p, n", "return F.triplet_margin_loss(a, p, n, p=3.0)",
                     "return [torch.rand(21, 64), torch.rand(21, 64), torch.rand(21, 64)]"), [{"TPR": 16, "HINT": 1}]),
 }
-needs_emu = pytest.mark.skipif(not emu_available(), reason="the CPU emulator (tests/emu) or a C++ compiler is missing")
+needs_emu = pytest.mark.needs_cxx
 
 
 def _emulated(p, m, config: dict, inputs: list) -> torch.Tensor:
-    spec = builders.build(m, "term" if m.facts["kind"] == "term" else "rows")
+    spec = family_of(m).build(m, "term" if m.facts.kind == "term" else "rows")
     tensors = {t.name: x.contiguous() for t, x in zip(m.inputs, inputs)}
     tensors["out"] = torch.full((), float("nan"))
     emulate(spec, tensors, config={**spec.default_config(), **config})

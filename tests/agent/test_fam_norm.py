@@ -13,26 +13,22 @@ import pytest
 import torch
 
 from kerngen.agent.playbook import PlaybookProposer, explain, seed_specs
-from kerngen.agent.playbook import builders, fam_norm
-from kerngen.agent.playbook.match import read_problem
+from kerngen.agent.playbook import family_of
+from kerngen.agent.playbook.norm import family as fam_norm
+from kerngen.agent.playbook.graph import trace
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.proposer import variant_of_spec
 from kerngen.errors import SpecError
 from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.spec import plan
 from kerngen.problems.load import load_problem
+from tests.resources import kernelbench
 
-try:
-    from tests.emu.runner import available as emu_available, emulate
-except ImportError:  # the CPU emulator is another helper's work; until it lands those tests skip
-    emulate = None
-
-    def emu_available() -> bool:
-        return False
+from tests.emu.runner import emulate
 
 
-KB = Path("/work/shared/kernelbench")
-needs_kb = pytest.mark.skipif(not (KB / "level1").is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+KB = kernelbench()
+needs_kb = pytest.mark.needs_kernelbench
 LEVEL1 = {
     "33_BatchNorm.py": dict(kind="running", module="BatchNorm2d", weight="bn.weight", bias="bn.bias",
                             running_mean="bn.running_mean", running_var="bn.running_var", groups=None),
@@ -99,8 +95,8 @@ def test_kernelbench_level1_norms_are_recognised(name):
     m = explain(load_problem(str(KB / "level1" / name)))
     assert m.family == "norm"
     for key, value in LEVEL1[name].items():
-        assert m.facts[key] == value, key
-    assert m.facts["eps"] == 1e-5
+        assert getattr(m.facts, key) == value, key
+    assert m.facts.eps == 1e-5
 
 
 @needs_kb
@@ -120,7 +116,7 @@ def test_offered_variants_follow_the_kind(name):
                                          ("level2", "85_Conv2d_GroupNorm_Scale_MaxPool_Clamp.py")])
 def test_other_problems_are_not_claimed(level, name):
     p = load_problem(str(KB / level / name))
-    assert fam_norm.recognise(read_problem(p)) is None
+    assert fam_norm.NORM.recognise(trace(p)) is None
     try:
         assert explain(p).family != "norm"
     except NotCovered:
@@ -131,14 +127,14 @@ def test_other_problems_are_not_claimed(level, name):
 def test_kind_is_read_from_the_module(tmp_path, name, init, shape, kind):
     p = load_problem(str(_write(tmp_path, name, init, shape)))
     m = explain(p)
-    assert m.family == "norm" and m.facts["kind"] == kind
+    assert m.family == "norm" and m.facts.kind == kind
     module = p.build_model("meta", 0).norm
-    assert m.facts["eps"] == module.eps
+    assert m.facts.eps == module.eps
     affine = getattr(module, "affine", False)
-    assert (m.facts["weight"] is not None) == affine and (m.facts["bias"] is not None) == affine
+    assert (m.facts.weight is not None) == affine and (m.facts.bias is not None) == affine
     if kind == "group":
-        assert m.facts["groups"] == module.num_groups
-    assert (m.facts["running_mean"] == "norm.running_mean") == (kind == "running")
+        assert m.facts.groups == module.num_groups
+    assert (m.facts.running_mean == "norm.running_mean") == (kind == "running")
 
 
 def _reference(path: Path, seed: int = 3):
@@ -172,7 +168,7 @@ def test_batch_norm_without_running_statistics_uses_the_batch(tmp_path):
     _, model, (x,), ref = _reference(path)
     bn = model.norm
     assert torch.allclose(ref, _batch_stats(x, bn.weight, bn.bias, bn.eps), atol=1e-5, rtol=1e-5)
-    assert explain(load_problem(str(path))).facts["kind"] == "batch"
+    assert explain(load_problem(str(path))).facts.kind == "batch"
 
 
 class _TrainingProblem:
@@ -188,26 +184,32 @@ class _TrainingProblem:
     def build_model(self, device, seed):
         return self._p.build_model(device, seed).train()
 
+    def make_inputs(self, device, seed):
+        return self._p.make_inputs(device, seed)
 
-def test_a_module_in_training_mode_normalises_with_batch_statistics(tmp_path):
+
+def test_a_module_in_training_mode_is_refused_with_the_reason(tmp_path):
+    """In training mode a batch norm also updates its running statistics: a forward that changes a buffer."""
     prob = _TrainingProblem(_write(tmp_path, "bn_train", "nn.BatchNorm2d(6)", (4, 6, 5, 7)))
-    m = fam_norm.recognise(read_problem(prob))
-    assert m is not None and m.facts["kind"] == "batch"
+    with pytest.raises(NotCovered, match="num_batches_tracked.* in place"):
+        trace(prob)
 
 
-@pytest.mark.parametrize("init, shape, forward, why", [
-    ("nn.InstanceNorm1d(8)", (8, 50), "self.norm(x)", "unbatched"),
-    ("nn.GroupNorm(2, 8)", (2, 8, 4, 4), "F.group_norm(x, 2)", "F.group_norm"),
-])
-def test_refusals_say_why(tmp_path, init, shape, forward, why):
-    p = load_problem(str(_write(tmp_path, "refused", init, shape, forward)))
-    with pytest.raises(NotCovered, match=why):
-        explain(p)
+def test_an_unbatched_norm_is_not_the_norm_familys(tmp_path):
+    """torch runs an unbatched instance norm as a batch of one between two views: not one op alone."""
+    p = load_problem(str(_write(tmp_path, "refused", "nn.InstanceNorm1d(8)", (8, 50), "self.norm(x)")))
+    assert fam_norm.NORM.recognise(trace(p)) is None
+
+
+def test_the_functional_form_is_the_same_op(tmp_path):
+    p = load_problem(str(_write(tmp_path, "functional", "nn.GroupNorm(2, 8)", (2, 8, 4, 4), "F.group_norm(x, 2)")))
+    m = explain(p)
+    assert m.family == "norm" and m.facts.kind == "group" and m.facts.groups == 2 and m.facts.weight is None
 
 
 def test_a_norm_inside_a_longer_forward_is_not_claimed(tmp_path):
     p = load_problem(str(_write(tmp_path, "gn_scaled", "nn.GroupNorm(2, 8)", (2, 8, 4, 4), "self.norm(x) * 2.0")))
-    assert fam_norm.recognise(read_problem(p)) is None
+    assert fam_norm.NORM.recognise(trace(p)) is None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -218,7 +220,7 @@ def _small_match(tmp_path, name):
 
 def test_split_plan_for_group_norm(tmp_path):
     m = _small_match(tmp_path, "gn_affine")  # (2, 12, 6, 10), 4 groups of 3 channels
-    spec = builders.build(m, "split")
+    spec = family_of(m).build(m, "split")
     r = plan.resolve(spec, sizes={}, tensors=m.tensor_facts())
     stats, fin, app = r.launches
     assert [stats.kernel, fin.kernel, app.kernel] == ["norm_stats", "norm_finalize", "norm_apply"]
@@ -234,25 +236,25 @@ def test_split_plan_for_group_norm(tmp_path):
 
 def test_batch_statistics_merge_per_channel(tmp_path):
     m = _small_match(tmp_path, "bn3d_batch_stats")  # (2, 4, 3, 5, 4)
-    r = plan.resolve(builders.build(m, "split"), sizes={}, tensors=m.tensor_facts())
+    r = plan.resolve(family_of(m).build(m, "split"), sizes={}, tensors=m.tensor_facts())
     assert r.launches[1].grid[0] == 4  # a block per channel, over every sample's plane
     assert {s.name: s.size for s in r.scratch}["coef"] == 2 * 4
-    fused = plan.resolve(builders.build(m, "fused"), sizes={}, tensors=m.tensor_facts())
+    fused = plan.resolve(family_of(m).build(m, "fused"), sizes={}, tensors=m.tensor_facts())
     assert fused.launches[0].grid[0] == 4
 
 
 def test_affine_binds_the_running_buffers(tmp_path):
     m = _small_match(tmp_path, "bn2d_running")
-    (launch,) = plan.resolve(builders.build(m, "affine"), sizes={}, tensors=m.tensor_facts()).launches
+    (launch,) = plan.resolve(family_of(m).build(m, "affine"), sizes={}, tensors=m.tensor_facts()).launches
     assert [a.name for a in launch.args] == ["x", "norm.running_mean", "norm.running_var", "norm.weight",
                                              "norm.bias", "out"]
     with pytest.raises(ValueError, match="statistics"):
-        builders.build(m, "split")
+        family_of(m).build(m, "split")
 
 
 def test_odd_planes_use_scalar_loads(tmp_path):
     m = _small_match(tmp_path, "gn_odd_plain")  # planes of 35 floats
-    spec = builders.build(m, "split")
+    spec = family_of(m).build(m, "split")
     assert spec.default_config()["VEC"] == 1
     with pytest.raises(SpecError):
         plan.resolve(spec, sizes={}, tensors=m.tensor_facts(), config={"VEC": 4})
@@ -299,7 +301,7 @@ EMULATED = ["bn2d_running", "bn1d_rows", "bn2d_batch_odd", "in2d_affine", "in1d_
             "gn_affine", "gn_odd_plain", "bn3d_batch_stats", "gn_long", "bn_batch_long"]
 
 
-@pytest.mark.skipif(not emu_available(), reason="the CPU emulator (tests/emu) is not available")
+@pytest.mark.needs_cxx
 @pytest.mark.parametrize("name", EMULATED)
 def test_kernels_match_pytorch_on_the_emulator(tmp_path, name):
     entry = next(s for s in SMALL if s[0] == name)

@@ -14,10 +14,12 @@ import torch
 import torch.nn.functional as F
 from cuda.bindings import nvrtc
 
-from kerngen.agent.playbook import PlaybookProposer, builders, explain
-from kerngen.agent.playbook.build_pool import window_defaults
-from kerngen.agent.playbook.fam_pool import FAMILY, output_size
-from kerngen.agent.playbook.match import FamilyMatch, Tensor, read_problem
+from kerngen.agent.playbook import family_of, PlaybookProposer, explain
+from kerngen.agent.playbook.pool.build import window_defaults
+from kerngen.agent.playbook.pool.family import POOL as FAMILY, PoolFacts, output_size
+from kerngen.agent.playbook.family import FamilyMatch
+from kerngen.agent.playbook.graph import Tensor
+from kerngen.agent.playbook.graph import trace
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.proposer import NodeSummary, SearchContext
 from kerngen.expr import TensorFacts
@@ -25,15 +27,12 @@ from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.results import EvalResult, GpuFacts, Verdict
 from kerngen.harness.spec import plan
 from kerngen.problems.load import load_problem
+from tests.resources import kernelbench
 
-try:  # the CPU emulator (tests/emu): runs the kernels' CUDA-C on CPU tensors
-    from tests.emu.runner import available as emulator_available
-    from tests.emu.runner import emulate
-except ImportError:  # pragma: no cover - an older tree without it
-    emulator_available, emulate = (lambda: False), None
+from tests.emu.runner import emulate
 
-KB1 = Path("/work/shared/kernelbench/level1")
-needs_kb = pytest.mark.skipif(not KB1.is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+KB1 = kernelbench("level1")
+needs_kb = pytest.mark.needs_kernelbench
 
 KB_POOLS = {
     "41_Max_Pooling_1D.py": dict(mode="max", nd=1, kernel=(8,), stride=(1,), padding=(4,), dilation=(3,)),
@@ -86,8 +85,8 @@ def test_recognises_kernelbench_pools_with_their_geometry(name):
     m = explain(load_problem(str(KB1 / name)))
     assert m.family == "pool"
     want = KB_POOLS[name]
-    assert {k: m.facts[k] for k in want} == want
-    assert m.facts["ceil_mode"] is False and m.facts["count_include_pad"] is True
+    assert {k: getattr(m.facts, k) for k in want} == want
+    assert m.facts.ceil_mode is False and m.facts.count_include_pad is True
 
 
 @pytest.mark.parametrize("forward,shape,facts", [
@@ -101,28 +100,28 @@ def test_recognises_kernelbench_pools_with_their_geometry(name):
 def test_recognises_functional_pools(tmp_path, forward, shape, facts):
     m = explain(_problem(tmp_path, forward, shape))
     assert m.family == "pool"
-    assert {k: m.facts[k] for k in facts} == facts
+    assert {k: getattr(m.facts, k) for k in facts} == facts
 
 
 def test_reads_module_options(tmp_path):
     init = "self.pool = nn.AvgPool2d((3, 5), stride=(2, 3), padding=(1, 2), ceil_mode=True, count_include_pad=False)"
     m = explain(_problem(tmp_path, "self.pool(x)", (2, 3, 20, 31), init=init))
-    assert m.facts["kernel"] == (3, 5) and m.facts["stride"] == (2, 3) and m.facts["padding"] == (1, 2)
-    assert m.facts["ceil_mode"] is True and m.facts["count_include_pad"] is False
+    assert m.facts.kernel == (3, 5) and m.facts.stride == (2, 3) and m.facts.padding == (1, 2)
+    assert m.facts.ceil_mode is True and m.facts.count_include_pad is False
 
 
 @pytest.mark.parametrize("init,forward,shape,word", [
     ("self.pool = nn.MaxPool2d(2, return_indices=True)", "self.pool(x)[0]", (2, 3, 8, 8), "return_indices"),
     ("self.pool = nn.AvgPool2d(2, divisor_override=3)", "self.pool(x)", (2, 3, 8, 8), "divisor_override"),
-    ("self.pool = nn.AdaptiveAvgPool2d(4)", "self.pool(x)", (2, 3, 8, 8), "AdaptiveAvgPool2d"),
-    ("pass", "F.lp_pool2d(x, 2, 2)", (2, 3, 8, 8), "lp_pool2d"),
+    ("self.pool = nn.AdaptiveAvgPool2d(4)", "self.pool(x)", (2, 3, 8, 8), "adaptive_avg_pool2d"),
     ("self.pool = nn.MaxPool2d(2)", "self.pool(x)", (2, 3, 8, 8), "fp32 only"),
 ])
 def test_refuses_what_it_does_not_cover(tmp_path, init, forward, shape, word):
+    """(F.lp_pool2d is traced as powers and an average pool: not one pooling op.)"""
     dtype = "float16" if word == "fp32 only" else "float32"
     p = _problem(tmp_path, forward, shape, init=init, dtype=dtype)
     with pytest.raises(NotCovered, match=word):
-        FAMILY.recognise(read_problem(p))
+        FAMILY.recognise(trace(p))
 
 
 @pytest.mark.parametrize("init,forward", [
@@ -132,7 +131,7 @@ def test_refuses_what_it_does_not_cover(tmp_path, init, forward, shape, word):
     ("self.conv = nn.Conv2d(3, 4, 3)", "F.max_pool2d(torch.relu(self.conv(x)), 2)"),  # the built-in fused kernel's
 ])
 def test_leaves_other_problems_to_other_families(tmp_path, init, forward):
-    assert FAMILY.recognise(read_problem(_problem(tmp_path, forward, (2, 3, 16, 16), init=init))) is None
+    assert FAMILY.recognise(trace(_problem(tmp_path, forward, (2, 3, 16, 16), init=init))) is None
 
 
 def test_the_fused_conv_relu_maxpool_stays_with_its_builtin_family(tmp_path):
@@ -163,7 +162,7 @@ def _kb_specs():
     out = []
     for name in sorted(KB_POOLS):
         m = explain(load_problem(str(KB1 / name)))
-        out.append((name, m, builders.build(m, "window")))
+        out.append((name, m, family_of(m).build(m, "window")))
     return out
 
 
@@ -195,21 +194,21 @@ def test_default_config_resolves_and_compiles(name, m, spec):
 ])
 def test_other_configs_compile(name, config):
     m = explain(load_problem(str(KB1 / name)))
-    spec = builders.build(m, "window")
+    spec = family_of(m).build(m, "window")
     compile_job(job_for(spec, plan.resolve(spec, sizes={}, tensors=m.tensor_facts(), config=config), "sm_90"), cache=None)
 
 
 def test_ceil_mode_and_exclusive_padding_compile(tmp_path):
     init = "self.pool = nn.AvgPool2d((3, 5), stride=(2, 3), padding=(1, 2), ceil_mode=True, count_include_pad=False)"
     m = explain(_problem(tmp_path, "self.pool(x)", (2, 3, 20, 31), init=init))
-    spec = builders.build(m, "window")
+    spec = family_of(m).build(m, "window")
     assert "(d1 - d0) * (h1 - h0) * (w1 - w0)" in spec.source and "max(d0, 0)" in spec.source
     compile_job(job_for(spec, plan.resolve(spec, sizes={}, tensors=m.tensor_facts()), "sm_90"), cache=None)
 
 
 def test_constraints_check_the_output_shape(tmp_path):
     m = explain(_problem(tmp_path, "F.max_pool2d(x, 3, 2, 1)", (2, 3, 17, 19)))
-    spec = builders.build(m, "window")
+    spec = family_of(m).build(m, "window")
     facts = m.tensor_facts()
     plan.resolve(spec, sizes={}, tensors=facts)
     facts["out"] = TensorFacts((2, 3, 9, 11))  # 19 -> 10 columns, not 11
@@ -217,13 +216,17 @@ def test_constraints_check_the_output_shape(tmp_path):
         plan.resolve(spec, sizes={}, tensors=facts)
 
 
+def _geo(**kw) -> PoolFacts:
+    return PoolFacts(mode="max", padding=(0,) * kw["nd"], ceil_mode=False, count_include_pad=True, **kw)
+
+
 def test_defaults_reuse_overlapping_windows():
     """Overlapping windows get several outputs a thread along W (and H), disjoint ones do not need it."""
-    over = window_defaults(dict(nd=2, kernel=(4, 4), stride=(1, 1), dilation=(1, 1)))
+    over = window_defaults(_geo(nd=2, kernel=(4, 4), stride=(1, 1), dilation=(1, 1)))
     assert over["OPT"] >= 4 and over["OPH"] >= 2
-    disjoint = window_defaults(dict(nd=2, kernel=(11, 11), stride=(11, 11), dilation=(1, 1)))
+    disjoint = window_defaults(_geo(nd=2, kernel=(11, 11), stride=(11, 11), dilation=(1, 1)))
     assert disjoint["OPH"] == 1
-    wide = window_defaults(dict(nd=1, kernel=(30,), stride=(1,), dilation=(2,)))
+    wide = window_defaults(_geo(nd=1, kernel=(30,), stride=(1,), dilation=(2,)))
     assert wide["OPT"] == 4  # 8 outputs would need 66 values of a row in registers: halved until they fit
 
 
@@ -249,7 +252,7 @@ def test_each_window_position_is_loaded_once_per_thread(tmp_path):
     unrolled loops must fold to those 35 loads (once in the checked and once in the unchecked path),
     not one per window tap (2 * 4 * 16 = 128)."""
     m = explain(_problem(tmp_path, "F.max_pool2d(x, 4, 1, 1)", (2, 3, 64, 64)))
-    spec = builders.build(m, "window")
+    spec = family_of(m).build(m, "window")
     ptx = _ptx(spec, plan.resolve(spec, sizes={}, tensors=m.tensor_facts(), config={"OPT": 4, "OPH": 2}))
     loads = len(re.findall(r"ld\.global\.nc", ptx))
     assert 35 <= loads <= 3 * 35
@@ -274,26 +277,27 @@ def test_proposer_rounds(tmp_path):
 
 
 # ----- the kernels on the CPU emulator against PyTorch -------------------------------------------------
-needs_emulator = pytest.mark.skipif(not emulator_available(), reason="no C++ compiler for the CPU emulator")
+needs_emulator = pytest.mark.needs_cxx
 TORCH_POOL = {("max", 1): F.max_pool1d, ("max", 2): F.max_pool2d, ("max", 3): F.max_pool3d,
               ("avg", 1): F.avg_pool1d, ("avg", 2): F.avg_pool2d, ("avg", 3): F.avg_pool3d}
 
 
-def _at_shape(facts: dict, shape: tuple[int, ...]) -> FamilyMatch:
+def _at_shape(facts: dict | PoolFacts, shape: tuple[int, ...]) -> FamilyMatch:
     """A pool match with ``facts``' geometry over an input of ``shape`` (the family's own facts)."""
-    nd = facts["nd"]
-    spatial = tuple(output_size(n, *a, facts["ceil_mode"]) for n, *a in
-                    zip(shape[-nd:], facts["kernel"], facts["stride"], facts["padding"], facts["dilation"]))
+    facts = PoolFacts(**facts) if isinstance(facts, dict) else facts
+    nd = facts.nd
+    spatial = tuple(output_size(n, *a, facts.ceil_mode) for n, *a in
+                    zip(shape[-nd:], facts.kernel, facts.stride, facts.padding, facts.dilation))
     return FamilyMatch("pool", [Tensor("x", shape, "float32")], [],
-                       [Tensor("out", shape[:-nd] + spatial, "float32")], facts=dict(facts))
+                       [Tensor("out", shape[:-nd] + spatial, "float32")], facts=facts)
 
 
 def _torch_pool(f: dict, x: torch.Tensor) -> torch.Tensor:
-    if f["mode"] == "max":
-        return TORCH_POOL["max", f["nd"]](x, f["kernel"], f["stride"], f["padding"], f["dilation"],
-                                          ceil_mode=f["ceil_mode"])
-    return TORCH_POOL["avg", f["nd"]](x, f["kernel"], f["stride"], f["padding"], ceil_mode=f["ceil_mode"],
-                                      count_include_pad=f["count_include_pad"])
+    if f.mode == "max":
+        return TORCH_POOL["max", f.nd](x, f.kernel, f.stride, f.padding, f.dilation,
+                                          ceil_mode=f.ceil_mode)
+    return TORCH_POOL["avg", f.nd](x, f.kernel, f.stride, f.padding, ceil_mode=f.ceil_mode,
+                                      count_include_pad=f.count_include_pad)
 
 
 def _emulated(m: FamilyMatch, config: dict | None = None, nan_at: int | None = None) -> None:
@@ -302,7 +306,7 @@ def _emulated(m: FamilyMatch, config: dict | None = None, nan_at: int | None = N
     if nan_at is not None:
         x.view(-1)[nan_at] = float("nan")
     out = torch.full(m.outputs[0].shape, 12345.0)  # every element must be written
-    emulate(builders.build(m, "window"), {"x": x, "out": out}, config=config)
+    emulate(family_of(m).build(m, "window"), {"x": x, "out": out}, config=config)
     want = _torch_pool(m.facts, x)
     assert torch.allclose(out, want, atol=1e-4, rtol=1e-4, equal_nan=True), (out - want).abs().nan_to_num().max()
     assert torch.equal(out.isnan(), want.isnan())
@@ -321,7 +325,7 @@ def test_kernelbench_default_kernels_match_pytorch_on_the_emulator(name):
     included for the max pools (it must reach every window that covers it)."""
     m = explain(load_problem(str(KB1 / name)))
     small = _at_shape(m.facts, SMALL[name])
-    _emulated(small, nan_at=29 if m.facts["mode"] == "max" else None)
+    _emulated(small, nan_at=29 if m.facts.mode == "max" else None)
 
 
 @needs_emulator

@@ -13,10 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from kerngen.agent.playbook import builders, explain
-from kerngen.agent.playbook import fam_reduce
-from kerngen.agent.playbook.catalog import CATALOG
-from kerngen.agent.playbook.match import read_problem
+from kerngen.agent.playbook import explain, by_name, family_of
+from kerngen.agent.playbook.reduce import family as fam_reduce
+from kerngen.agent.playbook.graph import trace
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.proposer import PlaybookProposer, seed_specs, variant_of_spec
 from kerngen.agent.proposer import NodeSummary, SearchContext
@@ -25,20 +24,14 @@ from kerngen.harness.results import EvalResult, GpuFacts, Verdict
 from kerngen.harness.spec import plan
 from tests.agent.spec_samples import sampled_plans
 from kerngen.problems.load import load_problem
+from tests.resources import kernelbench
 
-try:
-    from tests.emu.runner import available as emulator_available, emulate
-except ImportError:  # the emulator is another change; without it the emulated tests skip
-    emulate = None
-
-    def emulator_available() -> bool:
-        return False
+from tests.emu.runner import emulate
 
 ROOT = Path(__file__).resolve().parents[2]
-KB = next((p for p in (ROOT.parent / "shared" / "kernelbench", Path("/work/shared/kernelbench"))
-           if (p / "level1").is_dir()), None)
-needs_kb = pytest.mark.skipif(KB is None, reason="no KernelBench copy beside the project (../shared/kernelbench)")
-needs_emulator = pytest.mark.skipif(not emulator_available(), reason="the CPU emulator (tests/emu) is not ready")
+KB = kernelbench()
+needs_kb = pytest.mark.needs_kernelbench
+needs_emulator = pytest.mark.needs_cxx
 
 FILE = """
 import math
@@ -130,7 +123,6 @@ REFUSED = {
     "no_keepdim": ("x / torch.sum(x, dim=1)", "keepdim", "torch.randn(16, 16)"),  # broadcasts along the last dim
     "argmax_of_abs_scaled": ("torch.argmax(x, dim=1) * 2", "argmax with other ops"),
     "cube": ("torch.sum(x ** 3, dim=1)", "reduction of pow(x, ...)"),
-    "variance": ("torch.mean((x - x.mean(dim=1, keepdim=True)) ** 2, dim=1)", "reduction of pow(...)"),
 }
 
 
@@ -159,41 +151,52 @@ def test_kernelbench_reductions_are_recognised_with_their_variants(name):
     formula, variants = KB_LEVEL1[name]
     p = load_problem(str(KB / "level1" / name))
     m = explain(p)
-    assert m.family == "reduce" and m.facts["formula"] == formula
+    assert m.family == "reduce" and m.facts.formula == formula
     assert _offered(p) == variants
 
 
 @needs_kb
 def test_kernelbench_facts():
     l1 = explain(load_problem(str(KB / "level1" / "38_L1Norm_.py"))).facts
-    assert (l1["prologue"], l1["combine"], l1["epilogue"], l1["normalize"]) == ("abs", "sum", [["div_len", 0.0]], True)
+    assert (l1.prologue, l1.combine, l1.epilogue, l1.normalize) == ("abs", "sum", (("div_len", 0.0),), True)
     fro = explain(load_problem(str(KB / "level1" / "37_FrobeniusNorm_.py"))).facts
-    assert fro["dims"] == [0, 3] and fro["keepdim"] is False and fro["epilogue"] == [["sqrt", 0.0]]
+    assert fro.dims == (0, 3) and fro.keepdim is False and fro.epilogue == (("sqrt", 0.0),)
     s = explain(load_problem(str(KB / "level1" / "47_Sum_reduction_over_a_dimension.py"))).facts
-    assert s["dims"] == [1, 1] and s["keepdim"] is True  # dim=self.dim, read from the meta model
+    assert s.dims == (1, 1) and s.keepdim is True  # dim=self.dim, a constant of the trace
     am = explain(load_problem(str(KB / "level1" / "52_Argmin_over_a_dimension.py")))
-    assert am.facts["combine"] == "argmin" and am.outputs[0].dtype == "int64"
+    assert am.facts.combine == "argmin" and am.outputs[0].dtype == "int64"
 
 
 @needs_kb
 @pytest.mark.parametrize("path", NOT_MINE)
 def test_other_families_problems_are_not_claimed(path):
-    assert fam_reduce.recognise(read_problem(load_problem(str(KB / path)))) is None
+    assert fam_reduce.REDUCE.recognise(trace(load_problem(str(KB / path)))) is None
 
 
 @pytest.mark.parametrize("name", sorted(FORMS))
 def test_written_out_forms(forms, name):
     _, _, formula, variants = FORMS[name]
     m = explain(forms[name])
-    assert m.family == "reduce" and m.facts["formula"] == formula
+    assert m.family == "reduce" and m.facts.formula == formula
     assert _offered(forms[name]) == variants
 
 
 @pytest.mark.parametrize("name", sorted(REFUSED))
 def test_refused_with_the_reason(tmp_path, name):
+    """The reduce family's own reason; the problem may still be served as regions (a map, then the reduction)."""
     forward, word, make = (*REFUSED[name], "torch.randn(6, 16, 8)")[:3]
+    p = _problem(tmp_path, name, forward, make)
     with pytest.raises(NotCovered, match=re.escape(word)):
-        explain(_problem(tmp_path, name, forward, make))
+        fam_reduce.REDUCE.recognise(trace(p))
+    if name in ("cube", "no_keepdim"):
+        assert explain(p).family == "regions"
+
+
+def test_a_variance_is_cut_into_regions(tmp_path):
+    p = _problem(tmp_path, "variance", "torch.mean((x - x.mean(dim=1, keepdim=True)) ** 2, dim=1)", "torch.randn(6, 16, 8)")
+    assert fam_reduce.REDUCE.recognise(trace(p)) is None  # more than one reduction: not the family's alone
+    m = explain(p)
+    assert [r.match.family for r in m.facts.partition.regions] == ["reduce", "elementwise", "reduce"]
 
 
 def test_half_precision_input_is_refused(tmp_path):
@@ -210,7 +213,7 @@ def test_half_precision_input_is_refused(tmp_path):
 ])
 def test_not_a_reduction_of_this_family(tmp_path, forward):
     p = _problem(tmp_path, "other", forward)
-    assert fam_reduce.recognise(read_problem(p)) is None
+    assert fam_reduce.REDUCE.recognise(trace(p)) is None
     try:
         family = explain(p).family
     except NotCovered as exc:
@@ -229,7 +232,7 @@ def _specs(forms):
     for name in SPEC_FORMS:
         m = explain(forms[name])
         for var in FORMS[name][3]:
-            yield name, var, m, builders.build(m, var)
+            yield name, var, m, family_of(m).build(m, var)
 
 
 def test_specs_are_pure_cuda_named_by_variant_and_resolve(forms):
@@ -251,21 +254,21 @@ def test_constraints_keep_each_variant_to_its_shapes(forms):
     facts = cols_form.tensor_facts()
     for var in ("rows", "split"):
         with pytest.raises(Exception, match="constraint violated"):
-            plan.resolve(builders.build(cols_form, var), sizes={}, tensors=facts)
+            plan.resolve(family_of(cols_form).build(cols_form, var), sizes={}, tensors=facts)
     with pytest.raises(Exception, match="VEC"):
-        plan.resolve(builders.build(cols_form, "cols", {"VEC": 1}), sizes={}, tensors=facts)
+        plan.resolve(family_of(cols_form).build(cols_form, "cols", {"VEC": 1}), sizes={}, tensors=facts)
     rows_form = explain(forms["mean_last"])  # 1000 a row: too short to split, no cache without a second pass
     with pytest.raises(Exception, match="4096"):
-        plan.resolve(builders.build(rows_form, "split"), sizes={}, tensors=rows_form.tensor_facts())
+        plan.resolve(family_of(rows_form).build(rows_form, "split"), sizes={}, tensors=rows_form.tensor_facts())
     with pytest.raises(Exception, match="CACHE_KB == 0"):
-        plan.resolve(builders.build(rows_form, "rows", {"CACHE_KB": 64, "TPR": 256, "BLOCK": 256}), sizes={},
+        plan.resolve(family_of(rows_form).build(rows_form, "rows", {"CACHE_KB": 64, "TPR": 256, "BLOCK": 256}), sizes={},
                      tensors=rows_form.tensor_facts())
 
 
 @needs_kb
 def test_split_grid_and_scratch_at_the_frobenius_size():
     m = explain(load_problem(str(KB / "level1" / "37_FrobeniusNorm_.py")))
-    r = plan.resolve(builders.build(m, "split"), sizes={}, tensors=m.tensor_facts())
+    r = plan.resolve(family_of(m).build(m, "split"), sizes={}, tensors=m.tensor_facts())
     part, scale = r.launches
     assert part.grid[0] == scale.grid[0] == r.defines["NCHR"] == 1024  # one row, a few waves of chunks
     assert r.scratch[0].size == 1024 and r.defines["SPAN"] * 1024 >= 112 * 64 * 512 * 512
@@ -301,10 +304,10 @@ def test_kernelbench_seeds_compile(name):
 
 # ----- the proposer ---------------------------------------------------------------------------
 def test_every_idea_names_a_variant_and_round0_covers_each():
-    ideas = CATALOG["reduce"]
+    ideas = list(by_name("reduce").ideas)
     assert {e.variant for e in ideas if e.round0} == {"rows", "cols", "split"}
     assert len({e.id for e in ideas}) == len(ideas)
-    assert all(e.variant in builders.VARIANTS["reduce"] for e in ideas)
+    assert all(e.variant in by_name("reduce").variants for e in ideas)
 
 
 @pytest.mark.parametrize("name", ["l1_rows", "argmin_mid_ties", "fro"])
@@ -357,7 +360,7 @@ def test_default_kernels_match_pytorch_on_the_emulator(forms, name):
     p = forms[name]
     m = explain(p)
     for var in FORMS[name][3]:
-        _emulated_matches(p, builders.build(m, var))
+        _emulated_matches(p, family_of(m).build(m, var))
 
 
 @needs_emulator
@@ -366,7 +369,7 @@ def test_other_configs_match_pytorch_on_the_emulator(forms, name):
     p = forms[name]
     m = explain(p)
     for var in FORMS[name][3]:
-        spec = builders.build(m, var)
+        spec = family_of(m).build(m, var)
         for cfg in OTHER[var]:
             plan.resolve(spec, sizes={}, tensors=m.tensor_facts(), config=cfg)  # admissible at this shape
             _emulated_matches(p, spec, config=cfg, seed=1)

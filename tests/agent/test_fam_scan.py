@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from kerngen.agent.playbook import PlaybookProposer, builders, explain
-from kerngen.agent.playbook.build_scan import rows_defaults
-from kerngen.agent.playbook.fam_scan import FAMILY, FORMS, ScanForm, scan_reference
-from kerngen.agent.playbook.match import FamilyMatch, Tensor, read_problem
+from kerngen.agent.playbook import family_of, PlaybookProposer, explain
+from kerngen.agent.playbook.scan.build import rows_defaults
+from kerngen.agent.playbook.scan.family import SCAN as FAMILY, FORMS, ScanFacts, ScanForm, scan_reference
+from kerngen.agent.playbook.family import FamilyMatch
+from kerngen.agent.playbook.graph import Tensor
+from kerngen.agent.playbook.graph import trace
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.proposer import SearchContext
 from kerngen.expr import TensorFacts
@@ -21,15 +23,12 @@ from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.results import GpuFacts
 from kerngen.harness.spec import plan
 from kerngen.problems.load import load_problem
+from tests.resources import kernelbench
 
-try:  # the CPU emulator (tests/emu): runs the kernels' CUDA-C on CPU tensors
-    from tests.emu.runner import available as emulator_available
-    from tests.emu.runner import emulate
-except ImportError:  # pragma: no cover - an older tree without it
-    emulator_available, emulate = (lambda: False), None
+from tests.emu.runner import emulate
 
-KB1 = Path("/work/shared/kernelbench/level1")
-needs_kb = pytest.mark.skipif(not KB1.is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+KB1 = kernelbench("level1")
+needs_kb = pytest.mark.needs_kernelbench
 
 KB_SCANS = {
     "89_cumsum.py": dict(op="sum", reverse=False, exclusive=False, mask=None),
@@ -86,8 +85,8 @@ def _offered(problem) -> list[str]:
 def test_recognises_kernelbench_scans(name):
     m = explain(load_problem(str(KB1 / name)))
     assert m.family == "scan"
-    assert {k: m.facts[k] for k in KB_SCANS[name]} == KB_SCANS[name]
-    assert m.facts["dim"] == 1 and m.facts["start"] == 0 and m.facts["drop"] == 0
+    assert {k: getattr(m.facts, k) for k in KB_SCANS[name]} == KB_SCANS[name]
+    assert m.facts.dim == 1 and m.facts.start == 0 and m.facts.drop == 0
 
 
 @pytest.mark.parametrize("forward,shape,dim,facts", [
@@ -103,14 +102,14 @@ def test_recognises_kernelbench_scans(name):
 def test_recognises_the_forms_by_what_the_forward_computes(tmp_path, forward, shape, dim, facts):
     m = explain(_problem(tmp_path, forward, shape, dim=dim))
     assert m.family == "scan"
-    assert {k: m.facts[k] for k in facts} == facts
+    assert {k: getattr(m.facts, k) for k in facts} == facts
 
 
 @pytest.mark.parametrize("mask,args", [("bool", "x * mask"), ("bool", "mask * x"), ("float32", "x * mask")])
 def test_recognises_masks(tmp_path, mask, args):
     m = explain(_problem(tmp_path, f"torch.cumsum({args}, dim=self.dim)", (4, 12), mask=mask))
-    assert m.facts["mask"] == "mask" and m.facts["mask_dtype"] == mask and m.facts["x"] == "x"
-    spec = builders.build(m, "rows")
+    assert m.facts.mask == "mask" and m.facts.mask_dtype == mask and m.facts.x == "x"
+    spec = family_of(m).build(m, "rows")
     assert [a.name for a in spec.steps[0].args] == ["x", "mask", "out"]
 
 
@@ -118,7 +117,7 @@ def test_recognises_masks(tmp_path, mask, args):
     ("torch.cummax(x, dim=1).values", "", "float32", "cummax"),
     ("torch.logcumsumexp(x, dim=1)", "", "float32", "logcumsumexp"),
     ("torch.cumsum(torch.softmax(x, dim=1), dim=1)", "", "float32", "softmax"),
-    ("torch.cumsum(x, dim=1) / 2", "", "float32", "arithmetic"),
+    ("torch.cumsum(x, dim=1) / 2", "", "float32", "div around it"),
     ("torch.cumsum(x, dim=1)", "", "float16", "fp32 only"),
     ("torch.cumsum(x * 2, dim=1)", "", "float32", "none of the scan forms"),
     ("torch.cumsum(x, dim=1) + torch.cumsum(x, dim=1)", "", "float32", "more than one"),
@@ -126,12 +125,12 @@ def test_recognises_masks(tmp_path, mask, args):
 def test_refuses_what_it_does_not_cover(tmp_path, forward, mask, dtype, word):
     p = _problem(tmp_path, forward, (4, 12), mask=mask, dtype=dtype)
     with pytest.raises(NotCovered, match=word):
-        FAMILY.recognise(read_problem(p))
+        FAMILY.recognise(trace(p))
 
 
 @pytest.mark.parametrize("forward", ["torch.relu(x)", "torch.sum(x, dim=1)", "torch.softmax(x, dim=1)"])
 def test_leaves_other_problems_to_other_families(tmp_path, forward):
-    assert FAMILY.recognise(read_problem(_problem(tmp_path, forward, (4, 12)))) is None
+    assert FAMILY.recognise(trace(_problem(tmp_path, forward, (4, 12)))) is None
 
 
 # ----- the forms' reference -------------------------------------------------------------------------
@@ -171,7 +170,7 @@ def _compile(spec, m, config=None, tensors=None):
 @pytest.mark.parametrize("name", sorted(KB_SCANS))
 def test_kernelbench_rows_kernels_compile(name):
     m = explain(load_problem(str(KB1 / name)))
-    spec = builders.build(m, "rows")
+    spec = family_of(m).build(m, "rows")
     assert spec.name == FAMILY.spec_name("rows")
     assert all(spec.defaults[k] in v and v == sorted(v) for k, v in spec.tunables.items())
     r = _compile(spec, m)
@@ -198,10 +197,10 @@ def test_variants_offered_and_compiled(tmp_path, forward, shape, dim, mask, want
     assert _offered(p) == want
     m = explain(p)
     for variant in want:
-        spec = builders.build(m, variant)
+        spec = family_of(m).build(m, variant)
         r = _compile(spec, m)
         if variant == "split":
-            op = m.facts["op"]
+            op = m.facts.op
             assert [s.kernel for s in r.launches] == [f"cum{op}_chunk_totals", f"cum{op}_chunk_offsets", f"cum{op}_chunks"]
             assert r.scratch[0].size == shape[0] * r.defines["NCH"] and r.defines["NCH"] >= 2
         if shape[dim] % 4 and variant != "cols":
@@ -210,7 +209,7 @@ def test_variants_offered_and_compiled(tmp_path, forward, shape, dim, mask, want
 
 def test_vector_loads_need_aligned_rows(tmp_path):
     m = explain(_problem(tmp_path, "torch.cumsum(x, dim=self.dim)", (8, 1000), dim=1))
-    spec = builders.build(m, "rows")
+    spec = family_of(m).build(m, "rows")
     assert plan.resolve(spec, sizes={}, tensors=m.tensor_facts()).config["VEC"] == 4
     facts = m.tensor_facts()
     facts["x"] = facts["out"] = TensorFacts((8, 1002))
@@ -222,7 +221,7 @@ def test_vector_loads_need_aligned_rows(tmp_path):
 def test_narrowed_scans_read_from_their_offset(tmp_path):
     m = explain(_problem(tmp_path, "torch.cumsum(x.narrow(self.dim, 1, x.size(self.dim) - 1), dim=self.dim)",
                          (3, 64), dim=1))
-    r = plan.resolve(builders.build(m, "rows"), sizes={}, tensors=m.tensor_facts())
+    r = plan.resolve(family_of(m).build(m, "rows"), sizes={}, tensors=m.tensor_facts())
     assert (r.defines["XOFF"], r.defines["LIN"], r.defines["LOUT"]) == (1, 64, 63) and r.config["VEC"] == 1
 
 
@@ -245,16 +244,17 @@ def test_proposer_rounds(tmp_path):
 
 
 # ----- the kernels on the CPU emulator against PyTorch -------------------------------------------------
-needs_emulator = pytest.mark.skipif(not emulator_available(), reason="no C++ compiler for the CPU emulator")
+needs_emulator = pytest.mark.needs_cxx
 
 
-def _at_shape(facts: dict, shape: tuple[int, ...]) -> FamilyMatch:
+def _at_shape(facts: dict | ScanFacts, shape: tuple[int, ...]) -> FamilyMatch:
     """A scan match with ``facts``' form over an x of ``shape`` (the family's own facts)."""
+    facts = dict(facts) if isinstance(facts, dict) else facts.model_dump()
     dim, mask = facts["dim"], facts["mask_dtype"]
     out = shape[:dim] + (shape[dim] - facts["drop"],) + shape[dim + 1:]
     inputs = [Tensor("x", shape, "float32")] + ([Tensor("mask", shape, mask)] if mask else [])
     return FamilyMatch("scan", inputs, [], [Tensor("out", out, "float32")],
-                       facts={**facts, "x": "x", "mask": "mask" if mask else None})
+                       facts=ScanFacts(**{**facts, "x": "x", "mask": "mask" if mask else None}))
 
 
 def _emulated(m: FamilyMatch, variant: str, config: dict | None = None) -> None:
@@ -262,15 +262,15 @@ def _emulated(m: FamilyMatch, variant: str, config: dict | None = None) -> None:
     gen = torch.Generator().manual_seed(11)
     shape = m.x.shape
     # products of factors near 1 neither vanish nor explode over a few thousand of them; sums see N(0, 1)
-    x = torch.rand(shape, generator=gen) * 0.2 + 0.9 if f["op"] == "prod" else torch.randn(shape, generator=gen)
+    x = torch.rand(shape, generator=gen) * 0.2 + 0.9 if f.op == "prod" else torch.randn(shape, generator=gen)
     tensors = {"x": x, "out": torch.full(m.outputs[0].shape, 12345.0)}  # every element must be written
-    if f["mask_dtype"] == "bool":
+    if f.mask_dtype == "bool":
         tensors["mask"] = torch.rand(shape, generator=gen) > 0.5
-    elif f["mask_dtype"] == "float32":
+    elif f.mask_dtype == "float32":
         tensors["mask"] = torch.rand(shape, generator=gen)
-    emulate(builders.build(m, variant), tensors, config=config)
-    form = ScanForm(f["reverse"], f["exclusive"], f["start"], f["drop"])
-    want = scan_reference(x, tensors.get("mask"), f["dim"], f["op"], form)
+    emulate(family_of(m).build(m, variant), tensors, config=config)
+    form = ScanForm(f.reverse, f.exclusive, f.start, f.drop)
+    want = scan_reference(x, tensors.get("mask"), f.dim, f.op, form)
     got = tensors["out"].double()
     assert torch.allclose(got, want, atol=1e-4, rtol=1e-4), (got - want).abs().max()
     assert ((got - want).norm() / want.norm()).item() < 1e-5  # the harness's relative-error limit for fp32

@@ -8,22 +8,22 @@ are refused it). The numbers are the emulator's (tests/agent/test_emu_tf32.py) a
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
-from kerngen.agent.playbook import builders, explain
-from kerngen.agent.playbook.build_gemm_tf32 import VARIANT
+from kerngen.agent.playbook import explain, family_of
+from kerngen.agent.playbook.gemm.build_tf32 import VARIANT
 from kerngen.agent.playbook.coverage import offer
-from kerngen.agent.playbook.fam_gemm import FAMILY
+from kerngen.agent.playbook.gemm.gemm import GEMM as FAMILY
 from kerngen.agent.playbook.proposer import variant_of_spec
 from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.spec import plan
 from kerngen.problems.load import load_problem
 from tests.agent.family_checks import resized_copy
+from tests.resources import kernelbench
 
-KB = Path("/work/shared/kernelbench")
-pytestmark = pytest.mark.skipif(not (KB / "level1").is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+KB = kernelbench()
+pytestmark = pytest.mark.needs_kernelbench
 
 CASES = {  # file: (TRANS_B, launch args by name, batch)
     "level2/76_Gemm_Add_ReLU.py": (1, ["x", "gemm.weight", "bias", "out"], 1),  # x @ W^T, then + bias, relu
@@ -35,7 +35,7 @@ CASES = {  # file: (TRANS_B, launch args by name, batch)
 
 def _resolved(name: str, config: dict[str, int] | None = None):
     m = explain(load_problem(str(KB / name)))
-    spec = builders.build(m, VARIANT)
+    spec = family_of(m).build(m, VARIANT)
     return m, spec, plan.resolve(spec, sizes={}, tensors=m.tensor_facts(), config=config)
 
 
@@ -87,7 +87,7 @@ SPLIT_CASES = {
 def test_split_k_plan_and_compiles(tmp_path, name, split):
     sizes, main_args, sum_args, batch = SPLIT_CASES[name]
     m = explain(load_problem(str(resized_copy(KB / name, tmp_path, **sizes))))
-    spec = builders.build(m, VARIANT, {"SPLIT_K": split})
+    spec = family_of(m).build(m, VARIANT, {"SPLIT_K": split})
     r = plan.resolve(spec, sizes={}, tensors=m.tensor_facts())
     main, reduce = r.launches
     assert [a.name for a in main.args if a.name] == main_args and main.grid[2] == batch * split
@@ -104,4 +104,4 @@ def test_split_k_is_refused_at_the_files_own_size_and_absent_by_default(name):
     m, spec, r = _resolved(name)
     assert "SPLIT_K" not in spec.tunables and len(r.launches) == 1  # the single fused launch
     with pytest.raises(Exception, match="constraint"):
-        plan.resolve(builders.build(m, VARIANT, {"SPLIT_K": 2}), sizes={}, tensors=m.tensor_facts())
+        plan.resolve(family_of(m).build(m, VARIANT, {"SPLIT_K": 2}), sizes={}, tensors=m.tensor_facts())

@@ -8,25 +8,25 @@ off), printed, and held to at most twice PyTorch's."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import torch
 
-from kerngen.agent.playbook import builders, explain
-from kerngen.agent.playbook.build_conv_tf32 import VARIANT
-from kerngen.agent.playbook.build_tf32 import TERMS_PLAIN
+from kerngen.agent.playbook import explain, family_of
+from kerngen.agent.playbook.conv.build_tf32 import VARIANT
+from kerngen.agent.playbook.gemm.build_matmul_tf32 import TERMS_PLAIN
 from kerngen.agent.playbook.coverage import offer
 from kerngen.harness.evaluator import Candidate, EvalOptions
 from kerngen.harness.results import Verdict
 from kerngen.problems.load import load_problem
 from kerngen.problems.ref import ProblemRef
 from tests.agent.gpu_runs import fp64_errors, run_spec
+from tests.resources import kernelbench
 
 pytestmark = pytest.mark.gpu
 
-KB = Path("/work/shared/kernelbench")
-needs_kb = pytest.mark.skipif(not (KB / "level1").is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+KB = kernelbench()
+needs_kb = pytest.mark.needs_kernelbench
 SUITE = ProblemRef(source="conv2d")  # (100, 3, 224, 224) k11 s4 p2 -> 96 channels, bias
 WIDE = ProblemRef(source="conv2d_wide")
 KB_FILES = ["level1/50_conv_standard_2D__square_input__square_kernel.py", "level2/54_Conv2d_Multiply_LeakyReLU_GELU.py"]
@@ -59,7 +59,7 @@ def _spec(ref: ProblemRef, defaults: dict | None = None):
     m = explain(load_problem(ref))
     offered = offer(m, sizes={}, tensors=m.tensor_facts()).get(VARIANT)
     assert offered is not None, f"{VARIANT} not offered for {ref.label()}"
-    return builders.build(m, VARIANT, {**offered.defaults, **(defaults or {})})
+    return family_of(m).build(m, VARIANT, {**offered.defaults, **(defaults or {})})
 
 
 def _passes(pool, ref: ProblemRef) -> None:

@@ -17,10 +17,11 @@ from kerngen.harness.evaluator import Candidate
 from kerngen.problems.load import load_problem
 from kerngen.problems.ref import ProblemRef
 from tests.agent.family_checks import assert_all_pass, offered, resized_copy, seeds
+from tests.resources import kernelbench
 
 pytestmark = pytest.mark.gpu
 
-KB97 = Path("/work/shared/kernelbench/level1/97_ScaledDotProductAttention.py")
+KB97 = kernelbench("level1", "97_ScaledDotProductAttention.py")
 SUITE = ProblemRef(source="attention")  # causal bf16 (8, 16, 4096, 128)
 
 SDPA = '''
@@ -74,7 +75,7 @@ def test_suite_problem_kernels_pass_at_its_own_size(pool):
     assert_all_pass(pool, SUITE, offered(SUITE, "attention") + seeds(SUITE), seeds_n=2)
 
 
-@pytest.mark.skipif(not KB97.is_file(), reason="no KernelBench copy at /work/shared/kernelbench")
+@pytest.mark.needs_kernelbench
 def test_kernelbench_97_passes_at_its_own_size(pool):
     ref = ProblemRef(source=str(KB97))
     assert_all_pass(pool, ref, offered(ref, "attention") + seeds(ref), seeds_n=2)
@@ -116,7 +117,7 @@ def test_the_hopper_kernel_passes_at_a_spread_of_configurations(pool, tmp_path, 
     assert_all_pass(pool, ref, cands, seeds_n=2)
 
 
-@pytest.mark.skipif(not KB97.is_file(), reason="no KernelBench copy at /work/shared/kernelbench")
+@pytest.mark.needs_kernelbench
 def test_the_fp32_kernel_passes_at_an_odd_shape_of_kernelbench_97(pool, tmp_path):
     ref = ProblemRef(source=str(resized_copy(KB97, tmp_path, batch_size=3, num_heads=5, sequence_length=333,
                                             embedding_dimension=512)))

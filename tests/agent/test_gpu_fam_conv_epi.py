@@ -5,16 +5,16 @@ with a channel multiplier)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
 from kerngen.problems.ref import ProblemRef
 from tests.agent.family_checks import assert_all_pass, offered
+from tests.resources import kernelbench
 
 pytestmark = pytest.mark.gpu
 
-KB = Path("/work/shared/kernelbench")
+KB = kernelbench()
 KB_FILES = ["level2/54_Conv2d_Multiply_LeakyReLU_GELU.py", "level1/82_conv_depthwise_2D_square_input_square_kernel.py"]
 
 ODD_GROUPED = '''
@@ -66,7 +66,7 @@ def _check(pool, ref: ProblemRef) -> None:
     assert_all_pass(pool, ref, offered(ref, "conv_epi"), seeds_n=2)
 
 
-@pytest.mark.skipif(not (KB / "level1").is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+@pytest.mark.needs_kernelbench
 @pytest.mark.parametrize("name", KB_FILES)
 def test_kernelbench_files_at_their_own_size(pool, name):
     _check(pool, ProblemRef(source=str(KB / name)))

@@ -14,10 +14,11 @@ from kerngen.agent.playbook.proposer import variant_of_spec
 from kerngen.harness.evaluator import EvalOptions
 from kerngen.problems.ref import ProblemRef
 from tests.agent.family_checks import offered, resized_copy
+from tests.resources import kernelbench
 
 pytestmark = pytest.mark.gpu
 
-KB = Path("/work/shared/kernelbench")
+KB = kernelbench()
 FILES = [KB / "level1" / "54_conv_standard_3D__square_input__square_kernel.py",
          KB / "level1" / "75_conv_transposed_2D_asymmetric_input_asymmetric_kernel_strided__grouped____padded____dilated__.py",
          KB / "level2" / "2_ConvTranspose2d_BiasAdd_Clamp_Scaling_Clamp_Divide.py",
@@ -39,13 +40,13 @@ def _run(pool, path: Path) -> None:
     print(f"\n{path.name}: eager {base.eager.median_ms:.4f} ms; {times}")
 
 
-@pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+@pytest.mark.needs_kernelbench
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name[:24])
 def test_kernels_pass_at_the_files_own_size(pool, path):
     _run(pool, path)
 
 
-@pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+@pytest.mark.needs_kernelbench
 @pytest.mark.parametrize("odd", ODDS, ids=lambda o: o[0].name[:24])
 def test_kernels_pass_at_an_odd_shape(pool, tmp_path, odd):
     src, sizes = odd

@@ -6,16 +6,16 @@ padding in its count, a maximum over each plane plus a per-channel bias)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
 from kerngen.problems.ref import ProblemRef
 from tests.agent.family_checks import assert_all_pass, offered
+from tests.resources import kernelbench
 
 pytestmark = pytest.mark.gpu
 
-KB = Path("/work/shared/kernelbench")
+KB = kernelbench()
 KB_FILES = ["level2/92_Conv2d_GroupNorm_Tanh_HardSwish_ResidualAdd_LogSumExp.py",
             "level2/85_Conv2d_GroupNorm_Scale_MaxPool_Clamp.py"]
 
@@ -50,7 +50,7 @@ def _check(pool, ref: ProblemRef) -> None:
     assert_all_pass(pool, ref, offered(ref, "conv_tail"), seeds_n=2)
 
 
-@pytest.mark.skipif(not (KB / "level2").is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+@pytest.mark.needs_kernelbench
 @pytest.mark.parametrize("name", KB_FILES)
 def test_kernelbench_files_at_their_own_size(pool, name):
     _check(pool, ProblemRef(source=str(KB / name)))

@@ -13,10 +13,11 @@ from kerngen.harness.evaluator import Candidate
 from kerngen.problems.load import load_problem
 from kerngen.problems.ref import ProblemRef
 from tests.agent.family_checks import assert_all_pass, resized_copy
+from tests.resources import kernelbench
 
 pytestmark = pytest.mark.gpu
 
-KB = Path("/work/shared/kernelbench")
+KB = kernelbench()
 LINEAR = KB / "level2" / "12_Gemm_Multiply_LeakyReLU.py"  # 1024 x 8192 @ (8192 x 8192)^T + b, leaky_relu(2 v)
 GEMV = KB / "level1" / "4_Matrix_vector_multiplication_.py"  # 2048 x 1048576 @ 1048576 x 1
 ODD = [  # (file, its size constants at an odd shape)
@@ -41,13 +42,13 @@ def _check(pool, path: Path) -> None:
     assert_all_pass(pool, ProblemRef(source=str(path)), cands, seeds_n=2)
 
 
-@pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+@pytest.mark.needs_kernelbench
 @pytest.mark.parametrize("path", [LINEAR, GEMV], ids=lambda p: p.stem)
 def test_round0_kernels_pass_at_the_files_own_size(pool, path):
     _check(pool, path)
 
 
-@pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+@pytest.mark.needs_kernelbench
 @pytest.mark.parametrize("src, sizes", ODD, ids=lambda v: v.stem if isinstance(v, Path) else "x".join(map(str, v.values())))
 def test_round0_kernels_pass_at_an_odd_shape(pool, tmp_path, src, sizes):
     _check(pool, resized_copy(src, tmp_path, **sizes))

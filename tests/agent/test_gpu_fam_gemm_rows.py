@@ -11,10 +11,11 @@ import pytest
 
 from kerngen.problems.ref import ProblemRef
 from tests.agent.family_checks import assert_all_pass, offered, resized_copy
+from tests.resources import kernelbench
 
 pytestmark = pytest.mark.gpu
 
-KB = Path("/work/shared/kernelbench/level2")
+KB = kernelbench("level2")
 OWN_SIZE = [KB / "30_Gemm_GroupNorm_Hardtanh.py",  # 1024 x 8192 @ 8192^2, GroupNorm(16): staged and streamed
             KB / "51_Gemm_Subtract_GlobalAvgPool_LogSumExp_GELU_ResidualAdd.py"]  # 2048 x 8192, + original_x
 ODD = [  # (file, its size constants at an odd shape)
@@ -28,13 +29,13 @@ def _check(pool, path: Path) -> None:
     assert_all_pass(pool, ref, offered(ref, "gemm_rows"), seeds_n=2)
 
 
-@pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+@pytest.mark.needs_kernelbench
 @pytest.mark.parametrize("path", OWN_SIZE, ids=lambda p: p.stem)
 def test_offered_kernels_pass_at_the_files_own_size(pool, path):
     _check(pool, path)
 
 
-@pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+@pytest.mark.needs_kernelbench
 @pytest.mark.parametrize("src, sizes", ODD,
                          ids=lambda v: v.stem if isinstance(v, Path) else "x".join(map(str, v.values())))
 def test_offered_kernels_pass_at_an_odd_shape(pool, tmp_path, src, sizes):

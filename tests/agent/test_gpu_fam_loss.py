@@ -5,16 +5,16 @@ layout, rows of a length that is not a multiple of 4, ignored targets, the swap 
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
 from kerngen.problems.ref import ProblemRef
 from tests.agent.family_checks import assert_all_pass, offered
+from tests.resources import kernelbench
 
 pytestmark = pytest.mark.gpu
 
-KB = Path("/work/shared/kernelbench/level1")
+KB = kernelbench("level1")
 KB_FILES = ["94_MSELoss.py", "95_CrossEntropyLoss.py"]
 
 ODD = '''
@@ -60,7 +60,7 @@ def _check(pool, ref: ProblemRef) -> None:
     assert_all_pass(pool, ref, offered(ref, "loss"), seeds_n=3)
 
 
-@pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+@pytest.mark.needs_kernelbench
 @pytest.mark.parametrize("name", KB_FILES)
 def test_kernelbench_losses_at_their_own_size(pool, name):
     _check(pool, ProblemRef(source=str(KB / name)))

@@ -11,10 +11,11 @@ import pytest
 
 from kerngen.problems.ref import ProblemRef
 from tests.agent.family_checks import assert_all_pass, seeds
+from tests.resources import kernelbench
 
 pytestmark = pytest.mark.gpu
 
-KB = Path("/work/shared/kernelbench/level1")
+KB = kernelbench("level1")
 ODD = {
     "gn_odd": ("nn.GroupNorm(3, 9, affine=False, eps=1e-3)", (3, 9, 5, 7)),
     "bn_batch_odd": ("nn.BatchNorm2d(5, track_running_stats=False)", (6, 5, 7, 9)),
@@ -47,7 +48,7 @@ def _check(pool, path: Path) -> None:
     assert_all_pass(pool, ref, seeds(ref), seeds_n=2, budget_ms=50)
 
 
-@pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+@pytest.mark.needs_kernelbench
 @pytest.mark.parametrize("name", ["33_BatchNorm.py", "35_GroupNorm_.py"])
 def test_kernelbench_norms_pass_the_checks(pool, name):
     _check(pool, KB / name)

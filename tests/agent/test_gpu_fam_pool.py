@@ -5,16 +5,16 @@ dilation, stride larger than the kernel, an unbatched input)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
 from kerngen.problems.ref import ProblemRef
 from tests.agent.family_checks import assert_all_pass, offered
+from tests.resources import kernelbench
 
 pytestmark = pytest.mark.gpu
 
-KB = Path("/work/shared/kernelbench/level1")
+KB = kernelbench("level1")
 KB_FILES = ["42_Max_Pooling_2D.py", "46_Average_Pooling_3D.py"]
 
 ODD = '''
@@ -51,7 +51,7 @@ def _check(pool, ref: ProblemRef) -> None:
     assert_all_pass(pool, ref, offered(ref, "pool"), seeds_n=3)
 
 
-@pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+@pytest.mark.needs_kernelbench
 @pytest.mark.parametrize("name", KB_FILES)
 def test_kernelbench_pools_at_their_own_size(pool, name):
     _check(pool, ProblemRef(source=str(KB / name)))

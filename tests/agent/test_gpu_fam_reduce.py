@@ -12,12 +12,12 @@ import pytest
 from kerngen.agent.playbook.proposer import variant_of_spec
 from kerngen.problems.ref import ProblemRef
 from tests.agent.family_checks import assert_all_pass, seeds
+from tests.resources import kernelbench
 
 pytestmark = pytest.mark.gpu
 
 ROOT = Path(__file__).resolve().parents[2]
-KB = next((p for p in (ROOT.parent / "shared" / "kernelbench", Path("/work/shared/kernelbench"))
-           if (p / "level1").is_dir()), None)
+KB = kernelbench()
 
 # file -> the variants whose defaults run: L2 norm (rows + split, 8.6 GB in and out), argmax (cols, int64)
 # and rmsnorm over dim 1 (cols with the normalize pass, 7.5 GB in and out)
@@ -59,7 +59,7 @@ def _check(pool, source: str, variants: list[str]) -> None:
     assert_all_pass(pool, ref, cands)
 
 
-@pytest.mark.skipif(KB is None, reason="no KernelBench copy beside the project (../shared/kernelbench)")
+@pytest.mark.needs_kernelbench
 @pytest.mark.parametrize("name", sorted(KB_FILES))
 def test_default_kernels_pass_on_kernelbench_at_its_size(pool, name):
     _check(pool, str(KB / "level1" / name), KB_FILES[name])

@@ -10,15 +10,16 @@ from pathlib import Path
 import pytest
 
 from kerngen.agent.playbook import PlaybookProposer
-from kerngen.agent.playbook.build_gemm_tf32 import VARIANT
+from kerngen.agent.playbook.gemm.build_tf32 import VARIANT
 from kerngen.agent.playbook.proposer import variant_of_spec
 from kerngen.harness.evaluator import Candidate, EvalOptions
 from kerngen.problems.load import load_problem
 from kerngen.problems.ref import ProblemRef
+from tests.resources import kernelbench
 
 pytestmark = pytest.mark.gpu
 
-KB = Path("/work/shared/kernelbench")
+KB = kernelbench()
 FILES = ["level2/12_Gemm_Multiply_LeakyReLU.py", "level2/76_Gemm_Add_ReLU.py",
          "level1/3_Batched_matrix_multiplication.py", "level1/17_Matmul_with_transposed_B.py"]
 
@@ -31,7 +32,7 @@ def _round0_tf32(path: Path) -> list[Candidate]:
     return cands
 
 
-@pytest.mark.skipif(not KB.is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+@pytest.mark.needs_kernelbench
 @pytest.mark.parametrize("name", FILES)
 def test_tf32x3_gemm_is_correct_at_the_files_own_size(pool, name):
     ref = ProblemRef(source=str(KB / name))

@@ -10,26 +10,26 @@ SPLIT_K 1 and torch."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import torch
 
 from kerngen.agent.playbook import explain
-from kerngen.agent.playbook.build_tf32 import NO_FLUSH, SPLIT_VALUES, TERMS_PLAIN, sgemm_tf32x3, sgemm_tf32x3_padded
+from kerngen.agent.playbook.gemm.build_matmul_tf32 import NO_FLUSH, SPLIT_VALUES, TERMS_PLAIN, sgemm_tf32x3, sgemm_tf32x3_padded
 from kerngen.harness.evaluator import Candidate, EvalOptions
 from kerngen.harness.results import Verdict
 from kerngen.problems.load import load_problem
 from kerngen.problems.ref import ProblemRef
 from tests.agent.gpu_runs import fp64_errors, run_spec
+from tests.resources import kernelbench
 
 pytestmark = pytest.mark.gpu
 
 SUITE = ProblemRef(source="matmul")  # 4096^3
 WIDE = ProblemRef(source="matmul_wide")  # 4096^3, inputs over ten orders of magnitude
 PASSING = [SUITE, ProblemRef(source="matmul", shape=(1152, 640, 800)), WIDE]
-LARGE_K = Path("/work/shared/kernelbench/level1/6_Matmul_with_large_K_dimension_.py")
-IRREGULAR = Path("/work/shared/kernelbench/level1/8_Matmul_with_irregular_shapes_.py")  # 8205 x 2949 x 5921
+LARGE_K = kernelbench("level1", "6_Matmul_with_large_K_dimension_.py")
+IRREGULAR = kernelbench("level1", "8_Matmul_with_irregular_shapes_.py")  # 8205 x 2949 x 5921
 SPLIT_TILES = ({}, {"BM": 64, "WM": 32})  # the default 128 x 64 tile (8 of them here), and 64 x 64 (16)
 
 
@@ -75,7 +75,7 @@ def test_error_against_fp64_is_at_most_twice_torch_fp32(ref):
     assert ours[1] <= 2 * theirs[1] and ours[0] <= 2 * theirs[0]
 
 
-@pytest.mark.skipif(not LARGE_K.is_file(), reason="no KernelBench copy at /work/shared/kernelbench")
+@pytest.mark.needs_kernelbench
 def test_split_k_passes_and_beats_one_slice_on_the_large_k_matmul(pool):
     ref = ProblemRef(source=str(LARGE_K))
     split = _spec(ref, {"SPLIT_K": SPLIT_VALUES[0]})
@@ -98,7 +98,7 @@ def test_split_k_passes_and_beats_one_slice_on_the_large_k_matmul(pool):
                          ids=["kernelbench-8", "matmul-1000x333x517"])
 def test_padded_3xtf32_passes_where_no_tile_divides(pool, ref):
     if ref.source == str(IRREGULAR) and not IRREGULAR.is_file():
-        pytest.skip("no KernelBench copy at /work/shared/kernelbench")
+        pytest.skip("no KernelBench copy beside the project (../shared/kernelbench)")
     spec = sgemm_tf32x3_padded(explain(load_problem(ref)), {})
     (res,) = pool.evaluate(ref, [Candidate(spec=spec)], EvalOptions(seeds=3, budget_ms=200, timeout_s=600))
     assert res.ok, f"{res.verdict.value}: {res.message}\n{res.log[-2000:]}"

@@ -265,7 +265,8 @@ def test_repair_prompt_shows_the_invalid_spec_verdict_and_its_message():
 
     ctx, parent, _ = make_context()
     result = EvalResult(verdict=Verdict.invalid_spec, message="launch plan: expression '(-8)**0.5' has a complex value")
-    text = render("repair", ctx=ctx, failure=Failure(spec=parent.spec, result=result), attempt=1)
+    text = render("repair", ctx=ctx, failure=Failure(spec=parent.spec, result=result), attempt=1, structured=False,
+                  clip_limit=24_000, log_limit=4000, host_problems=[])
     assert "verdict: invalid_spec" in text and "'(-8)**0.5' has a complex value" in text
 
 

@@ -14,11 +14,11 @@ import pytest
 
 from kerngen.agent.playbook.coverage import default_limits
 from kerngen.agent.playbook.coverage_table import coverage_row, problem_files
+from tests.resources import kernelbench
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLES = ROOT / "tests" / "data" / "playbook"
-KB = next((p for p in (ROOT.parent / "shared" / "kernelbench", Path("/work/shared/kernelbench"))
-           if (p / "level1").is_dir()), None)
+KB = kernelbench()
 LEVELS = ("level1", "level2")
 
 
@@ -37,7 +37,7 @@ def test_the_table_lists_every_file_once_with_a_reason_when_nothing_is_offered(l
         assert r["family"] != "-" or not r["variants"], r["file"]
 
 
-@pytest.mark.skipif(KB is None, reason="no KernelBench copy beside the project (../shared/kernelbench)")
+@pytest.mark.needs_kernelbench
 @pytest.mark.parametrize("level", LEVELS)
 def test_every_file_is_recognised_as_the_table_says(level):
     want = {r["file"]: r for r in _table(level)["rows"]}

@@ -19,16 +19,22 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from kerngen.agent.playbook import PlaybookProposer, builders, explain, why_not
-from kerngen.agent.playbook.chain import translate
+from kerngen.agent.playbook import family_of, PlaybookProposer, explain, why_not
 from kerngen.agent.playbook.chain_ir import ALL_OPS, INPUT, Chain, _lit
-from kerngen.agent.playbook.families import ELEMENTWISE_OPS
+from kerngen.agent.playbook.graph import trace, trace_module
+from kerngen.agent.playbook.ops import UNARY_C
+from kerngen.agent.playbook.pointwise import translate as translate_graph
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.harness.spec import plan
 from kerngen.expr import TensorFacts
 from kerngen.problems.load import load_problem
 
 SHAPE = (64, 130)  # 130 % 4 != 0 and % 8 != 0: the tail path is rendered too
+
+
+def translate(model: nn.Module, inputs: int = 1):
+    """The elementwise chain of a module's forward over ``inputs`` meta tensors of SHAPE."""
+    return translate_graph(trace_module(model, [torch.empty(*SHAPE, device="meta") for _ in range(inputs)]))
 
 
 # ----- KernelBench-format files ---------------------------------------------------------------
@@ -81,7 +87,7 @@ CHAINS: dict[str, tuple[str, dict[str, str], set[str]]] = {
                      {}, {"abs", "log", "sqrt", "rsqrt", "pow", "add"}),
     "activations": ("return F.softplus(x) + F.elu(x, alpha=0.5) + F.mish(x) + F.hardswish(x) + F.hardsigmoid(x) + F.silu(x)"
                     " + F.selu(x) + F.logsigmoid(x) + F.softsign(x) + F.threshold(x, 0.1, -2.0) + F.relu6(x)",
-                    {}, {"softplus", "elu", "mish", "hardswish", "hardsigmoid", "silu", "selu", "logsigmoid", "softsign",
+                    {}, {"softplus", "elu", "mish", "hardswish", "hardsigmoid", "silu", "selu", "logsigmoid", "abs", "div",
                          "threshold", "clamp"}),
     "inplace_on_a_temporary": ("y = x * 2\ny = self.r(y)\nreturn F.relu(y + 1, inplace=True)", dict(init="self.r = nn.ReLU6(inplace=True)"),
                                {"mul", "clamp", "add", "relu"}),
@@ -108,7 +114,7 @@ def _t(a: Any) -> torch.Tensor:
 TORCH: dict[str, Callable[..., Any]] = {
     "relu": torch.relu, "gelu": F.gelu, "gelu_tanh": lambda a: F.gelu(a, approximate="tanh"),
     "sigmoid": torch.sigmoid, "tanh": torch.tanh, "silu": F.silu, "mish": F.mish, "hardsigmoid": F.hardsigmoid,
-    "hardswish": F.hardswish, "selu": F.selu, "logsigmoid": F.logsigmoid, "softsign": F.softsign,
+    "hardswish": F.hardswish, "selu": F.selu, "logsigmoid": F.logsigmoid,
     "neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "expm1": torch.expm1, "log": torch.log, "log1p": torch.log1p,
     "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "square": torch.square, "reciprocal": torch.reciprocal,
     "sin": torch.sin, "cos": torch.cos, "erf": torch.erf, "floor": torch.floor, "ceil": torch.ceil,
@@ -144,19 +150,18 @@ def test_recognised_as_an_elementwise_chain(tmp_path, name):
     m = explain(p)
     assert m.family == "elementwise", why_not(p)
     f = m.facts
-    assert {"op", "expr", "body", "formula", "chain"} <= set(f)
-    chain: Chain = f["chain"]
+    chain: Chain = f.chain
     assert CHAINS[name][2] <= {n.op for n in chain.nodes}
-    assert f["body"] == chain.statements() and f["expr"] == chain.expr()
-    assert f["op"].isidentifier()
-    for stmt in f["body"]:
+    assert list(f.body) == chain.statements() and f.expr == chain.expr()
+    assert f.op.isidentifier()
+    for stmt in f.body:
         assert stmt.startswith(("float t", "bool t")) and stmt.endswith(";")
 
 
 @pytest.mark.parametrize("name", sorted(CHAINS))
 def test_the_chain_computes_what_the_model_computes(tmp_path, name):
     p = _load(tmp_path, name)
-    chain: Chain = explain(p).facts["chain"]
+    chain: Chain = explain(p).facts.chain
     model = p.build_model("cpu", 0).float()
     for seed in (0, 1):
         g = torch.Generator().manual_seed(seed)
@@ -171,13 +176,13 @@ def test_the_chain_computes_what_the_model_computes(tmp_path, name):
 
 def test_formula_and_name(tmp_path):
     m = explain(_load(tmp_path, "gelu_times_sigmoid"))
-    assert m.facts["formula"] == "gelu(x) * sigmoid(x)"
-    assert m.facts["op"] == "gelu_sigmoid_mul"
-    spec = builders.build(m, "vec")
+    assert m.facts.formula == "gelu(x) * sigmoid(x)"
+    assert m.facts.op == "gelu_sigmoid_mul"
+    spec = family_of(m).build(m, "vec")
     assert spec.name == "playbook-elementwise-gelu_sigmoid_mul"
     assert "gelu(x) * sigmoid(x)" in spec.description
     assert "float t2 = t0 * t1;" in spec.source and "return t2;" in spec.source
-    assert explain(_load(tmp_path, "rsub_div")).facts["formula"].startswith("((2 - x) / 3)")
+    assert explain(_load(tmp_path, "rsub_div")).facts.formula.startswith("((2 - x) / 3)")
 
 
 def test_c_text():
@@ -207,58 +212,80 @@ def test_dead_code_and_identity_are_dropped():
 
 
 # ----- the single-op path stays as it was ----------------------------------------------------
-def test_single_ops_keep_their_facts(tmp_path):
+def test_single_ops_are_their_formula_of_v(tmp_path):
     gelu = explain(load_problem("gelu"))
-    assert gelu.facts == {"op": "gelu", "expr": ELEMENTWISE_OPS["gelu"]}
+    assert (gelu.facts.op, gelu.facts.expr, gelu.facts.body) == ("gelu", UNARY_C["gelu"].format(a="v"), ())
     relu = explain(_problem(tmp_path, "relu", "return torch.relu(x)"))
-    assert relu.facts == {"op": "relu", "expr": ELEMENTWISE_OPS["relu"]}
+    assert (relu.facts.op, relu.facts.expr) == ("relu", "(v < 0.f ? 0.f : v)")  # NaN stays NaN, as torch.relu
     mod = explain(_problem(tmp_path, "gelu_mod", "return self.g(x)", init="self.g = nn.GELU(approximate='tanh')"))
-    assert mod.facts == {"op": "gelu_tanh", "expr": ELEMENTWISE_OPS["gelu_tanh"]}
-    spec = builders.build(gelu, "vec")
+    assert (mod.facts.op, mod.facts.expr) == ("gelu_tanh", UNARY_C["gelu_tanh"].format(a="v"))
+    spec = family_of(gelu).build(gelu, "vec")
     assert spec.name == "playbook-elementwise-gelu" and spec.description.startswith("gelu: ")
-    assert f"return {ELEMENTWISE_OPS['gelu']};" in spec.source
+    assert f"return {UNARY_C['gelu'].format(a='v')};" in spec.source
 
 
-def test_without_a_model_a_chain_is_refused_with_a_reason(tmp_path):
+def test_without_a_model_the_problem_is_refused_with_a_reason(tmp_path):
     p = _load(tmp_path, "gelu_times_sigmoid")
     bare = types.SimpleNamespace(info=p.info, source=p.source, name="bare")  # no build_model
-    with pytest.raises(NotCovered, match="model built on the meta device"):
+    with pytest.raises(NotCovered, match="no model to build on the meta device"):
         explain(bare)
 
 
 # ----- NotCovered ---------------------------------------------------------------------------------
+# what the elementwise chain refuses (the partitioner may still cut the graph into regions a family serves)
 REFUSED: dict[str, tuple[str, dict[str, str], str]] = {
     "reduction": ("return x * x.sum(dim=-1, keepdim=True)", {}, "reduction sum"),
     "reduction_max": ("return x - torch.max(x, dim=-1, keepdim=True)[0]", {}, "reduction max"),
     "parameter": ("return x * self.scale", dict(init=f"self.scale = nn.Parameter(torch.ones({SHAPE[1]}))"),
                   "parameter or buffer 'scale'"),
     "buffer": ("return x + self.b", dict(init=f"self.register_buffer('b', torch.ones({SHAPE[1]}))"), "parameter or buffer 'b'"),
-    "module_with_parameters": ("return self.p(x)", dict(init="self.p = nn.PReLU()"), "has parameters"),
+    "module_with_parameters": ("return self.p(x)", dict(init="self.p = nn.PReLU()"), "prelu"),
     "two_inputs": ("return x * y", dict(fwd_args="x, y", inputs=f"[torch.randn{SHAPE}, torch.randn{SHAPE}]"), "one input"),
-    "cast": ("return x.float() * 2", {}, r"dtype cast \.float\(\)"),
+    "cast": ("return x.float() * 2", dict(dtype="bfloat16"), r"dtype cast \.to\(\)"),
     "cast_to": ("return (x * 2).to(torch.float16)", {}, r"dtype cast \.to\(\)"),
     "shape_op": ("return x.transpose(0, 1).transpose(0, 1) * 2", {}, "shape op transpose"),
     "unknown_op": ("return torch.atan(x) * 2", {}, "op atan is not covered"),
-    "inplace_read_again": ("y = x.relu_()\nreturn y + x", {}, "in-place relu_"),
-    "inplace_through_a_view": ("y = x.detach()\ny.mul_(2)\nreturn x + 1", {}, "in-place mul_"),
-    "infinite_constant": ("return torch.clamp(x, min=float('-inf'), max=2.0) * 2", {}, "not finite"),
-    "control_flow": ("if x.sum() > 0:\n    return x * 2\nreturn x", {}, "cannot trace"),
-    "floor_division": ("return x // 2 + x", {}, "op floordiv"),
+    "floor_division": ("return x // 2 + x", {}, "op floor_divide"),
     "boolean_logic": ("return ((x > 0) + (x < 1)) * x", {}, "two boolean values"),
     "dropout_training": ("return F.dropout(x, 0.5, training=True) * 2", {}, "dropout in training mode"),
     "flatten_module": ("return self.f(x) * 2", dict(init="self.f = nn.Flatten(0)"), "shape op flatten"),
-    "unknown_module": ("return self.c(x) * 2", dict(init="self.c = nn.CELU()"), r"module c \(CELU\)"),
+    "unknown_module": ("return self.c(x) * 2", dict(init="self.c = nn.CELU()"), "op celu"),
+}
+# what no kernel covers at all: the problem is refused with the reason
+NOTHING: dict[str, tuple[str, dict[str, str], str]] = {
+    "inplace_on_the_input": ("y = x.relu_()\nreturn y + x", {}, "changes 'x' in place"),
+    "inplace_through_a_view": ("y = x.detach()\ny.mul_(2)\nreturn x + 1", {}, "changes 'x' in place"),
+    "control_flow": ("if x.sum() > 0:\n    return x * 2\nreturn x", {}, "cannot trace"),
+    "unknown_op": ("return torch.atan(x) * 2", {}, "NotCovered: atan at atan"),
+    "shape_op": ("return x.transpose(0, 1) * 2", {}, "NotCovered: transpose at transpose"),
 }
 
 
 @pytest.mark.parametrize("name", sorted(REFUSED))
-def test_not_covered_with_a_one_line_reason(tmp_path, name):
+def test_the_chain_refuses_with_a_one_line_reason(tmp_path, name):
     forward, kw, word = REFUSED[name]
+    p = _problem(tmp_path, name, forward, **kw)
+    with pytest.raises(NotCovered, match=word) as exc:
+        translate_graph(trace(p))
+    assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("name", sorted(NOTHING))
+def test_not_covered_with_a_one_line_reason(tmp_path, name):
+    forward, kw, word = NOTHING[name]
     p = _problem(tmp_path, name, forward, **kw)
     with pytest.raises(NotCovered, match=word) as exc:
         explain(p)
     assert "\n" not in str(exc.value)
     assert PlaybookProposer(p).match is None
+
+
+def test_infinite_constants_are_their_bits():
+    class M(nn.Module):
+        def forward(self, x):
+            return torch.clamp(x, min=float("-inf"), max=2.0) * 2
+
+    assert "kg_fmax(v, __int_as_float(0xff800000))" in "\n".join(translate(M()).statements())
 
 
 def test_a_second_input_is_refused_by_the_chain_itself():
@@ -267,7 +294,7 @@ def test_a_second_input_is_refused_by_the_chain_itself():
             return x * y
 
     with pytest.raises(NotCovered, match="second input 'y'"):
-        translate(M())
+        translate(M(), inputs=2)
 
 
 def test_returning_a_tuple_is_refused():
@@ -293,9 +320,9 @@ def test_rendered_chain_compiles_for_every_dtype(tmp_path, name):
     m = explain(_load(tmp_path, name))
     for dtype in ("float32", "bfloat16", "float16"):
         m.inputs[0] = replace(m.inputs[0], dtype=dtype)
-        spec = builders.build(m, "vec")
+        spec = family_of(m).build(m, "vec")
         assert "{{" not in spec.source and "{%" not in spec.source
-        for stmt in m.facts["body"]:
+        for stmt in m.facts.body:
             assert stmt in spec.source
         _compile(spec, m)
 

@@ -11,9 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 import kerngen.cli.app
-from kerngen.agent.playbook import PlaybookProposer, seed_specs
-from kerngen.agent.playbook import builders
-from kerngen.agent.playbook.catalog import CATALOG
+from kerngen.agent.playbook import by_name, family_of, PlaybookProposer, seed_specs
 from kerngen.agent.playbook.coverage import closest, offer
 from kerngen.agent.proposer import Failure, Idea, SearchContext
 from kerngen.errors import KerngenError
@@ -26,9 +24,10 @@ from kerngen.problems.load import load_problem
 from kerngen.problems.ref import parse_problem_ref
 from tests.agent.family_checks import matmul_problem
 from tests.cli_output import stderr_of
+from tests.resources import kernelbench
 
 runner = CliRunner()
-SHARED = Path("/work/shared/kernelbench/level1")
+SHARED = kernelbench("level1")
 COPIES = Path(__file__).parents[1] / "data" / "kernelbench" / "level1"
 SM90 = limits_for("sm_90")
 
@@ -57,7 +56,8 @@ def _resolves(spec: KernelSpec, problem) -> None:
 # ----- KernelBench level 1: what each file gets ------------------------------------------------
 # file -> (family, {offered variant: (admissible, total)}, {dropped variant: a word of why})
 OFFERED = {
-    "8_Matmul_with_irregular_shapes_.py": ("matmul", {"simple": (8, 8), "tf32x3_padded": (438, 864)},
+    "8_Matmul_with_irregular_shapes_.py": ("matmul", {"simple": (8, 8), "tf32x3_padded": (438, 864),
+                                                      "wgmma": (300, 1920)},
                                            {"tiled": "A.shape[0] % BM == 0",
                                                                          "tf32x3": "% BM == 0"}),
     "23_Softmax.py": ("softmax", {"long": (63, 63)}, {"rows_reg": "* 4 <= 64"}),
@@ -125,12 +125,12 @@ def test_offered_variants_admit_configurations(name, tmp_path):
         assert count_configs(v.spec, problem.info, SM90, "sm_90", False)["admissible"] == v.count
         _resolves(v.spec, problem)
     # seeds and ideas only from offered variants
-    assert {s.name for s in seed_specs(problem)} <= {builders.build(prop.match, v).name for v in offered}
+    assert {s.name for s in seed_specs(problem)} <= {family_of(prop.match).build(prop.match, v).name for v in offered}
     ctx = SearchContext(problem_name="p", problem_source="", problem_summary="", gpu=GpuFacts(name="H100"),
                         tensors={k: list(s) for k, s in prop.match.tensors().items()})
     ideas = prop.ideas(ctx, None, 10)
     assert ideas and all(prop._by_text[i.text].variant in offered for i in ideas)
-    for e in CATALOG[family]:
+    for e in list(by_name(family).ideas):
         if e.variant in dropped:
             (b,) = prop.implement(ctx, None, Idea(text=e.text, category=e.category), 2)
             assert b.spec is None and "not offered" in b.error and dropped[e.variant] in b.error
@@ -145,7 +145,7 @@ def test_offered_variants_admit_configurations(name, tmp_path):
     assert res.exit_code == 0, res.output
     spec = KernelSpec.load(out)
     first = next(iter(offered))
-    assert spec.name == builders.build(prop.match, first).name and f"{offered[first][0]} admissible" in res.output
+    assert spec.name == family_of(prop.match).build(prop.match, first).name and f"{offered[first][0]} admissible" in res.output
     _resolves(spec, problem)
     for var in dropped:  # a variant that admits nothing is never written
         bad = tmp_path / f"{var}.json"
@@ -174,22 +174,24 @@ def test_json_lists_counts_and_why():
 def test_one_variant_admits_nothing_the_other_is_offered(tmp_path):
     p = matmul_problem(tmp_path, 100, 64, 128)  # M = 100: no block tile of the register-blocked GEMM divides it
     prop = PlaybookProposer(p)
-    offered = ["simple", "tf32x3_padded"]  # the padded 3xTF32 GEMM: A and B padded to whole tiles
+    # the padded 3xTF32 GEMM: A and B padded to whole tiles; the Hopper one (sm_90 limits) takes any shape
+    offered = ["simple", "tf32x3_padded", "wgmma"]
     assert prop.match is not None and [v.variant for v in prop.offer.offered] == offered
     assert {v.variant for v in prop.offer.dropped} == {"tiled", "tf32x3"}
     tiled = next(v for v in prop.offer.dropped if v.variant == "tiled")
     assert tiled.count == 0 and "A.shape[0] % BM == 0" in tiled.why
-    assert {s.name for s in seed_specs(p)} == {"playbook-matmul-simple", "playbook-matmul-tf32x3-padded"}
+    assert {s.name for s in seed_specs(p)} == {"playbook-matmul-simple", "playbook-matmul-tf32x3-padded",
+                                               "playbook-matmul-wgmma"}
     ctx = SearchContext(problem_name="p", problem_source="", problem_summary="", gpu=GpuFacts(name="H100"),
                         tensors={k: list(s) for k, s in prop.match.tensors().items()})
     assert {prop._by_text[i.text].variant for i in prop.ideas(ctx, None, 10)} == set(offered)
-    rep = prop.repair(ctx, Failure(spec=builders.build(prop.match, "tiled")), 1)
+    rep = prop.repair(ctx, Failure(spec=family_of(prop.match).build(prop.match, "tiled")), 1)
     assert rep.spec is not None and rep.spec.name == "playbook-matmul-simple"
 
 
 def test_nothing_admissible_is_not_offered(tmp_path):
     p = matmul_problem(tmp_path, 65536, 65536, 2)  # meta tensors: nothing is allocated
-    prop = PlaybookProposer(p)
+    prop = PlaybookProposer(p, gpu=limits_for("sm_80"))  # (the Hopper GEMM takes it: 64-bit output offsets)
     assert prop.recognised.family == "matmul" and prop.match is None and prop.offer is not None and not prop.offer.offered
     assert "tiled: 0 of 64" in prop.reason and "simple: 0 of 8" in prop.reason
 
@@ -199,7 +201,7 @@ def test_a_pruned_default_is_replaced_by_the_closest_admissible_configuration(tm
     prop = PlaybookProposer(p)
     tiled = prop.offer.get("tiled")
     assert tiled is not None and tiled.moved_from is not None and tiled.moved_from["BN"] == 128
-    own = builders.build(prop.match, "tiled")
+    own = family_of(prop.match).build(prop.match, "tiled")
     assert tiled.spec.default_config() == {**own.default_config(), "BN": 64}  # one tunable changed
     # nothing but the defaults differs: every configuration compiles to the same kernel as before
     assert tiled.spec.model_dump(exclude={"defaults"}) == own.model_dump(exclude={"defaults"})
@@ -221,7 +223,7 @@ def test_closest_changes_the_fewest_tunables():
 def test_the_search_contexts_gpu_limits_count(tmp_path):
     p = matmul_problem(tmp_path, 256, 64, 256)
     prop = PlaybookProposer(p)
-    assert [v.variant for v in prop.offer.offered] == ["tiled", "simple", "tf32x3"]
+    assert [v.variant for v in prop.offer.offered] == ["tiled", "simple", "tf32x3", "wgmma"]
     tensors = {k: list(s) for k, s in prop.match.tensors().items()}
     small = SearchContext(problem_name="p", problem_source="", problem_summary="", tensors=tensors,
                           gpu=GpuFacts(name="tiny", max_threads_per_block=32))

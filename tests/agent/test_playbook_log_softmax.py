@@ -8,7 +8,9 @@ import textwrap
 
 import pytest
 
-from kerngen.agent.playbook import builders, explain
+from kerngen.agent.playbook.rows.family import SOFTMAX
+from kerngen.agent.playbook.graph import trace
+from kerngen.agent.playbook import explain, family_of
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.expr import TensorFacts
 from kerngen.harness.compile.compiler import compile_job, job_for
@@ -49,26 +51,33 @@ def _problem(tmp_path, call, dim=1, module="pass"):
 ])
 def test_log_softmax_is_the_softmax_family_with_log(tmp_path, call, module):
     m = explain(_problem(tmp_path, call, module=module))
-    assert m.family == "softmax" and m.facts["log"] is True
+    assert m.family == "softmax" and m.facts.log is True
 
 
 def test_softmax_is_not_log(tmp_path):
     m = explain(_problem(tmp_path, "torch.softmax(x, dim=self.dim)"))
-    assert m.family == "softmax" and m.facts["log"] is False
+    assert m.family == "softmax" and m.facts.log is False
 
 
-def test_log_softmax_over_dim_0_is_refused_with_the_dim(tmp_path):
+def test_log_softmax_over_dim_0_is_decomposed_into_regions(tmp_path):
+    """The softmax family refuses another dim than the last; PyTorch's decomposition (max, exp, sum, log) is
+    served as regions."""
+    p = _problem(tmp_path, "torch.log_softmax(x, dim=self.dim)", dim=0)
     with pytest.raises(NotCovered, match="log_softmax over dim 0"):
-        explain(_problem(tmp_path, "torch.log_softmax(x, dim=self.dim)", dim=0))
+        SOFTMAX.recognise(trace(p))
+    m = explain(p)
+    assert [r.match.family for r in m.facts.partition.regions] == ["reduce", "elementwise", "elementwise", "reduce",
+                                                                   "elementwise"]
 
 
 @pytest.mark.parametrize("variant", ["rows_reg", "long"])
 def test_both_row_kernels_render_and_compile_log_softmax(tmp_path, variant):
     m = explain(_problem(tmp_path, "torch.log_softmax(x, dim=self.dim)"))
-    spec = builders.build(m, variant, {})
+    spec = family_of(m).build(m, variant, {})
     assert "shift = m + logf(s)" in spec.source and "__expf(f[j] - m) * inv" not in spec.source
     assert spec.description.startswith("log_softmax")
-    plain = builders.build(explain(_problem(tmp_path, "torch.softmax(x, dim=self.dim)")), variant, {})
+    m = explain(_problem(tmp_path, "torch.softmax(x, dim=self.dim)"))
+    plain = family_of(m).build(m, variant, {})
     assert "shift" not in plain.source
     facts = {k: TensorFacts(tuple(v)) for k, v in m.tensors().items()}
     resolved = plan.resolve(spec, sizes={}, tensors=facts, config=spec.default_config())

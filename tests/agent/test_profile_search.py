@@ -54,7 +54,7 @@ class RecordingProposer(ScriptedProposer):
 
     def ideas(self, ctx, parent, k):
         self.prompts[(ctx.round, parent.node_id if parent else None)] = render(
-            "ideas", ctx=ctx, parent=parent, k=k, answer_schema="{}",
+            "ideas", ctx=ctx, parent=parent, k=k, structured=True, clip_limit=24_000,
             categories=[(c.value, CATEGORY_HELP[c]) for c in Category])
         return super().ideas(ctx, parent, k)
 

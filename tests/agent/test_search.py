@@ -148,7 +148,7 @@ def test_llm_call_and_token_budgets(tmp_path):
     out, prop, _ = search(tmp_path, _MeteredProposer(usage), usage=usage,
                           budget=SearchBudget(rounds=5, patience=None, max_llm_calls=6, max_tokens=None,
                                               wall_minutes=None, gpu_minutes=None))
-    assert out.reason.kind is StopKind.llm_calls and str(out.reason) == "budget: 6 LLM calls (max 6)"
+    assert out.reason.kind is StopKind.llm_calls and str(out.reason).startswith("budget: 6 LLM requests (max 6")
     assert prop.total_calls == 6 and usage.calls == 6 and usage.tokens == 6000
     assert usage.cost_usd == pytest.approx(0.012) and usage.snapshot()["cost_usd"] == pytest.approx(0.012)
     events = load_run(out.run_dir).events
@@ -168,7 +168,7 @@ def test_wall_and_gpu_budgets(tmp_path):
     assert "wall minutes" in str(out.reason)
     out, prop, ev = search(tmp_path, run_id="gpu", budget=SearchBudget(rounds=5, gpu_minutes=0.001, patience=None))
     assert out.reason.kind is StopKind.gpu_minutes and ev.calls >= 1
-    assert str(out.reason).startswith("budget: ") and "GPU minutes (max 0.001)" in str(out.reason)
+    assert str(out.reason).startswith("budget: ") and "GPU minutes (max 0.001, --gpu-minutes)" in str(out.reason)
 
 
 class _FlatEvaluator(ScriptedEvaluator):

@@ -18,10 +18,11 @@ import pytest
 import torch
 
 from kerngen.agent.playbook import PlaybookProposer, explain
-from kerngen.agent.playbook.build_tf32 import (DEFAULTS, PADDED_VARIANT, SPEC_NAME, SPLIT_MAX_OUTPUTS, SPLIT_VALUES,
+from kerngen.agent.playbook.gemm.build_matmul_tf32 import (DEFAULTS, PADDED_VARIANT, SPEC_NAME, SPLIT_MAX_OUTPUTS, SPLIT_VALUES,
                                                TERMS_PLAIN, TERMS_SPLIT, TF32_IDEAS, VARIANT, sgemm_tf32x3,
                                                sgemm_tf32x3_padded, smem_bytes)
-from kerngen.agent.playbook.match import FamilyMatch, Tensor
+from kerngen.agent.playbook.family import FamilyMatch
+from kerngen.agent.playbook.graph import Tensor
 from kerngen.agent.playbook.render import MAX_SMEM
 from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.gpu.compare import compare

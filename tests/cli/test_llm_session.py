@@ -110,7 +110,7 @@ def session(tmp_path):
 def test_every_mistake_is_read_or_repaired_with_a_precise_reason(session):
     res, model, server, tmp_path = session
     assert res.exit_code == 0, res.output
-    (run_dir,) = [p for p in (tmp_path / "dry-run").iterdir() if p.is_dir()]
+    (run_dir,) = [p for p in tmp_path.iterdir() if (p / "events.jsonl").is_file()]
     run = load_run(run_dir)
     s = dry_run_summary(run)
     needs_repair = [n for n, (_, why) in MISTAKES.items() if why]
@@ -129,8 +129,8 @@ def test_every_mistake_is_read_or_repaired_with_a_precise_reason(session):
     # what the dry run says at the end
     for line in ("compiled (not run)", "repair requests", "branches repaired to a compiled kernel", "cost"):
         assert line in res.output
-    # ideas, one answer per branch, the cut-off answer asked again, one per repair (the check is not journaled)
-    assert s.llm_calls == 1 + len(NAMES) + 1 + len(needs_repair) and s.cost_usd is not None and s.cost_usd > 0
+    # the endpoint check, ideas, one answer per branch, the cut-off answer asked again, one per repair
+    assert s.llm_calls == 1 + 1 + len(NAMES) + 1 + len(needs_repair) and s.cost_usd is not None and s.cost_usd > 0
 
 
 def test_the_repair_prompts_carry_the_idea_and_the_evidence(session):
@@ -143,7 +143,7 @@ def test_the_repair_prompts_carry_the_idea_and_the_evidence(session):
 
 def test_the_compiled_kernels_are_not_run(session):
     res, _, _, tmp_path = session
-    (run_dir,) = [p for p in (tmp_path / "dry-run").iterdir() if p.is_dir()]
+    (run_dir,) = [p for p in tmp_path.iterdir() if (p / "events.jsonl").is_file()]
     run = load_run(run_dir)
     compiled = [n for n in run.nodes.values() if n.result is not None and n.result.verdict is Verdict.not_run]
     assert compiled and all(n.result.timing is None and n.result.compile is not None for n in compiled)
@@ -179,7 +179,7 @@ def test_max_cost_stops_the_search_within_one_request_of_it(tmp_path):
             "--llm-concurrency", "4", "--price-in", "1", "--price-out", "2", "--max-cost", "0.02",
             "--runs-dir", str(tmp_path)])
     assert res.exit_code == 0, res.output
-    (run_dir,) = [p for p in (tmp_path / "dry-run").iterdir() if p.is_dir()]
+    (run_dir,) = [p for p in tmp_path.iterdir() if (p / "events.jsonl").is_file()]
     run = load_run(run_dir)
     one_request = (3000 * 1 + 4096 * 2) / 1e6  # the largest single request of this session (the cut-off one)
     spent = run.finished.usage["cost_usd"]
@@ -212,9 +212,7 @@ def test_a_context_smaller_than_the_prompt_is_said_once(tmp_path, caplog):
     assert "warning:" in res.output and said[0][:40] in res.output  # on stderr, whatever the log level
 
 
-def test_dry_run_refuses_an_unknown_gpu_and_a_resume(tmp_path):
+def test_dry_run_refuses_an_unknown_gpu(tmp_path):
     res = runner.invoke(kerngen.cli.app.app, ["generate", "softmax", "--dry-run", "--proposer", "scripted",
                                               "--gpu", "tpu9", "--runs-dir", str(tmp_path)])
     assert res.exit_code == 2 and "unknown GPU 'tpu9'" in res.output and "h100" in res.output
-    res = runner.invoke(kerngen.cli.app.app, ["generate", "--dry-run", "--resume", "latest", "--runs-dir", str(tmp_path)])
-    assert res.exit_code == 2 and "not resumed" in res.output

@@ -50,8 +50,8 @@ def test_bad_variant_and_uncovered_problem_are_one_line_errors(tmp_path):
     # without --out too: an unknown variant is an error, not silently ignored
     res = invoke("playbook", "layernorm", "--variant", "cop")
     assert res.exit_code == 2 and "unknown --variant 'cop'" in stderr_of(res) and "coop" in stderr_of(res)
-    res = invoke("playbook", str(Path(__file__).resolve().parents[1] / "data" / "playbook" / "kb_softmax_dim0.py"))
-    assert res.exit_code == 2 and "nothing for" in stderr_of(res) and "dim 0" in stderr_of(res)
+    res = invoke("playbook", str(Path(__file__).resolve().parents[1] / "data" / "playbook" / "kb_permute.py"))
+    assert res.exit_code == 2 and "nothing for" in stderr_of(res) and "NotCovered: permute at permute" in stderr_of(res)
     res = invoke("playbook", "conv2d", "--out", str(tmp_path / "missing" / "x.json"))
     assert res.exit_code == 2 and "cannot write" in stderr_of(res)
 

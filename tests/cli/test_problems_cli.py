@@ -58,7 +58,7 @@ def test_json_output(app):
     assert mm["ref"] == {"source": "matmul", "shape": [256, 256, 256], "dtype": "float16"}
     assert mm["flops"] == 2 * 256**3 and mm["atol"] == 0.01
     r = invoke(app, "--json")
-    assert len(json.loads(r.output)) == 10  # the suite, matmul_wide and conv2d_wide included
+    assert len(json.loads(r.output)) == 11  # the suite, matmul_wide, conv2d_wide and linear_gelu included
 
 
 def test_errors_are_one_line_and_exit_2(app):

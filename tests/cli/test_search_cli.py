@@ -158,7 +158,7 @@ def test_generate_with_unreachable_endpoint_is_one_line_exit_2(tmp_path):
     env = dict(os.environ, OPENAI_API_KEY="sk-never-printed")
     proc = subprocess.run(
         [sys.executable, "-m", "kerngen", "generate", "softmax", "--proposer", "llm", "--model", "m",
-         "--base-url", url, "--runs-dir", str(tmp_path)],
+         "--base-url", url, "--runs-dir", str(tmp_path), "--dry-run"],  # no GPU here: the endpoint comes next
         capture_output=True, text=True, env=env, timeout=120,
     )
     assert proc.returncode == 2
@@ -180,7 +180,7 @@ def test_generate_with_wrong_key_is_one_line_exit_2(tmp_path):
         env = dict(os.environ, OPENAI_API_KEY="sk-wrong-key")
         proc = subprocess.run(
             [sys.executable, "-m", "kerngen", "generate", "softmax", "--proposer", "llm", "--model", "m",
-             "--base-url", server.url, "--runs-dir", str(tmp_path)],
+             "--base-url", server.url, "--runs-dir", str(tmp_path), "--dry-run"],  # no GPU: the endpoint next
             capture_output=True, text=True, env=env, timeout=120,
         )
     assert proc.returncode == 2, proc.stderr

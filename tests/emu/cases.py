@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kerngen.agent.playbook import builders, explain
+from kerngen.agent.playbook import explain, family_of
 from kerngen.problems.load import load_problem
 from kerngen.problems.problem import Problem
 from kerngen.problems.ref import ProblemRef
@@ -77,7 +77,8 @@ def run_variant(source: str | Path, variant: str, config: dict[str, int] | None 
                 shape: tuple[int, ...] | None = None, seed: int = 0) -> dict[str, str]:
     """Emulate a playbook variant (at its defaults plus ``config``) on a problem; the mismatches."""
     problem = load(source, shape)
-    spec = builders.build(explain(problem), variant)
+    m = explain(problem)
+    spec = family_of(m).build(m, variant)
     case = make_case(problem, seed)
     emulate(spec, case.tensors, config=config, sizes=case.sizes)
     return mismatches(case)

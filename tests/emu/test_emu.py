@@ -11,10 +11,10 @@ import torch
 from kerngen.harness.spec.spec import KernelSpec
 
 from tests.emu import cases
-from tests.emu.runner import EmuError, available, emulate
-from tests.emu.source_rewrite import rewrite_source
+from tests.emu.runner import EmuError, emulate
+from kerngen.harness.emu.source_rewrite import rewrite_source
 
-pytestmark = pytest.mark.skipif(not available(), reason="no C++ compiler (g++) for the CPU emulator")
+pytestmark = pytest.mark.needs_cxx
 
 ROWS = {"softmax": (48, 512), "layernorm": (4, 4, 16, 16), "rmsnorm": (16, 1024)}
 PLAYBOOK = [  # (problem, shape, variant, config)

@@ -5,24 +5,24 @@ it must report, and the playbook's tensor-core and cp.async kernels against PyTo
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from kerngen.agent.playbook import explain
-from kerngen.agent.playbook.build_tf32 import TERMS_PLAIN, sgemm_tf32x3
+from kerngen.agent.playbook.gemm.build_matmul_tf32 import TERMS_PLAIN, sgemm_tf32x3
 from kerngen.harness.spec.spec import KernelSpec
 
 from tests.agent.family_checks import resized_copy
 from tests.emu import cases
-from tests.emu.ptx_asm import NotEmulated, not_emulated, not_emulated_call, translate
-from tests.emu.runner import EmuError, available, emulate
-from tests.emu.source_rewrite import rewrite_source
+from kerngen.harness.emu.ptx_asm import NotEmulated, not_emulated, not_emulated_call, translate
+from tests.emu.runner import EmuError, emulate
+from kerngen.harness.emu.source_rewrite import rewrite_source
+from tests.resources import kernelbench
 
-needs_gxx = pytest.mark.skipif(not available(), reason="no C++ compiler (g++) for the CPU emulator")
-KB = Path("/work/shared/kernelbench")
+needs_gxx = pytest.mark.needs_cxx
+KB = kernelbench()
 
 
 def _spec(source: str, names: list[str], *, n: int | str | None = None, block=32, grid=1) -> KernelSpec:
@@ -490,7 +490,7 @@ def test_cp_async_matmul_and_conv_match_pytorch():
 
 
 @needs_gxx
-@pytest.mark.skipif(not (KB / "level2").is_dir(), reason="no KernelBench copy at /work/shared/kernelbench")
+@pytest.mark.needs_kernelbench
 @pytest.mark.parametrize("config", [{"STAGES": 3, "SMEM_T": 0}, {}])  # a cp.async ring; B by cp.async, A by registers
 def test_gemm_tiled_with_cp_async_matches_pytorch(tmp_path, config):
     path = resized_copy(KB / "level2" / "12_Gemm_Multiply_LeakyReLU.py", tmp_path, batch_size=37, in_features=72,

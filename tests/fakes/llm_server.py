@@ -62,10 +62,13 @@ class Reply:
         cached_tokens: int | None = None,
         reasoning_tokens: int | None = None,
         usage_extra: dict[str, Any] | None = None,
+        reasoning: str | None = None,
+        reasoning_field: str = "reasoning_content",
     ) -> "Reply":
         """A chat completion; ``cached_tokens`` / ``reasoning_tokens`` go in the usage details as
         OpenAI reports them, ``usage_extra`` is merged into ``usage`` (e.g. DeepSeek's
-        ``prompt_cache_hit_tokens``)."""
+        ``prompt_cache_hit_tokens``); ``reasoning`` is the message's reasoning channel
+        (``reasoning_content`` as vLLM and DeepSeek name it, or ``reasoning_field``)."""
         usage: dict[str, Any] = {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
@@ -76,6 +79,9 @@ class Reply:
         if reasoning_tokens is not None:
             usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
         usage.update(usage_extra or {})
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if reasoning is not None:
+            message[reasoning_field] = reasoning
         return Reply(
             200,
             {
@@ -86,7 +92,7 @@ class Reply:
                 "choices": [
                     {
                         "index": 0,
-                        "message": {"role": "assistant", "content": content},
+                        "message": message,
                         "finish_reason": finish_reason,
                     }
                 ],

@@ -43,12 +43,16 @@ INCORRECT: dict[str, set[F]] = {
     "gelu_write_before_start": {F.guard_overwritten},
     "gelu_read_past_end": {F.mismatch, F.nan_mismatch},
     "softmax_race": {F.mismatch, F.nan_mismatch, F.nondeterministic},
+    # reads its output before writing it: each run matches, the two runs of a set disagree
+    "gelu_uninit_read": {F.nondeterministic},
     "softmax_multi_no_memset": {F.mismatch, F.nan_mismatch},
     # huge poison absorbs the atomic adds (still poison), NaN poison turns into NaN
     "matmul_splitk_no_memset": {F.unwritten_output, F.nan_mismatch, F.mismatch},
     # 8: behaving differently when checked than when timed
     "gelu_skip_unless_nan": {F.unwritten_output},
     "gelu_skip_on_fill_patterns": {F.unwritten_output},
+    # correct while checked, wrong while timed (it tells the timed loop's scratch poison apart)
+    "gelu_wrong_when_timed": {F.timed_output_mismatch},
 }
 FORBIDDEN = [n for n, c in CASES.items() if c.forbidden]
 
@@ -86,8 +90,51 @@ def test_persistent_device_state_is_forbidden(results, name):
 
 
 def test_device_side_launch_cannot_escape_the_timed_region(results):
+    """NVRTC refuses the launch (the harness compiles whole programs); the cubin check that would
+    refuse a module calling the device runtime is tested on the CPU
+    (test_kernel_sources_compile.py::test_a_device_side_launch_is_refused_by_nvrtc_and_by_the_cubin_check)."""
     r = results["gelu_dynamic_parallelism"]
-    assert r.verdict in (Verdict.compile_error, Verdict.runtime_error), describe(r)
+    assert r.verdict is Verdict.compile_error, describe(r)
+    assert "device-side kernel launch" in r.log, describe(r)
+
+
+def test_a_far_write_into_the_pristine_copy_is_caught_by_the_seal():
+    """A kernel that zeroes its input AND the harness's pristine copy of it (the reference's input)
+    writes gelu(0) = 0: input and copy agree, a reference on them would too. The byte distance from
+    the input to the copy is handed in as an argument (the test learns it from the allocator), so the
+    write lands exactly there; the seal on the copy (a keyed digest on the CPU) catches it."""
+    import torch
+
+    from kerngen.harness.compile.compiler import compile_job, job_for
+    from kerngen.harness.compile.nvrtc_info import default_arch
+    from kerngen.harness.gpu.check import ProblemState, run_check
+    from kerngen.harness.gpu.launcher import LoadedModule
+    from kerngen.harness.spec.plan import resolve
+    from kerngen.problems.load import load_problem
+
+    case = CASES["gelu_far_write_pristine"]
+    problem = load_problem(case.problem)
+    device = torch.device("cuda", 0)
+    state = ProblemState(problem, device)
+    plan = resolve(case.spec, sizes=problem.info.sizes, tensors=problem.info.tensor_facts(),
+                   config=case.spec.full_config({}))
+    compiled = compile_job(job_for(case.spec, plan, default_arch()))
+    delta = plan.steps[0].args[3]  # the int64 argument the runner binds after the set is made
+    make_set = state.new_set
+
+    def new_set(*args, **kw):
+        bound = make_set(*args, **kw)
+        delta.value = bound.pristine[0].data_ptr() - bound.inputs["x"].view.data_ptr()
+        return bound
+
+    state.new_set = new_set
+    stream = torch.cuda.Stream(device)
+    with torch.cuda.stream(stream):
+        module = LoadedModule(compiled.cubin, ["gelu"])
+        ev = run_check(state, module, plan, stream, [1234567, 7654321, 99991], stream.synchronize)
+    assert delta.value != 0
+    assert ev.failed is F.guard_overwritten, ev
+    assert ev.message == "a write landed in the harness's pristine copy of argument 0 (before the reference)", ev
 
 
 # ----- 11: the harness runs the candidate -------------------------------------------------

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from kerngen.errors import CompileError
-from kerngen.harness.compile.headers import include_options
+from kerngen.harness.compile.headers import virtual_headers
 from tests.kernels.specs import CASES, Case
 
 ARCH = "sm_90"
@@ -30,13 +30,15 @@ def _nvrtc_compile(source: str, options: list[str]) -> tuple[bool, str]:
     from cuda.bindings import nvrtc
 
     ok = nvrtc.nvrtcResult.NVRTC_SUCCESS
-    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), b"kernel.cu", 0, [], [])
+    table = virtual_headers()  # as the sandbox hands them: in memory, no include directory
+    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), b"kernel.cu", len(table), list(table.values()),
+                                         [n.encode() for n in table])
     assert err == ok, err
     try:
-        opts = [o.encode() for o in [f"--gpu-architecture={ARCH}", "--std=c++17", *include_options(), *options]]
+        opts = [o.encode() for o in [f"--gpu-architecture={ARCH}", "--std=c++17", *options]]
         (res,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         _, size = nvrtc.nvrtcGetProgramLogSize(prog)
-        log = b" " * size
+        log = b" " * max(size, 2)  # never CPython's shared one-byte b" ", which NVRTC would overwrite
         nvrtc.nvrtcGetProgramLog(prog, log)
         if res == ok:
             _, size = nvrtc.nvrtcGetCUBINSize(prog)
@@ -110,3 +112,22 @@ def test_every_cheat_names_itself() -> None:
     """Each source says in a comment which cheat (or correct kernel) it is."""
     for c in CASES.values():
         assert "Cheat" in c.spec.source or "Correct" in c.spec.source or "Bug" in c.spec.source, c.name
+
+
+def test_a_device_side_launch_is_refused_by_nvrtc_and_by_the_cubin_check():
+    """The harness compiles whole programs: NVRTC refuses ``<<<...>>>`` in a kernel outright. Were a
+    module to carry a device-side launch anyway (relocatable device code, which the harness never
+    asks for), the cubin check refuses the device runtime's launch functions by name."""
+    from kerngen.harness.compile.cubin import check_cubin, read_cubin
+    from kerngen.harness.compile.sandbox import cubin_of, sandbox
+
+    source = CASES["gelu_dynamic_parallelism"].spec.source
+    whole = sandbox().compile(source, [f"--gpu-architecture={ARCH}"], ARCH)
+    assert not whole.ok and "device-side kernel launch" in whole.log, whole.log
+    rdc = sandbox().compile(source, [f"--gpu-architecture={ARCH}", "--relocatable-device-code=true"], ARCH)
+    assert rdc.ok, rdc.log
+    cubin = cubin_of(rdc)
+    assert any("CDP" in f for f in read_cubin(cubin).undefined_functions)
+    with pytest.raises(CompileError, match=r"^forbidden: dynamic parallelism \('__cudaCDP2\w+'\): kernels may not "
+                                           r"launch kernels"):
+        check_cubin(cubin, ["gelu"], source=source)

@@ -20,6 +20,7 @@ from kerngen.harness.spec.plan import ResolvedPlan
 from kerngen.harness.pool.local import WorkerPool
 from kerngen.problems.load import load_problem
 from kerngen.problems.ref import ProblemRef
+from tests.resources import kernelbench
 
 DATA = Path(__file__).parents[1] / "data" / "kernelbench"
 GB = 10**9
@@ -254,11 +255,10 @@ def test_what_an_evaluation_allocates_stays_under_its_plan(name):
     _held_under_the_plan(res)
 
 
-KB = next((p for p in (Path(__file__).resolve().parents[3] / "shared" / "kernelbench", Path("/work/shared/kernelbench"))
-           if (p / "level1").is_dir()), None)
+KB = kernelbench()
 
 
-@pytest.mark.skipif(KB is None, reason="no KernelBench copy beside the project (../shared/kernelbench)")
+@pytest.mark.needs_kernelbench
 @pytest.mark.parametrize("level", ["level1", "level2"])
 def test_every_kernelbench_file_has_a_plan_on_one_h100(level):
     """The issue's goal, on paper: every level-1 and level-2 file at its own size gets a plan on one

@@ -53,6 +53,11 @@ TRICKS = {
     "embed": 'const char e[] = {\n#embed "/proc/self/environ"\n};\n',
     "reserved_define": '#define __CUDACC_RTC__ "/proc/self/environ"\n',
     "import": '#import "/proc/self/environ"\n',
+    # issue #31: what passed the first, hand-written policy
+    "raw_string_ppnumber": '#define Z 1.R"x("\n#include ".env"\n// )x"\n',
+    "digit_separator": "#if 1'0 && __has_include(\".env\")\n#error present\n#endif\n",
+    "paste_has_include": '#define CAT(a, b) a##b\n#if CAT(__has_, include)(".env")\n#error present\n#endif\n',
+    "paste_pragma": '#define CAT(a, b) a##b\nCAT(_Pra, gma)("GCC dependency \\".env\\"")\n',
 }
 
 
@@ -129,10 +134,10 @@ def test_worker_environment_holds_no_secret(secrets_env):
     for w in list(sandbox.sandbox()._idle.queue):
         environ = Path(f"/proc/{w.proc.pid}/environ").read_bytes().decode()
         assert not _leaks(environ) and "OPENAI_API_KEY" not in environ
-        assert w.hello.confined == HAS_LANDLOCK
+        assert w.hello.confined and w.hello.mechanisms == [m for m in sandbox.MECHANISMS
+                                                             if m != "landlock" or HAS_LANDLOCK]
 
 
-@pytest.mark.skipif(not HAS_LANDLOCK, reason="this kernel has no Landlock")
 @pytest.mark.parametrize("name", ["absolute", "dotenv", "parent", "cwd", "passwd", "pagemap", "macro",
                                   "has_include", "continued"])
 def test_confined_nvrtc_reads_no_host_file_even_past_the_policy(secrets_env, name):
@@ -220,12 +225,13 @@ def _spec_with(source_prefix: str) -> str:
     return json.dumps(spec)
 
 
-@pytest.mark.parametrize("policy", ["on", "bypassed"])
+@pytest.mark.parametrize("policy", ["on", "bypassed", "bypassed-without-landlock"])
 def test_search_with_a_model_trying_every_include_trick_leaks_nothing(secrets_env, monkeypatch, capfd, policy):
-    if policy == "bypassed":
-        if not HAS_LANDLOCK:
-            pytest.skip("this kernel has no Landlock")
+    if policy.startswith("bypassed"):
         monkeypatch.setattr(source_policy, "check_source", lambda source: None)
+    if policy == "bypassed-without-landlock":  # a gVisor or Firecracker host: the seccomp filter alone
+        monkeypatch.setattr(sandbox, "MECHANISMS", ("seccomp",))
+        sandbox.sandbox().close()
     tricks = iter(list(TRICKS.values()) * 4)
 
     def answer(req):

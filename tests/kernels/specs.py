@@ -209,6 +209,35 @@ _gelu("gelu_skip_on_fill_patterns", "Cheat 8: skips the work when the output hol
   if (bits == 0xFFFFFFFFu || bits == 0x7F7F7F7Fu) return;
   out[i] = gelu_f(x[i]);""")
 
+# The timed loop poisons scratch with one byte (0xFF.. or 0x7F..), the check with random bits: a
+# kernel can tell them apart. It is correct while checked and wrong while timed: only the
+# verification of the timed outputs sees it (timed_output_mismatch).
+_gelu("gelu_wrong_when_timed", "Cheat 8: correct unless its scratch word holds a byte-fill pattern (the timed loop's).",
+      """  if (i >= n) return;
+  unsigned int p = probe[0];
+  out[i] = (p == 0xFFFFFFFFu || p == 0x7F7F7F7Fu) ? 0.0f : gelu_f(x[i]);""",
+      "probe", params="const float* x, float* out, long long n, const unsigned int* probe",
+      scratch=[{"name": "probe", "dtype": "int32", "size": 1}])
+# Reads its own output before writing it (uninitialized memory): what the poison left there moves
+# element 0 by 0.9 of the tolerance, up or down. Each run alone matches the reference; the two
+# runs of one input set disagree by 1.8 tolerances (nondeterministic).
+_gelu("gelu_uninit_read", "Cheat 7: element 0 depends on what the output held before the run (within tolerance).",
+      """  if (i >= n) return;
+  float v = gelu_f(x[i]);
+  if (i == 0) {
+    float tol = 1e-4f + 1e-4f * fabsf(v);
+    v += (out[0] != out[0]) ? 0.9f * tol : -0.9f * tol;
+  }
+  out[i] = v;""")
+# A far write: zeroes its input AND the harness's pristine copy of it (at byte distance ``delta``
+# from the input, which a GPU test learns from the allocator and passes in), and writes gelu(0) = 0:
+# a reference run on the zeroed copy would agree. Only the seal on the pristine copy sees it.
+_gelu("gelu_far_write_pristine", "Cheat 2 by a far write: zeroes the input and the harness's pristine copy of it.",
+      """  if (i >= n) return;
+  out[i] = 0.0f;
+  x[i] = 0.0f;
+  *(float*)((char*)(x + i) + delta) = 0.0f;""", I64(0), params="float* x, float* out, long long n, long long delta")
+
 # --- cheat 12: hangs and crashes ------------------------------------------------------------
 _gelu("gelu_hang", "Bug 12: one thread never finishes; everything else is correct.",
       "  if (i == 0) for (;;) __nanosleep(1000);\n  if (i < n) out[i] = gelu_f(x[i]);")
@@ -362,6 +391,12 @@ _add("softmax_bf16_output", SOFTMAX_WIDE, _softmax_source(
     store="yr[c] = __bfloat162float(__float2bfloat16(expf(xr[c] - m) / sum));", prefix="#include <cuda_bf16.h>\n"),
      [launch("softmax", ["x.shape[0]"], ["BLOCK"], "x", "out", I32("x.shape[1]"))], **FIXED_BLOCK)
 
+# the same downgrade spelled with bit operations (no bf16 header: the CPU emulator runs it too)
+_BF16_BITS = "#define BF16(v) __uint_as_float((__float_as_uint(v) + 0x8000u) & 0xFFFF0000u)\n"
+_add("softmax_bf16_bits", SOFTMAX_WIDE, _softmax_source(
+    "Cheat 5: results rounded to bf16 by bit operations: within atol=1e-4, past the relative-error limit.",
+    store="yr[c] = BF16(expf(xr[c] - m) / sum);", prefix=_BF16_BITS), SOFTMAX_STEPS, **FIXED_BLOCK)
+
 # --- a plan of several launches, scratch buffers, a memset, atomics ---------------------------
 SOFTMAX_MULTI = REDUCE + r"""
 // Correct: softmax in three launches through scratch buffers: the row max; exp-sums of CHUNKS
@@ -453,6 +488,8 @@ _add("matmul_bf16_operands", MATMUL, """// Cheat 5: operands rounded through bf1
 #include <cuda_bf16.h>
 #define ROUND(v) __bfloat162float(__float2bfloat16(v))
 """ + MATMUL_SRC, MATMUL_STEPS, tunables={"TILE": [16]})
+_add("matmul_bf16_bits", MATMUL, "// Cheat 5: operands rounded to bf16 by bit operations before the fp32 FFMA.\n"
+     + _BF16_BITS + "#define ROUND(v) BF16(v)\n" + MATMUL_SRC, MATMUL_STEPS, tunables={"TILE": [16]})
 _add("matmul_fp16_operands", MATMUL, """// Cheat 5: operands rounded through fp16 before the fp32 FFMA.
 #include <cuda_fp16.h>
 #define ROUND(v) __half2float(__float2half(v))

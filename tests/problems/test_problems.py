@@ -29,7 +29,7 @@ from kerngen.problems.torch_modes import strict_fp32
 DATA = Path(__file__).parents[1] / "data" / "kernelbench"
 
 BUILTINS = ["softmax", "layernorm", "rmsnorm", "gelu", "conv2d", "conv2d_wide", "conv_relu_maxpool", "matmul", "matmul_wide",
-            "attention"]
+            "attention", "linear_gelu"]
 
 # small shapes for running the references on the CPU (attention stays bf16: CPU SDPA supports it)
 SMALL = {
@@ -43,6 +43,7 @@ SMALL = {
     "matmul": (32, 48, 64),
     "matmul_wide": (32, 48, 64),
     "attention": (1, 2, 64, 32),
+    "linear_gelu": (32, 48, 64),
 }
 
 

@@ -38,3 +38,50 @@ def test_rows_without_compile_or_kernel_timing():
     rows = bench_rows(base, failed)
     assert rows[1]["verdict"] == "failed" and rows[1]["note"].startswith("RuntimeError")
     assert rows[2]["median_ms"] is None and rows[2]["speedup_vs_eager"] is None and not rows[2]["host_bound"]
+
+
+def _defaults_base(same: bool = False) -> Baseline:
+    return Baseline(problem="conv", gpu="g", eager=_timing(4.0), compiled=_timing(3.0), eager_defaults=_timing(1.0),
+                    compiled_defaults=_timing(0.8), defaults_label="PyTorch defaults (TF32 conv)", defaults_same=same)
+
+
+def test_rows_at_pytorch_defaults_beside_true_fp32():
+    result = EvalResult(verdict=Verdict.ok, message="ok", timing=_timing(2.0))
+    rows = bench_rows(_defaults_base(), result)
+    assert [r["name"] for r in rows] == ["PyTorch eager (true fp32)", "torch.compile (true fp32)",
+                                         "PyTorch eager (PyTorch defaults (TF32 conv))",
+                                         "torch.compile (PyTorch defaults (TF32 conv))", "kernel"]
+    kernel = rows[-1]
+    assert kernel["speedup_vs_compile"] == pytest.approx(1.5)  # faster than true fp32 PyTorch ...
+    assert kernel["speedup_vs_compile_defaults"] == pytest.approx(0.4)  # ... slower than TF32 convolutions
+    # the same outputs at the defaults (no TF32 op): one pair of rows, the ratios still given
+    same = bench_rows(_defaults_base(same=True), result)
+    assert len(same) == 3 and same[-1]["speedup_vs_eager_defaults"] == pytest.approx(0.5)
+
+
+def test_the_op_row_and_its_gap_warning():
+    from kerngen.harness.results import OpTiming
+
+    result = EvalResult(verdict=Verdict.ok, message="ok", timing=_timing(1.0))
+    close = OpTiming(kernel=_timing(1.0), op=_timing(1.02), gap_pct=2.0, host_us=12.0, matches=True)
+    far = OpTiming(kernel=_timing(1.0), op=_timing(1.10), gap_pct=10.0, host_us=40.0, matches=True)
+    differs = OpTiming(kernel=_timing(1.0), op=_timing(1.0), gap_pct=0.0, host_us=12.0, matches=False)
+    assert close.warning() == "" and not close.slow
+    assert far.slow and far.warning() == ("the exported op is 10.0% slower than its kernel (1.1000 ms against "
+                                          "1.0000; host 40 us a call)")
+    assert "differs from its kernel's" in differs.warning()
+    op = bench_rows(_defaults_base(), result, far)[-1]
+    assert op["name"] == "exported op (torch.ops)" and op["median_ms"] == pytest.approx(1.1)
+    assert op["gap_pct"] == 10.0 and op["note"] == far.warning() and op["kernel_ms_beside"] == 1.0
+    assert bench_rows(_defaults_base(), result, differs)[-1]["verdict"] == "differs"
+
+
+def test_speedup_line_says_which_pytorch():
+    from kerngen.results.speedups import speedup_line
+
+    f = {"speedup_eager": 1.36, "speedup_compile": 1.2, "speedup_eager_defaults": 0.74,
+         "speedup_compile_defaults": 0.7, "defaults_label": "PyTorch defaults (TF32 conv)"}
+    assert speedup_line(f) == ("1.36x eager, 1.20x torch.compile vs PyTorch (true fp32); 0.74x eager, 0.70x "
+                               "torch.compile vs PyTorch defaults (TF32 conv)")
+    old = {"speedup_eager": 2.0, "speedup_compile": None}  # a run from before the defaults were measured
+    assert speedup_line(old) == "2.00x eager vs PyTorch (true fp32)" and speedup_line({}) == ""

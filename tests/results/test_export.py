@@ -71,20 +71,44 @@ def test_generated_module_imports_and_fakes_shapes(exported):
     assert y.device.type == "meta" and tuple(y.shape) == SHAPE
 
 
-@pytest.mark.parametrize("shape,dtype,what", [((4096, 100), torch.float32, "float32[4096, 100]"),
-                                              (SHAPE, torch.float16, "float16[4096, 65536]")])
-def test_wrong_shape_or_dtype_is_a_value_error(exported, shape, dtype, what):
+def test_strict_mode_refuses_a_dtype_no_kernel_has(exported):
+    op = kerngen.load(exported.dir, strict=True)
+    try:
+        with pytest.raises(ValueError, match=r"no kernel for float16\[4096, 65536\]: no kernel for these dtypes "
+                                             r"\(the export's: float32\) \(strict mode\)"):
+            op(torch.empty(SHAPE, dtype=torch.float16, device="meta"))
+        with pytest.raises(ValueError, match="takes 1 tensors"):  # the implementation itself (the schema says so first)
+            op.kerngen(torch.empty(SHAPE, device="meta"), torch.empty(SHAPE, device="meta"))
+    finally:
+        kerngen.load(exported.dir)  # the op is one per process: back to the default rules
+
+
+def test_other_shapes_and_dtypes_fall_back_to_the_built_in_problem(exported):
     op = kerngen.load(exported.dir)
-    with pytest.raises(ValueError, match=r"argument x must be float32\[4096, 65536\], got " + what.replace("[", r"\[")):
-        op(torch.empty(shape, dtype=dtype, device="meta"))
+    # fp16: no kernel of that dtype; the built-in softmax (kerngen's own file) tells the shapes
+    y = op(torch.empty(SHAPE, dtype=torch.float16, device="meta"))
+    assert tuple(y.shape) == SHAPE and y.dtype == torch.float16
+    # another shape the kernel's constraints admit: its output shapes come from the same forward
+    assert tuple(op(torch.empty(4096, 100, device="meta")).shape) == (4096, 100)
 
 
-def test_cpu_tensor_is_a_value_error(small):
+def test_cpu_tensors_run_the_problem_forward_not_the_kernel(small):
+    from kerngen.results.exported_kernel import FallbackWarning
+
     op = kerngen.load(small.dir)
-    with pytest.raises(ValueError, match="CUDA tensors only"):
-        op(torch.randn(8, 100))
-    with pytest.raises(ValueError, match=r"must be float32\[8, 100\]"):
-        op(torch.randn(8, 101))
+    x = torch.randn(8, 100)
+    with pytest.warns(FallbackWarning, match="CUDA tensors only; running built-in problem softmax"):
+        y = op(x)
+    assert torch.allclose(y, torch.softmax(x, dim=1)) and op.kerngen.stats.fallback_calls == 1
+    op(x)  # warned once per signature, counted every call
+    assert op.kerngen.stats.fallback_calls == 2
+    assert "fallback" in op.kerngen.stats.decisions["float32[8, 100]"]
+    strict = kerngen.load(small.dir, strict=True)
+    try:
+        with pytest.raises(ValueError, match="CUDA tensors only"):
+            strict(x)
+    finally:
+        kerngen.load(small.dir)
     assert tuple(op(torch.empty(8, 100, device="meta")).shape) == (8, 100)
 
 

@@ -89,13 +89,26 @@ def test_opcheck_schema_and_fake(op):
     torch.library.opcheck(op, (_x(3),), test_utils=("test_schema", "test_faketensor"))
 
 
-def test_wrong_device_or_shape_raises(op):
+def test_other_devices_and_shapes(op, recorded):
+    """CPU tensors never reach the kernel (the built-in softmax runs instead, or strict mode raises);
+    another shape the kernel's constraints admit runs the kernel, checked against PyTorch first."""
     import torch
 
-    with pytest.raises(ValueError, match="CUDA tensors only"):
-        op(torch.randn(SHAPE))
-    with pytest.raises(ValueError, match="must be float32"):
-        op(torch.randn(16, 16, device="cuda"))
+    import kerngen
+    from kerngen.results.exported_kernel import FallbackWarning
+
+    x = torch.randn(8, 64)
+    with pytest.warns(FallbackWarning, match="CUDA tensors only"):
+        torch.testing.assert_close(op(x), torch.softmax(x, dim=1))
+    small = torch.randn(16, 16, device="cuda")
+    torch.testing.assert_close(op(small), torch.softmax(small, dim=1), atol=1e-4, rtol=1e-4)
+    assert op.kerngen.stats.decisions["float32[16, 16]"] == "kernel of bucket 0 (an unchecked shape)"
+    strict = kerngen.load(op.kerngen.dir, strict=True)
+    try:
+        with pytest.raises(ValueError, match="CUDA tensors only"):
+            strict(x)
+    finally:
+        kerngen.load(op.kerngen.dir)
 
 
 def test_time_within_the_recorded_spread(op, recorded):

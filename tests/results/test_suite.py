@@ -323,9 +323,14 @@ def test_suite_cli_json(recorded):
     ok = entries[0]
     for key in ("eager", "compiled", "kernel", "floor_ms", "speedup_eager", "speedup_compile", "pct_roofline"):
         assert ok[key] is not None, key
+    # beside true fp32, PyTorch at its defaults (the scripted evaluator makes up 0.9 and 0.7 of eager's time)
+    assert ok["eager_defaults"] is not None and ok["defaults_label"] == "PyTorch defaults (TF32 conv)"
+    assert ok["speedup_compile_defaults"] == pytest.approx(ok["speedup_compile"] * 0.7 / 0.8)
+    assert ok["op"] is None and ok["op_error"] == ""  # an evaluator without time_op: the op's path is not timed
     m = data["metrics"]
-    assert set(m) == {"problems", "correct", "eager", "compile"}
-    for ref, name in (("eager", "eager"), ("compile", "torch.compile")):
+    assert set(m) == {"problems", "correct", "eager", "compile", "compile_defaults"}
+    for ref, name in (("eager", "eager"), ("compile", "torch.compile"),
+                      ("compile_defaults", "torch.compile at PyTorch defaults (TF32 conv)")):
         assert m[ref]["reference"] == name and set(m[ref]["fast_p"]) == {"0", "1", "1.5", "2"}
         assert m[ref]["problems"] == 5 and m[ref]["correct"] == 1 and m[ref]["geomean_of"] == 1
     assert data["without_kernel"] == {"all_failed": 1, "harness": 1, "no_candidates": 1, "no_run": 1}
@@ -337,8 +342,8 @@ def test_suite_cli_table(recorded):
                         env={"COLUMNS": "400"})
     assert res.exit_code == 0, res.output
     out = res.stdout
-    for col in ("eager ms", "compile ms", "kernel ms", "floor ms", "vs eager", "vs compile", "% of floor",
-                "verdict / why"):
+    for col in ("eager ms", "compile ms", "kernel ms", "op ms (gap)", "floor ms", "fp32 eager", "fp32 compile",
+                "dflt compile", "% of floor", "verdict / why", "dflt: vs PyTorch defaults (TF32 conv)"):
         assert col in out, col
     assert "ok: run softmax-1 node #" in out
     assert "layernorm: every candidate failed: run layernorm-2 (newest of 2 runs" in out  # the why, one line
@@ -357,10 +362,10 @@ def test_suite_cli_table(recorded):
 
 
 def test_suite_cli_compile_missing_is_said(tmp_path, monkeypatch):
-    import kerngen.cli.results as cli
+    from kerngen.cli import compose
 
     ev = FakeEvaluator(problems={"softmax": (1.0, None, 0.4, 0.5)})
-    monkeypatch.setattr(cli, "make_evaluator", lambda kind, **kw: ev)
+    monkeypatch.setattr(compose, "make_evaluator", lambda kind, **kw: ev)
     spec = tmp_path / "spec.json"
     spec.write_text(scripted_spec(1.0).model_dump_json())
     res = runner.invoke(kerngen.cli.app.app, ["suite", "softmax", "gelu", "--kernel", str(spec), "--evaluator",
@@ -373,11 +378,12 @@ def test_suite_cli_compile_missing_is_said(tmp_path, monkeypatch):
 
 def test_suite_pool_is_one_worker_on_the_first_gpu(monkeypatch):
     import kerngen.cli.results as cli
+    from kerngen.cli import compose
     import kerngen.harness.pool.local as local
 
     made: list[tuple[str, dict]] = []
     monkeypatch.setattr(local, "visible_devices", lambda: ["3", "5"])
-    monkeypatch.setattr(cli, "make_evaluator", lambda kind, **kw: made.append((kind, kw)) or FakeEvaluator())
+    monkeypatch.setattr(compose, "make_evaluator", lambda kind, **kw: made.append((kind, kw)) or FakeEvaluator())
     cli._suite_evaluator("pool")
     cli._suite_evaluator("scripted")
     assert made == [("pool", {"devices": ["3"]}), ("scripted", {})]

@@ -119,9 +119,9 @@ def test_the_command_resumes_and_refuses_a_bad_file_without_a_traceback(tmp_path
 
 
 def test_an_interrupted_command_says_where_the_measurements_are(tmp_path, monkeypatch):
-    import kerngen.cli.results as cli
+    from kerngen.cli import compose
 
-    monkeypatch.setattr(cli, "make_evaluator", lambda kind, **kw: _CutOff("gelu"))
+    monkeypatch.setattr(compose, "make_evaluator", lambda kind, **kw: _CutOff("gelu"))
     spec, save = tmp_path / "spec.json", tmp_path / "suite.json"
     spec.write_text(scripted_spec(1.0).model_dump_json())
     res = runner.invoke(kerngen.cli.app.app, ["suite", "softmax", "gelu", "--kernel", str(spec), "--evaluator",

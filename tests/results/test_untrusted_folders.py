@@ -248,7 +248,8 @@ def test_loading_an_export_imports_nothing_from_it(export_dir):
     assert tuple(torch.ops.kerngen.untrusted_demo(torch.empty(8, 100, device="meta")).shape) == (8, 100)
     assert tuple(op(torch.empty(8, 100, device="meta")).shape) == (8, 100)
     with pytest.raises(ValueError, match="CUDA tensors only"):
-        op(torch.randn(8, 100))
+        kerngen.load(out, strict=True)(torch.randn(8, 100))  # never to the kernel; strict: no fallback either
+    kerngen.load(out)
     one_line_error(invoke("show", out), "events.jsonl is missing")
     one_line_error(invoke("export", out, "--out", out.parent / "o"), "events.jsonl is missing")
     assert not canary.exists()

@@ -1,0 +1,1 @@
+"""The playbook's loss: the reduction losses (mse, cross entropy, kl_div, ...)."""

@@ -1,0 +1,1 @@
+"""The playbook's norm: batch/group/instance norm statistics and their application."""

@@ -1,0 +1,1 @@
+"""The playbook's reduce: sums, means, max/min/argmax, norms over any dims."""

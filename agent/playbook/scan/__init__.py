@@ -1,0 +1,1 @@
+"""The playbook's scan: cumulative sums/products along a dim."""

@@ -1,0 +1,99 @@
+"""CPU tests written to kill mutants of the harness's check code that the other tests let live
+(scripts/mutation.py; docs/harness-tests.md lists each mutant and its test, or why it is equivalent)."""
+
+from __future__ import annotations
+
+import torch
+
+from kerngen.harness.gpu.buffers import Poison
+
+
+def test_random_poison_seeds_far_apart_give_different_bytes():
+    """Killed: ``(seed + k) % (1 << 63)`` -> ``% 63`` (63 poisons in all: a kernel could learn them)."""
+    a = Poison((4096,), torch.uint8, torch.device("cpu"), seed=1 << 40)
+    b = Poison((4096,), torch.uint8, torch.device("cpu"), seed=(1 << 40) + 63)
+    assert not torch.equal(a.flat(0, 4096), b.flat(0, 4096))
+    c = Poison((4096,), torch.uint8, torch.device("cpu"), seed=(1 << 40) + (1 << 63))  # the modulus keeps seeds valid
+    assert torch.equal(a.flat(0, 4096), c.flat(0, 4096))
+
+
+def test_an_empty_range_of_a_random_poison_is_empty():
+    """Killed: ``max(b, a + 1)`` -> ``max(b, a)`` (an empty range at a block boundary had no block)."""
+    from kerngen.harness.gpu.buffers import POISON_BLOCK_BYTES
+
+    p = Poison((2 * POISON_BLOCK_BYTES,), torch.uint8, torch.device("cpu"), seed=5)
+    for at in (0, POISON_BLOCK_BYTES, 17):
+        assert p.flat(at, at).numel() == 0
+
+
+def test_random_bytes_take_every_value():
+    """Killed: ``randint(0, 256)`` -> ``randint(0, 255)`` (guards and poison never 0xFF)."""
+    from kerngen.harness.gpu.buffers import alloc_guarded, poison
+
+    gen = torch.Generator().manual_seed(3)
+    buf = alloc_guarded("out", (1 << 16,), torch.uint8, torch.device("cpu"), gen)
+    assert set(buf.guards().tolist()) == set(range(256))
+    p = poison(buf, "random", gen)
+    assert set(p.flat(0, 1 << 16).tolist()) == set(range(256))
+
+
+def test_every_block_of_a_random_poison_depends_on_the_seed(monkeypatch):
+    """Killed: ``self.seed + k`` -> ``self.seed << k`` (from block 63 on, every poison the same)."""
+    import kerngen.harness.gpu.buffers as buffers
+
+    monkeypatch.setattr(buffers, "POISON_BLOCK_BYTES", 64)
+    total = 100 * 64
+    a = Poison((total,), torch.uint8, torch.device("cpu"), seed=11)
+    b = Poison((total,), torch.uint8, torch.device("cpu"), seed=12)
+    assert all(not torch.equal(a._block(k, total), b._block(k, total)) for k in (0, 1, 63, 64, 99))
+
+
+def test_a_regenerated_input_that_differs_either_way_is_refused():
+    """Killed: ``digest(x) != kept`` -> ``>`` (a get_inputs that does not repeat was caught half the time)."""
+    import pytest
+
+    from kerngen.harness.gpu.check import ProblemState
+    from kerngen.harness.gpu.memory_plan import HarnessMemoryError
+    from kerngen.harness.results import MemoryPlan
+    from kerngen.harness.spec.plan import ResolvedPlan
+    from kerngen.problems.load import load_problem
+    from kerngen.problems.ref import ProblemRef
+
+    state = ProblemState(load_problem(ProblemRef(source="gelu", shape=(8, 16))), torch.device("cpu"))
+    memory = MemoryPlan(free_bytes=1 << 30, input_bytes=512, output_bytes=512, pristine_on_gpu=False)
+    bound = state.new_set(21, ResolvedPlan(config={}, defines={}, scratch=[], steps=[]), memory)
+    assert bound.pristine is None and torch.equal(state.pristine_tensors(bound)["x"], bound.inputs["x"].view)
+    kept = state._input_digests[(21, 0)]
+    for other in (kept - 1, kept + 1):  # what a get_inputs that does not repeat would give, below or above
+        state._input_digests[(21, 0)] = other
+        with pytest.raises(HarnessMemoryError, match="does not repeat under a seed"):
+            state.pristine(bound)
+
+
+def test_the_relative_error_counts_finite_elements_only():
+    """Killed: ``fo, fr = (o, r) if finite.all() else ...`` inverted (a shared inf or NaN made the
+    relative error NaN, and a precision loss beside it passed)."""
+    from kerngen.harness.gpu.compare import compare
+    from kerngen.harness.results import CheckFailure
+
+    ref = torch.linspace(-1.0, 1.0, 4096) * 1e-3
+    ref[7], ref[9] = float("inf"), float("nan")
+    same = compare(ref.clone(), ref, atol=1e-4, rtol=1e-4)
+    assert same.ok and same.rel_err == 0.0
+    rounded = ref * (1 + 2e-4)  # within atol/rtol everywhere, 2e-4 off relative to the reference
+    c = compare(rounded, ref, atol=1e-4, rtol=1e-4)
+    assert not c.ok and c.failed is CheckFailure.precision_loss and abs(c.rel_err - 2e-4) < 1e-5, c
+
+
+def test_a_chunk_of_random_poison_is_made_from_its_own_blocks_only(monkeypatch):
+    """Killed: ``first = a // BLOCK`` -> ``a >> BLOCK`` (0: every block from the first one made again,
+    for a chunk of a 6 GB output all of it)."""
+    import kerngen.harness.gpu.buffers as buffers
+
+    monkeypatch.setattr(buffers, "POISON_BLOCK_BYTES", 64)
+    p = Poison((64 * 10,), torch.uint8, torch.device("cpu"), seed=4)
+    whole = p.flat(0, 640)
+    made: list[int] = []
+    real = Poison._block
+    monkeypatch.setattr(Poison, "_block", lambda self, k, total: made.append(k) or real(self, k, total))
+    assert torch.equal(p.flat(330, 390), whole[330:390]) and made == [5, 6]

@@ -1,0 +1,37 @@
+"""What some CPU tests need beyond the project, found in ONE place: the KernelBench copy beside the
+project (``<repo>/../shared/kernelbench``; a worktree ``/work/wt/NAME`` reaches it the same way) and
+a C++ compiler for the CPU emulator. Tests mark themselves ``@pytest.mark.needs_kernelbench`` /
+``@pytest.mark.needs_cxx`` (tests/conftest.py skips them where the thing is missing, and fails them
+instead when ``KERNGEN_REQUIRE_ALL=1``, as CI sets it: nothing vanishes silently there)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# beside the project (a developer's checkout, CI), else inside it (a copy of the tree sent to a GPU host
+# carries its own shared/), or where KERNGEN_KERNELBENCH points
+_PLACES = [Path(p) for p in (os.environ.get("KERNGEN_KERNELBENCH", ""),) if p]
+_PLACES += [ROOT.parent / "shared" / "kernelbench", ROOT / "shared" / "kernelbench"]
+KERNELBENCH = next((p for p in _PLACES if (p / "level1").is_dir()), _PLACES[0])
+REQUIRE_ALL = os.environ.get("KERNGEN_REQUIRE_ALL", "") not in ("", "0")
+
+
+def kernelbench(*parts: str) -> Path:
+    """A path inside the KernelBench copy (it may not exist: mark the test ``needs_kernelbench``)."""
+    return KERNELBENCH.joinpath(*parts)
+
+
+def kernelbench_missing() -> str:
+    """Why the KernelBench copy is missing, or ''."""
+    if (KERNELBENCH / "level1").is_dir() and (KERNELBENCH / "level2").is_dir():
+        return ""
+    return f"no KernelBench copy beside the project ({KERNELBENCH})"
+
+
+def cxx_missing() -> str:
+    """Why the CPU emulator cannot run here, or ''."""
+    from kerngen.harness.emu.runner import available, compiler
+
+    return "" if available() else f"no C++ compiler for the CPU emulator ({compiler()!r} is not on PATH)"
