@@ -55,8 +55,9 @@ def resolve_op(op: str, overload: str) -> Any:
     if op not in ALLOWED or op == GETITEM:
         raise PlanError(f"ATen op {op!r} is not one a model plan may run (not in kerngen's allowlist)")
     packet = getattr(torch.ops.aten, op, None)
-    fn = getattr(packet, overload, None) if packet is not None and overload.isidentifier() else None
-    if fn is None:
+    known = packet.overloads() if packet is not None else []
+    fn = getattr(packet, overload) if overload in known else None
+    if not isinstance(fn, torch._ops.OpOverload):
         raise PlanError(f"ATen op {op}.{overload} does not exist in this PyTorch")
     schema = fn._schema
     if schema.is_mutable or any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
