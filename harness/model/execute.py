@@ -47,14 +47,21 @@ class PlanRunner:
         device = values[p.inputs[0].name].device if p.inputs else torch.device("cpu")
         env: dict[str, Any] = dict(values)
         env.update({k: torch.tensor(v, device=device) for k, v in p.constants.items()})
-        for i, step in enumerate(p.steps):
-            if isinstance(step, KernelStep):
-                env[step.out.name] = self._kernel(i, step, env, device)
-            elif step.op == GETITEM:
-                env[step.node] = operator.getitem(decode_arg(step.args["input"], env, device), int(step.args["index"]))
-            else:
-                env[step.node] = self._aten(i, step, env, device)
+        for i in range(len(p.steps)):
+            self.run_step(i, env, device)
         return (env[p.output], env) if keep else env[p.output]
+
+    def run_step(self, i: int, env: dict[str, Any], device: Any) -> Any:
+        """Step ``i`` on the values of ``env`` (its value stored there and returned)."""
+        step = self.plan.steps[i]
+        if isinstance(step, KernelStep):
+            value = env[step.out.name] = self._kernel(i, step, env, device)
+        elif step.op == GETITEM:
+            value = env[step.node] = operator.getitem(decode_arg(step.args["input"], env, device),
+                                                      int(step.args["index"]))
+        else:
+            value = env[step.node] = self._aten(i, step, env, device)
+        return value
 
     def _aten(self, i: int, step: AtenStep, env: dict[str, Any], device: Any) -> Any:
         fn = self._fns[i]
