@@ -22,7 +22,7 @@ from kerngen.agent.playbook.partition import Partition, partition
 from kerngen.agent.playbook.region import Region
 from kerngen.agent.playbook.regions import region_offer, region_spec
 
-__all__ = ["ModelPlanning", "RegionPlan", "plan_model", "plan_partition"]
+__all__ = ["ModelPlanning", "RegionPlan", "assemble", "kernel_step", "plan_model", "plan_partition"]
 
 VIEW_WHY = "a view between regions (no kernel: PyTorch makes the view, the next kernel reads it)"
 
@@ -85,13 +85,15 @@ def plan_model(problem: Any, variants: dict[int, str] | None = None,
 
 
 def plan_partition(part: Partition, sizes: dict[str, Any], label: str = "problem", sha256: str = "",
-                   variants: dict[int, str] | None = None, defaults: dict[int, dict[str, int]] | None = None
-                   ) -> ModelPlanning:
+                   variants: dict[int, str] | None = None, defaults: dict[int, dict[str, int]] | None = None,
+                   pytorch: dict[int, str] | None = None) -> ModelPlanning:
+    """The plan of a partition; ``pytorch[i]``: region ``i`` runs as PyTorch for that reason (no offer asked)."""
     g = part.graph
-    variants, defaults = variants or {}, defaults or {}
+    variants, defaults, pytorch = variants or {}, defaults or {}, pytorch or {}
     placed: dict[str, Region] = {n: r for r in part.regions for n in r.nodes}
-    decided: dict[int, RegionPlan] = {r.index: _decide(r, sizes, variants.get(r.index), defaults.get(r.index))
-                                      for r in part.regions}
+    decided: dict[int, RegionPlan] = {
+        r.index: RegionPlan(r, why=pytorch[r.index]) if r.index in pytorch else
+        _decide(r, sizes, variants.get(r.index), defaults.get(r.index)) for r in part.regions}
     steps: list[Any] = []
     views: list[str] = []
     done: set[int] = set()
@@ -112,6 +114,28 @@ def plan_partition(part: Partition, sizes: dict[str, Any], label: str = "problem
                      steps=steps, output=str(g.output))
     plan.check_names()
     return ModelPlanning(plan, part, tuple(decided[r.index] for r in part.regions), tuple(views))
+
+
+def kernel_step(region: Region, variant: str, sizes: dict[str, Any], defaults: dict[str, int] | None = None
+                ) -> KernelStep:
+    """Region ``region`` as a kernel step of ``variant`` (NotCovered when not offered at its shapes)."""
+    return _kernel(RegionPlan(region, region.match.family if region.match else "", variant), sizes, defaults)
+
+
+def assemble(base: ModelPlan, kernels: dict[int, KernelStep]) -> ModelPlan:
+    """``base`` (a plan whose regions run as PyTorch or as kernels) with each region of ``kernels`` computed by its
+    kernel step instead, in the place of the region's first step."""
+    steps: list[Any] = []
+    for s in base.steps:
+        r = s.region
+        if r in kernels:
+            if not any(isinstance(t, KernelStep) and t.region == r for t in steps):
+                steps.append(kernels[r])
+            continue
+        steps.append(s)
+    plan = base.model_copy(update={"steps": steps})
+    plan.check_names()
+    return plan
 
 
 def _read(g: Graph) -> set[str]:
