@@ -20,7 +20,7 @@ PART=1
 
 if [ "$PART" = 1 ] && [ -z "${1:-}" ]; then
   echo "[i34 $(date -u +%T)] GPU tests"
-  timeout 240 python3 -m pytest -q -m gpu tests/harness/test_gpu_models.py -x > "$OUT/i34-gpu.txt" 2>&1
+  timeout "${KG_TESTS_S:-240}" python3 -m pytest -q -rf -m gpu -p no:cacheprovider tests/harness/test_gpu_models.py > "$OUT/i34-gpu.txt" 2>&1
   tail -3 "$OUT/i34-gpu.txt"
 fi
 
@@ -31,7 +31,7 @@ case "$PART" in
 esac
 for m in "${MODELS[@]}"; do
   echo "[i34 $(date -u +%T)] $m"
-  timeout 150 kerngen generate "problems/models/$m.py" --as-model --minutes 0.75 --runs-dir "$RUNS" \
+  timeout "${KG_MODEL_S:-150}" kerngen generate "problems/models/$m.py" --as-model --minutes 0.75 --runs-dir "$RUNS" \
     > "$OUT/i34-gen-$m.txt" 2>&1
   echo "  rc=$? $(grep -E 'end to end|eager .* ms, torch.compile' "$OUT/i34-gen-$m.txt" | head -2 | tr '\n' ' ' | cut -c1-300)"
 done
