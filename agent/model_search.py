@@ -36,6 +36,7 @@ from kerngen.agent.playbook.model_plan import assemble, kernel_step, plan_model,
 __all__ = ["search_model"]
 
 BASELINE_WHY = "the eager baseline"
+NOT_TRIED = "not tried: the budget ran out"
 
 
 def search_model(problem: Any, run_dir: Path, *, device: Any, launcher: Launcher, timer: Timer,
@@ -46,7 +47,6 @@ def search_model(problem: Any, run_dir: Path, *, device: Any, launcher: Launcher
     from kerngen.problems.info import default_tolerance
 
     began = time.monotonic()
-    deadline = began + 60.0 * minutes
     planning = plan_model(problem)
     part = planning.partition
     sizes = {k: v for k, v in (getattr(problem.info, "sizes", None) or {}).items()}
@@ -71,16 +71,21 @@ def search_model(problem: Any, run_dir: Path, *, device: Any, launcher: Launcher
         f"{len(planning.kernels)} covered by a family ({100 * sum(rows[r.region.index].share for r in planning.kernels):.1f}%"
         " of the time)")
     atol, rtol = default_tolerance(problem.info.dtype)
+    # the budget is the search's: planning (the regions' offers) and the eager baseline come before it, as a
+    # folder's first problem's baseline does (a large model's planning would otherwise eat a short budget)
+    deadline = time.monotonic() + 60.0 * minutes
     chosen: dict[int, KernelStep] = {}
     for rp in sorted(planning.kernels, key=lambda rp: -rows[rp.region.index].share):
         row = rows[rp.region.index]
         best: tuple[float, KernelStep] | None = None
         for variant in rp.offered:
             if time.monotonic() > deadline:
-                row.tried.append(VariantTry(variant=variant, ok=False, message="not tried: the budget ran out"))
+                row.tried.append(VariantTry(variant=variant, ok=False, message=NOT_TRIED))
                 continue
             got = _try(rp.region, variant, sizes, eager_plan, env, dev, launcher, timer, compare, atol, rtol)
             row.tried.append(got[0])
+            log(f"  r{row.region} {variant}: " + (f"correct, {got[0].kernel_ms:.4f} ms" if got[0].ok
+                                                   else f"not kept: {got[0].message}"))
             if got[0].ok and (best is None or got[0].kernel_ms < best[0]):
                 best = (got[0].kernel_ms, got[1])
         if best is not None and best[0] < row.eager_ms:
@@ -89,6 +94,8 @@ def search_model(problem: Any, run_dir: Path, *, device: Any, launcher: Launcher
         elif best is not None:
             row.kernel_ms = best[0]
             row.why = f"its best kernel ({best[1].variant}, {best[0]:.4f} ms) is slower than PyTorch ({row.eager_ms:.4f} ms)"
+        elif all(t.message == NOT_TRIED for t in row.tried):
+            row.why = NOT_TRIED
         else:
             row.why = "no variant was correct: " + "; ".join(f"{t.variant}: {t.message}" for t in row.tried)[:400]
         log(f"r{row.region} {row.family} ({100 * row.share:.1f}% of eager): "

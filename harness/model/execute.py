@@ -121,7 +121,9 @@ def cuda_launcher() -> Launcher:
     from kerngen.harness.gpu.op_runtime import CudaBinder, DescriptorCache, Slots, write_descriptor
 
     descriptors = DescriptorCache(write_descriptor)
-    binders: dict[int, CudaBinder] = {}
+    # keyed by the spec's content, never by the step's position: one launcher serves many plans (every variant
+    # a region tries sits at the same step index), and a binder holds its spec's source
+    binders: dict[str, CudaBinder] = {}
     runners: dict[tuple, Any] = {}
 
     def cubin(spec: KernelSpec) -> Callable[[ResolvedPlan, int], bytes]:
@@ -140,12 +142,14 @@ def cuda_launcher() -> Launcher:
 
         names = tuple(tensors)
         device = next(iter(tensors.values())).device.index or 0
-        key = (i, device, names, tuple(tuple(t.shape) for t in tensors.values()), tuple(sorted(plan.config.items())))
+        spec_key = spec.content_hash()
+        key = (spec_key, device, names, tuple(tuple(t.shape) for t in tensors.values()),
+               tuple(sorted(plan.config.items())))
         runner = runners.get(key)
         if runner is None:
-            binder = binders.get(i)
+            binder = binders.get(spec_key)
             if binder is None:
-                binder = binders[i] = CudaBinder(spec, cubin(spec), descriptors)
+                binder = binders[spec_key] = CudaBinder(spec, cubin(spec), descriptors)
             runner = runners[key] = binder(plan, device, Slots(names))
         runner(list(tensors.values()), torch.cuda.current_stream(device))
 

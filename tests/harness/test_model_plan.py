@@ -137,3 +137,33 @@ def test_a_plan_reading_a_value_no_step_makes_is_refused():
     bad = plan.model_copy(update={"steps": plan.steps[1:]})
     with pytest.raises(PlanError, match="before any step makes it"):
         PlanRunner(bad, emulated)
+
+
+def test_the_cuda_launcher_binds_each_spec_by_its_content_not_by_its_step_index(monkeypatch):
+    """Every variant a region tries sits at the same step index of its trial plan; a launcher that kept its
+    binder by index ran the first variant's source with the next one's configuration (on an H200: 'identifier TM
+    is undefined' for every variant after the first)."""
+    import torch
+
+    from kerngen.harness.gpu import op_runtime
+    from kerngen.harness.model.execute import cuda_launcher
+    from kerngen.harness.spec.spec import KernelSpec
+
+    bound: list[str] = []
+
+    class Binder:
+        def __init__(self, spec, cubin, descriptors):
+            self.spec = spec
+
+        def __call__(self, plan, device, slots):
+            return lambda tensors, stream: bound.append(self.spec.source)
+
+    monkeypatch.setattr(op_runtime, "CudaBinder", Binder)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+    specs = [KernelSpec.model_validate({"source": f'extern "C" __global__ void k{n}(float* out) {{}}', "steps": [
+        {"kernel": f"k{n}", "grid": [1], "block": [1], "args": [{"name": "out"}]}]}) for n in (1, 2)]
+    launch = cuda_launcher()
+    plan = type("Plan", (), {"config": {}})()
+    for spec in (*specs, specs[0]):
+        launch(0, spec, plan, {"out": torch.zeros(1)})
+    assert bound == [specs[0].source, specs[1].source, specs[0].source]
