@@ -27,6 +27,7 @@ MAX_MODEL_BYTES = 64 << 20
 class VariantTry(BaseModel):
     variant: str
     ok: bool
+    config: dict[str, int] | None = None  # a tune's configuration (None: the variant's default)
     kernel_ms: float | None = None
     message: str = ""
 
@@ -37,9 +38,13 @@ class RegionRow(BaseModel):
     family: str | None = None  # the family that covers it (None: none does)
     eager_ms: float  # its PyTorch steps alone (median)
     share: float  # of the eager forward's step time
+    floor_ms: float | None = None  # its roofline floor on the run's GPU (None: not known)
+    weight: float = 0.0  # share x (1 - floor / eager): what the budget is split by
+    budget_s: float = 0.0  # the search time it was given
     tried: list[VariantTry] = []
     chosen: Literal["kernel", "pytorch"] = "pytorch"
     variant: str | None = None
+    config: dict[str, int] | None = None  # the chosen kernel's configuration
     kernel_ms: float | None = None
     why: str = ""  # why PyTorch runs it (no family, no variant correct, slower than PyTorch, no budget left)
 
