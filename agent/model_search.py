@@ -37,7 +37,7 @@ from kerngen.agent.model_tune import RegionBudget, region_floor, tune_configs, w
 from kerngen.agent.playbook import NotCovered
 from kerngen.agent.playbook.model_plan import assemble, kernel_step, plan_model, plan_partition
 
-__all__ = ["search_model"]
+__all__ = ["replay_model", "search_model"]
 
 BASELINE_WHY = "the eager baseline"
 NOT_TRIED = "not tried: the budget ran out"
@@ -138,12 +138,42 @@ def search_model(problem: Any, run_dir: Path, *, device: Any, launcher: Launcher
         module = PlanModule(plan, model, launcher)
         run.timing = time_end_to_end(model, inputs, module, timer, compile=compile)
         t = run.timing
-        log(f"eager {t.eager_ms:.4f} ms, torch.compile {_ms(t.compile_ms)}, kerngen {t.kerngen_ms:.4f} ms, "
-            f"kerngen + compile {_ms(t.kerngen_compile_ms)}")
+        log(_timing_line(t))
     run.elapsed_s = time.monotonic() - began
     run.stopped = "done" if not budget.over else "the budget ran out (regions not tried say so)"
     write_model_run(run, run_dir)
     return run
+
+
+def replay_model(run: ModelRun, problem: Any, run_dir: Path, *, device: Any, launcher: Launcher, timer: Timer,
+                 compile: bool = True, log: Callable[[str], None] = print) -> ModelRun:
+    """A model run's plan again on this device (another GPU): checked end to end against ``problem`` (whose sha256
+    must be the run's), timed against the model in eager mode and under torch.compile; a new record in
+    ``run_dir`` (its regions' figures are the recorded run's: the plan is not searched again)."""
+    import torch
+
+    from kerngen.errors import KerngenError
+
+    if problem.sha256 != run.problem_sha256:
+        raise KerngenError(f"{problem.path}: not the problem run {run.id} planned (its sha256 differs)")
+    began = time.monotonic()
+    dev = torch.device(device)
+    run.plan.validate()
+    check = check_plan(problem, run.plan, launcher, dev)
+    log(f"end to end on {_device_name(dev)}: {'correct' if check.ok else 'NOT correct'}: {check.message}")
+    new = run.model_copy(update={"id": run_dir.name, "device": _device_name(dev), "check": check, "timing": None,
+                                 "problem_path": str(Path(problem.path).resolve()), "replay_of": run.id,
+                                 "started": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+    if check.ok:
+        model = problem.build_model(dev, 0)
+        inputs = problem.make_inputs(dev, 0)
+        new.timing = time_end_to_end(model, inputs, PlanModule(run.plan, model, launcher), timer, compile=compile)
+        t = new.timing
+        log(_timing_line(t))
+    new.elapsed_s = time.monotonic() - began
+    new.stopped = f"replay of {run.id} on this device"
+    write_model_run(new, run_dir)
+    return new
 
 
 def _try(make: Callable[[], KernelStep], variant: str, config: dict[str, int] | None, eager_plan: Any, env: dict,
@@ -197,6 +227,11 @@ def _tune(row: RegionRow, best: tuple[float, KernelStep], count: int, try_one: C
 def _cfg(cfg: dict[str, int], default: dict[str, int]) -> str:
     """What a configuration changes from the default."""
     return " ".join(f"{k}={v}" for k, v in cfg.items() if default.get(k) != v) or "default"
+
+
+def _timing_line(t: Any) -> str:
+    return (f"eager {t.eager_ms:.4f} ms, torch.compile {_ms(t.compile_ms)}, kerngen {t.kerngen_ms:.4f} ms, "
+            f"kerngen + compile {_ms(t.kerngen_compile_ms)}")
 
 
 def _floor(v: float | None) -> str:

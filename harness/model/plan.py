@@ -109,6 +109,20 @@ class ModelPlan(_Model):
         steps = [step if isinstance(s, KernelStep) and s.region == region else s for s in self.steps]
         return self.model_copy(update={"steps": steps})
 
+    def validate(self) -> None:
+        """Everything a plan from a folder must hold before anything runs it: every name read is made before it
+        (:meth:`check_names`), every ATen op resolves to an allowed functional overload (PlanError naming the
+        first that does not)."""
+        from kerngen.harness.model.aten import GETITEM, resolve_op
+
+        self.check_names()
+        for i, s in enumerate(self.steps):
+            if isinstance(s, AtenStep) and s.op != GETITEM:
+                try:
+                    resolve_op(s.op, s.overload)
+                except PlanError as exc:
+                    raise PlanError(f"step {i} ({s.node}): {exc}") from None
+
     def check_names(self) -> None:
         """Every value a step reads is made before it (PlanError naming the first that is not)."""
         known = {t.name for t in (*self.inputs, *self.params)} | set(self.constants)
