@@ -107,6 +107,9 @@ def replay_model_run(folder: Path, runs_dir: Path, problem_file: str | None, com
     src = problem_file or run.problem_path
     if not src or not Path(src).is_file():
         raise KerngenError(f"model run {run.id}: its problem file is not here; pass it: --problem MODEL.py")
+    if problem_file is None and Path(folder).resolve() in Path(src).resolve().parents:
+        raise KerngenError(f"model run {run.id}: its problem file lies inside the run folder; pass it: --problem "
+                           "MODEL.py")  # a folder from anyone never names the Python that runs
     if not torch.cuda.is_available():
         raise KerngenError("replaying a model run needs a CUDA GPU here")
     problem = load_problem(src)

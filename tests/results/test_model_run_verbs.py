@@ -176,3 +176,11 @@ def test_a_bad_record_is_refused_by_every_verb_and_by_load(runs, record, tmp_pat
         kerngen.load(str(folder), model=torch.nn.Identity())
     rows = json.loads(cli("runs", "--runs-dir", str(runs), "--json").output)
     assert rows[0]["status"].startswith("corrupt:")  # listed, never a crash
+
+
+def test_replay_never_runs_a_problem_file_the_run_folder_holds(runs, record):
+    folder = runs / record.id
+    (folder / "model.py").write_text("raise SystemExit('never imported')\n")
+    write_model_run(record.model_copy(update={"problem_path": str(folder / "model.py")}), folder)
+    res = cli("replay", str(folder))
+    assert res.exit_code != 0 and "inside the run folder" in res.output
