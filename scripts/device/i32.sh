@@ -49,7 +49,7 @@ if [ "${1:-}" = part ]; then
   part "${2:-1}"
 else
   stage gpu "${KG_TESTS_S:-240}" "GPU: every regions variant of 6 multi-region files, own size" \
-    python3 -m pytest -v -p no:cacheprovider -m gpu -rf tests/agent/test_gpu_regions.py
+    python3 -m pytest -v -p no:cacheprovider -m gpu -rf --tb=short -o timeout="${KG_TEST_S:-150}" tests/agent/test_gpu_regions.py
   part 1
 fi
 
