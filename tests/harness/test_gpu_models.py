@@ -13,10 +13,11 @@ from kerngen.agent.playbook.model_plan import plan_model
 from kerngen.harness.model.check import check_plan
 from kerngen.harness.model.execute import cuda_launcher
 from kerngen.problems.load import load_problem
+from tests.resources import tiny_model
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
-SMALL = [ROOT / "tests" / "data" / "models" / "tiny_gpt.py", ROOT / "tests" / "data" / "models" / "tiny_lstm.py",
+SMALL = [tiny_model("tiny_gpt"), tiny_model("tiny_lstm"),
          ROOT / "tests" / "data" / "playbook" / "regions_resblock.py", ROOT / "tests" / "data" / "playbook" /
          "regions_mlp.py", ROOT / "tests" / "data" / "playbook" / "regions_vit_block.py"]
 
