@@ -12,7 +12,8 @@ from kerngen.agent.playbook.graph import Graph, Node, Tensor, trace, trace_modul
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.partition import Partition, partition
 from kerngen.agent.playbook.proposer import PlaybookProposer, seed_specs
-from kerngen.agent.playbook.region import Lead, Region
+from kerngen.agent.playbook.leads import Lead
+from kerngen.agent.playbook.region import Region
 from kerngen.agent.playbook.regions import explain, family_for, family_of, region_spec
 from kerngen.agent.playbook.registry import FAMILIES, by_name
 

@@ -15,7 +15,7 @@ from kerngen.harness.spec.spec import KernelSpec, Origin
 
 from kerngen.agent.playbook.entry import Entry
 from kerngen.agent.playbook.graph import Graph, Tensor
-from kerngen.agent.playbook.region import Lead
+from kerngen.agent.playbook.leads import Lead
 
 __all__ = ["Builder", "Facts", "Family", "FamilyMatch", "param_for"]
 

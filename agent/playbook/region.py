@@ -11,29 +11,13 @@ as in the module's state, its one output is what the next regions (or the proble
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
-from typing import TYPE_CHECKING
 
+from kerngen.agent.playbook.family import FamilyMatch
 from kerngen.agent.playbook.graph import Graph, Tensor
+from kerngen.agent.playbook.leads import Lead
 from kerngen.agent.playbook.ops import Kind, kind_of
 
-if TYPE_CHECKING:  # the families import the leads from here
-    from kerngen.agent.playbook.family import FamilyMatch
-
-__all__ = ["Lead", "Region", "lead_of"]
-
-
-class Lead(str, Enum):
-    map = "map"  # pointwise only
-    reduce = "reduce"
-    scan = "scan"
-    softmax = "softmax"
-    contraction = "contraction"
-    conv = "conv"
-    pool = "pool"
-    attention = "attention"
-    norm = "norm"
-    loss = "loss"
+__all__ = ["Region", "lead_of"]
 
 
 # the op kind that leads a region holding several, heaviest first
@@ -57,7 +41,7 @@ class Region:
     graph: Graph
     lead: Lead
     nodes: tuple[str, ...]
-    match: "FamilyMatch | None" = None
+    match: FamilyMatch | None = None
     why: str = ""
 
     @property

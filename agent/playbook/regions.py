@@ -33,7 +33,8 @@ from kerngen.agent.playbook.family import Facts, Family, FamilyMatch
 from kerngen.agent.playbook.graph import Graph, trace
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.partition import Partition, partition
-from kerngen.agent.playbook.region import Lead, Region
+from kerngen.agent.playbook.leads import Lead
+from kerngen.agent.playbook.region import Region
 from kerngen.agent.playbook.regions_spec import join
 from kerngen.agent.playbook.registry import by_name
 

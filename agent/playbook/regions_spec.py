@@ -23,7 +23,8 @@ from typing import Any, Mapping
 from kerngen import expr
 from kerngen.harness.spec.spec import MAX_TUNABLES, KernelSpec, Launch, Memset, ScalarArg, Scratch, TensorMapArg
 
-from kerngen.agent.playbook.region import Lead, Region
+from kerngen.agent.playbook.leads import Lead
+from kerngen.agent.playbook.region import Region
 
 __all__ = ["join"]
 

@@ -12,7 +12,7 @@ import pytest
 from kerngen.agent.playbook import (FAMILIES, NotCovered, PlaybookProposer, explain, family_for, partition,
                                     region_spec, trace)
 from kerngen.agent.playbook import registry
-from kerngen.agent.playbook.region import Lead
+from kerngen.agent.playbook.leads import Lead
 from kerngen.harness.spec import plan
 from kerngen.problems.load import load_problem
 from tests.emu import cases

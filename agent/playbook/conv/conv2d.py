@@ -12,7 +12,7 @@ from kerngen.agent.playbook.conv.epi import ConvFacts, conv_facts, conv_lead, le
 from kerngen.agent.playbook.family import Family, FamilyMatch
 from kerngen.agent.playbook.graph import Graph
 from kerngen.agent.playbook.not_covered import NotCovered
-from kerngen.agent.playbook.region import Lead
+from kerngen.agent.playbook.leads import Lead
 
 __all__ = ["CONV2D", "CONV_RELU_MAXPOOL"]
 

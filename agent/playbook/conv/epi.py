@@ -21,7 +21,7 @@ from kerngen.agent.playbook.epilogue import Epilogue, trace_epilogue
 from kerngen.agent.playbook.family import Facts, Family, FamilyMatch
 from kerngen.agent.playbook.graph import Graph, Node, Tensor
 from kerngen.agent.playbook.not_covered import NotCovered
-from kerngen.agent.playbook.region import Lead
+from kerngen.agent.playbook.leads import Lead
 
 __all__ = ["CONV_EPI", "CONV_OPS", "ConvFacts", "check_dtypes", "conv_lead", "conv_input", "geometry"]
 

@@ -19,7 +19,7 @@ from kerngen.agent.playbook.conv.epi import check_dtypes, conv_input, conv_lead,
 from kerngen.agent.playbook.family import Facts, Family, FamilyMatch
 from kerngen.agent.playbook.graph import Graph
 from kerngen.agent.playbook.not_covered import NotCovered
-from kerngen.agent.playbook.region import Lead
+from kerngen.agent.playbook.leads import Lead
 
 __all__ = ["CONV_ND", "ConvNdFacts", "out_size"]
 

@@ -25,7 +25,7 @@ from kerngen.agent.playbook.conv.epi import conv_facts, conv_lead, lead_shape, r
 from kerngen.agent.playbook.family import Family, FamilyMatch
 from kerngen.agent.playbook.graph import Graph
 from kerngen.agent.playbook.not_covered import NotCovered
-from kerngen.agent.playbook.region import Lead
+from kerngen.agent.playbook.leads import Lead
 
 __all__ = ["CONV_TAIL"]
 

@@ -16,7 +16,7 @@ from kerngen.agent.playbook.graph import Graph, Node, Ref, Tensor
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.ops import UNARY_C
 from kerngen.agent.playbook.pointwise import Translator, live_chain, translate
-from kerngen.agent.playbook.region import Lead
+from kerngen.agent.playbook.leads import Lead
 
 __all__ = ["ELEMENTWISE", "ElementwiseFacts"]
 

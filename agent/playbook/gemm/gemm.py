@@ -27,7 +27,7 @@ from kerngen.agent.playbook.family import Family, FamilyMatch
 from kerngen.agent.playbook.graph import Graph, Node, Ref
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.ops import Kind, kind_of
-from kerngen.agent.playbook.region import Lead
+from kerngen.agent.playbook.leads import Lead
 
 __all__ = ["GEMM", "GemmFacts", "operand_of", "read_gemm"]
 

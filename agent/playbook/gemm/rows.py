@@ -18,7 +18,7 @@ from kerngen.agent.playbook.entry import A, C, CF, M, P, PAR, Entry
 from kerngen.agent.playbook.family import Facts, Family, FamilyMatch
 from kerngen.agent.playbook.graph import Graph
 from kerngen.agent.playbook.not_covered import NotCovered
-from kerngen.agent.playbook.region import Lead
+from kerngen.agent.playbook.leads import Lead
 from kerngen.agent.playbook.gemm.row_trace import RowTail, trace_rows
 
 __all__ = ["GEMM_ROWS", "GemmRowsFacts"]

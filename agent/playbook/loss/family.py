@@ -29,7 +29,7 @@ from kerngen.agent.playbook.family import Facts, Family, FamilyMatch
 from kerngen.agent.playbook.graph import Graph, Node as GNode, Ref, Tensor
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.pointwise import Translator, live_chain
-from kerngen.agent.playbook.region import Lead
+from kerngen.agent.playbook.leads import Lead
 
 __all__ = ["LOSS", "LossFacts", "LossTranslator", "TERM_LOSSES"]
 

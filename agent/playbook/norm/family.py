@@ -23,7 +23,7 @@ from kerngen.agent.playbook.entry import A, CF, Entry, M, PAR
 from kerngen.agent.playbook.family import Facts, Family, FamilyMatch
 from kerngen.agent.playbook.graph import Graph
 from kerngen.agent.playbook.not_covered import NotCovered
-from kerngen.agent.playbook.region import Lead
+from kerngen.agent.playbook.leads import Lead
 
 __all__ = ["NORM", "NormFacts"]
 

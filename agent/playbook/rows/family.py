@@ -18,7 +18,7 @@ from kerngen.agent.playbook.entry import A, Entry, M, PAR
 from kerngen.agent.playbook.family import Facts, Family, FamilyMatch
 from kerngen.agent.playbook.graph import FLOAT_DTYPES, Graph, Node, Ref
 from kerngen.agent.playbook.not_covered import NotCovered
-from kerngen.agent.playbook.region import Lead
+from kerngen.agent.playbook.leads import Lead
 
 __all__ = ["LAYERNORM", "RMSNORM", "RowFacts", "SOFTMAX", "one_input"]
 
