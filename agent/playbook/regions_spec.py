@@ -121,8 +121,10 @@ def _step(i: int, step: Any, names: _Names) -> dict[str, Any]:
         if isinstance(a, ScalarArg):
             args.append({"kind": a.kind, "value": names.expr(a.value)})
         elif isinstance(a, TensorMapArg):
-            args.append({"kind": "tensormap", "name": names.tensor(a.name), "box_rows": names.expr(a.box_rows),
-                         "box_cols": names.expr(a.box_cols), "swizzle": a.swizzle})
+            # every field kept (full_width, view: the 3xTF32 planes' TMA reads them), its names renamed
+            args.append({**a.model_dump(), "name": names.tensor(a.name), "box_rows": names.expr(a.box_rows),
+                         "box_cols": names.expr(a.box_cols),
+                         "view": None if a.view is None else [names.expr(d) for d in a.view]})
         else:
             args.append({"name": names.tensor(a.name)})
     return {"op": "launch", "kernel": f"r{i}_{step.kernel}", "grid": [names.expr(e) for e in step.grid],

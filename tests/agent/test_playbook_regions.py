@@ -156,3 +156,27 @@ def test_a_wrong_intermediate_buffer_fails():
     except EmuError:
         return  # reading the wrong buffer out of bounds is a failure too
     assert cases.mismatches(case)
+
+
+@pytest.mark.needs_kernelbench
+def test_a_joined_wgmma_region_keeps_its_tensormaps_view_and_k_tile_box(tmp_path):
+    """Two GEMMs (level 2's 45), the first on the wgmma core: its TMA reads the 3xTF32 planes, a 1-D scratch
+    buffer, through a ``view`` with one k tile per box. The joined spec once dropped both fields, and every such
+    variant was refused on the GPU (an H100: 'a tensormap needs 2 or more' dims)."""
+    from kerngen.harness.gpu.tensormap import check_plan
+    from tests.agent.family_checks import resized_copy
+    from tests.resources import kernelbench
+
+    src = kernelbench("level2", "45_Gemm_Sigmoid_LogSumExp.py")
+    p = load_problem(str(resized_copy(src, tmp_path, batch_size=64, input_size=96, hidden_size=160,
+                                      output_size=72)))
+    m = explain(p)
+    joined = [v.spec for v in PlaybookProposer(p).offer.offered if "r0_gemm_wgmma" in v.spec.source]
+    assert joined, "no regions variant runs its first GEMM on the wgmma core"
+    spec = joined[0]
+    maps = [a for s in spec.steps for a in getattr(s, "args", ()) if a.kind == "tensormap"]
+    assert maps and all(a.view is not None and a.full_width is False for a in maps)
+    resolved = plan.resolve(spec, sizes={}, tensors=m.tensor_facts(), config=spec.default_config())
+    known = {n: (f.shape, "float32") for n, f in m.tensor_facts().items()}
+    known.update({s.name: ((s.size,), s.dtype) for s in resolved.scratch})
+    check_plan(resolved, known)  # raised SpecError before
