@@ -36,6 +36,7 @@ def generate_model(ref: Any, runs_dir: Path, minutes: float | None, compile: boo
     from rich.console import Console
 
     from kerngen.agent.model_search import search_model
+    from kerngen.agent.problem_data import remember
     from kerngen.harness.model.bench import cuda_timer
     from kerngen.harness.model.execute import cuda_launcher
     from kerngen.problems.load import load_problem
@@ -44,6 +45,8 @@ def generate_model(ref: Any, runs_dir: Path, minutes: float | None, compile: boo
     if not torch.cuda.is_available():
         raise KerngenError("a model run needs a CUDA GPU here (kerngen playbook MODEL.py lists its plan without one)")
     problem = load_problem(ref)
+    if problem.path:  # a file this user ran: a later replay or load may read it again on the run's word
+        remember(problem.sha256, Path(problem.path).resolve())
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     run_dir = Path(runs_dir) / f"{stamp}-{problem.name}-model"
     out = Console(highlight=False, soft_wrap=True)
@@ -98,6 +101,7 @@ def replay_model_run(folder: Path, runs_dir: Path, problem_file: str | None, com
 
     from kerngen.agent.model_run import read_model_run
     from kerngen.agent.model_search import replay_model
+    from kerngen.agent.problem_data import file_sha256, trusted
     from kerngen.harness.model.bench import cuda_timer
     from kerngen.harness.model.execute import cuda_launcher
     from kerngen.problems.load import load_problem
@@ -110,6 +114,9 @@ def replay_model_run(folder: Path, runs_dir: Path, problem_file: str | None, com
     if problem_file is None and Path(folder).resolve() in Path(src).resolve().parents:
         raise KerngenError(f"model run {run.id}: its problem file lies inside the run folder; pass it: --problem "
                            "MODEL.py")  # a folder from anyone never names the Python that runs
+    if problem_file is None and not trusted(file_sha256(Path(src))):
+        raise KerngenError(f"model run {run.id}: its problem file {src} was never run by kerngen on this machine (the "
+                           "record came with the run folder); read it, then pass it: --problem MODEL.py")
     if not torch.cuda.is_available():
         raise KerngenError("replaying a model run needs a CUDA GPU here")
     problem = load_problem(src)

@@ -168,6 +168,7 @@ def load_model_run(path: str | Path, runs_dir: str | Path = "runs", *, model: An
 def _recorded_model(run: ModelRun, folder: Path) -> Any:
     import hashlib
 
+    from kerngen.agent.problem_data import trusted
     from kerngen.problems.load import load_problem
 
     src = Path(run.problem_path)
@@ -177,4 +178,7 @@ def _recorded_model(run: ModelRun, folder: Path) -> Any:
     if hashlib.sha256(src.read_bytes()).hexdigest() != run.problem_sha256:
         raise KerngenError(f"model run {run.id}: {src} changed since the run; pass the model: "
                            "kerngen.load(RUN, model=model)")
+    if not trusted(run.problem_sha256):  # the record may have come with the folder: it never names Python to run
+        raise KerngenError(f"model run {run.id}: {src} was never run by kerngen on this machine; read it, then pass "
+                           "the model: kerngen.load(RUN, model=model)")
     return load_problem(str(src)).build_model("cuda", 0)

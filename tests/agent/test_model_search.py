@@ -112,3 +112,33 @@ def test_a_model_run_whose_region_kernel_is_wrong_is_never_reported_correct(tmp_
                        log=lambda line: None, tune=0)
     assert run.regions[1].chosen == "pytorch" and "no variant was correct" in run.regions[1].why
     assert run.check.ok and run.regions[0].chosen == "kernel"  # the region checked alone caught it
+
+
+def test_load_reads_the_recorded_problem_file_only_when_kerngen_ran_it_here(resblock_run, monkeypatch, tmp_path):
+    """A model record names its problem file by path and sha256; a folder handed over could name any file on this
+    machine whose hash is known (a public module). Without ``model=``, ``kerngen.load`` builds the model from that
+    file only when kerngen itself ran that content here before (the trust list that replays use)."""
+    import kerngen.problems.load as problems_load
+    from kerngen.agent.problem_data import remember, trusted
+    from kerngen.results.model_run import load_model_run
+
+    from kerngen.agent.model_run import write_model_run
+
+    monkeypatch.setenv("KERNGEN_CACHE_DIR", str(tmp_path))  # a trust list of this test's own
+    run, run_dir, problem, c = resblock_run
+    write_model_run(run, run_dir)  # the record as the search wrote it (another test rewrites it)
+    assert not trusted(run.problem_sha256)
+    with pytest.raises(kerngen.errors.KerngenError, match="never run by kerngen on this machine"):
+        load_model_run(run_dir, launcher=c.launch)
+    remember(run.problem_sha256, Path(run.problem_path))
+    built = []
+    real = problems_load.load_problem
+
+    def on_cpu(src):  # the file itself, built on the CPU (the recorded model is built on CUDA)
+        p = real(src)
+        built.append(src)
+        return type("P", (), {"build_model": lambda self, dev, seed: p.build_model("cpu", seed)})()
+
+    monkeypatch.setattr(problems_load, "load_problem", on_cpu)
+    module = load_model_run(run_dir, launcher=c.launch)
+    assert built == [run.problem_path] and module is not None

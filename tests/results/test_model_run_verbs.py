@@ -136,7 +136,14 @@ def test_replay_rechecks_and_retimes_the_plan_end_to_end(runs, record, problem, 
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without a GPU")
-def test_replay_from_the_cli_without_a_gpu_is_one_line(runs, record):
+def test_replay_from_the_cli_without_a_gpu_is_one_line(runs, record, monkeypatch, tmp_path):
+    from kerngen.agent.problem_data import remember
+
+    monkeypatch.setenv("KERNGEN_CACHE_DIR", str(tmp_path))  # a trust list of this test's own
+    # the recorded file was never run by kerngen here: the record's word is not enough to run it
+    res = cli("replay", record.id, "--runs-dir", str(runs))
+    assert res.exit_code == 2 and "never run by kerngen on this machine" in res.output and "Traceback" not in res.output
+    remember(record.problem_sha256, Path(record.problem_path))
     res = cli("replay", record.id, "--runs-dir", str(runs))
     assert res.exit_code != 0 and "CUDA GPU" in res.output and "Traceback" not in res.output
 
