@@ -224,7 +224,10 @@ def test_compare_nan_and_shape():
     both = ref.clone()
     both[1] = float("nan")
     assert compare(both.clone(), both, atol=1e-4, rtol=1e-4).ok
-    assert compare(torch.ones(5), ref, atol=1, rtol=1).failed is CheckFailure.shape_mismatch
+    wrong_shape = compare(torch.ones(5), ref, atol=1, rtol=1)
+    assert not wrong_shape.ok and wrong_shape.failed is CheckFailure.shape_mismatch  # a mutant once made it ok
+    wrong_dtype = compare(ref.double(), ref, atol=1, rtol=1)
+    assert not wrong_dtype.ok and wrong_dtype.failed is CheckFailure.shape_mismatch and "float64" in wrong_dtype.message
 
 
 def test_unwritten_output_is_named_as_such():
