@@ -97,3 +97,26 @@ def test_a_chunk_of_random_poison_is_made_from_its_own_blocks_only(monkeypatch):
     real = Poison._block
     monkeypatch.setattr(Poison, "_block", lambda self, k, total: made.append(k) or real(self, k, total))
     assert torch.equal(p.flat(330, 390), whole[330:390]) and made == [5, 6]
+
+
+def test_the_timed_loop_poisons_each_call_with_another_byte_than_the_call_before():
+    """Before every timed call the outputs and scratch of the set it runs on are poisoned with a byte that changes
+    at every call (0xFF, 0x7F, ...), so that no call finds the bytes the call before it was given (a mutant that
+    changed every second call survived CI's sample)."""
+    from types import SimpleNamespace
+
+    from kerngen.harness.gpu.evaluate import _Rotation
+
+    out = SimpleNamespace(view=torch.zeros(8))
+    scratch = SimpleNamespace(view=torch.zeros(3, dtype=torch.int32))
+    sets = [SimpleNamespace(outputs={"out": out}, scratch={"s": scratch})]
+    sampled = []
+    rotation = _Rotation(sets, [lambda: None], SimpleNamespace(sample=sampled.append))
+    bytes_seen = []
+    for _ in range(5):
+        rotation.prepare()
+        seen = {int(b) for t in (out.view, scratch.view) for b in t.reshape(-1).view(torch.uint8)}
+        assert len(seen) == 1  # one byte everywhere, outputs and scratch alike
+        bytes_seen.append(seen.pop())
+    assert bytes_seen == [0xFF, 0x7F, 0xFF, 0x7F, 0xFF]
+    assert len(sampled) == 4  # every call's outputs but the last were sampled before the next poison
