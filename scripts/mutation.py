@@ -45,6 +45,8 @@ EQUIVALENT: dict[tuple[str, str, int], str] = {
     "over an empty slice with an empty block",
     ("check", "core/ReplaceComparisonOperator_Is_Eq", 236): "`failed is CheckFailure.input_mutated` -> `==`: "
     "failed is a member of the enum or None, and a member equals only itself",
+    ("check", "core/ReplaceComparisonOperator_Eq_LtE", 311): "`a.device.type == \"cpu\"` -> `<= \"cpu\"`: no "
+    "torch device type sorts before \"cpu\" (cuda, meta, mps, xpu, hip, ... all sort after it)",
     ("compare", "core/ReplaceBinaryOperator_BitAnd_Mul", 162): "`still_poisoned(...) & bad` -> `*`: both are bool "
     "tensors, whose product is their logical and, of dtype bool",
 }

@@ -120,3 +120,31 @@ def test_the_timed_loop_poisons_each_call_with_another_byte_than_the_call_before
         bytes_seen.append(seen.pop())
     assert bytes_seen == [0xFF, 0x7F, 0xFF, 0x7F, 0xFF]
     assert len(sampled) == 4  # every call's outputs but the last were sampled before the next poison
+
+
+def test_the_evidence_keeps_the_worst_output_not_the_last():
+    """Of several outputs (or input sets), the evidence names the largest error and where it is: a mutant that
+    recorded every comparison in turn (the last one won) survived a mutation sample."""
+    from kerngen.harness.gpu.check import _record
+    from kerngen.harness.gpu.compare import compare
+    from kerngen.harness.results import CheckEvidence
+
+    ref = torch.zeros(4, dtype=torch.float64)
+    worse, better = ref.clone(), ref.clone()
+    worse[2], better[1] = 0.5, 0.1
+    evidence = CheckEvidence()
+    _record(evidence, compare(worse, ref, atol=1.0, rtol=0.0), "out0")
+    _record(evidence, compare(better, ref, atol=1.0, rtol=0.0), "out1")
+    assert (evidence.max_abs_err, evidence.max_err_output, evidence.max_err_index) == (0.5, "out0", [2])
+
+
+def test_a_float64_output_is_held_to_float64_precision():
+    """An fp64 output within atol/rtol but 1e-7 off relative to the reference is a precision loss: fp64's own limit
+    on ||out - ref|| / ||ref|| is 1e-10 (a mutant that raised it to ~1 survived a mutation sample)."""
+    from kerngen.harness.gpu.compare import compare
+    from kerngen.harness.results import CheckFailure
+
+    ref = torch.linspace(1.0, 2.0, 1000, dtype=torch.float64)
+    assert compare(ref * (1 + 1e-12), ref, atol=1e-4, rtol=1e-4).ok
+    c = compare(ref * (1 + 1e-7), ref, atol=1e-4, rtol=1e-4)
+    assert not c.ok and c.failed is CheckFailure.precision_loss
