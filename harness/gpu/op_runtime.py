@@ -93,8 +93,9 @@ MapBuilder = Callable[[Any, MapBox, bool], tuple[Any, Any]]
 
 
 class DescriptorCache:
-    """TMA descriptors in device memory, built once per (device, address, shape, dtype, box). Those built while a CUDA graph is being captured are kept apart and never dropped
-    (the graph writes and reads them on every replay)."""
+    """TMA descriptors in device memory, built once per (device, address, shape, dtype, box). Those
+    built while a CUDA graph is being captured are kept apart and never dropped (the graph writes and
+    reads them on every replay)."""
 
     def __init__(self, build: MapBuilder, capacity: int = DESCRIPTORS_KEPT) -> None:
         self._build = build
