@@ -101,22 +101,15 @@ def replay_model_run(folder: Path, runs_dir: Path, problem_file: str | None, com
 
     from kerngen.agent.model_run import read_model_run
     from kerngen.agent.model_search import replay_model
-    from kerngen.agent.problem_data import file_sha256, trusted
     from kerngen.harness.model.bench import cuda_timer
     from kerngen.harness.model.execute import cuda_launcher
     from kerngen.problems.load import load_problem
-    from kerngen.results.model_run import render_model_run
+    from kerngen.results.model_run import recorded_problem_file, render_model_run
 
     run = read_model_run(folder)  # before any GPU work: a record that cannot run is refused here
-    src = problem_file or run.problem_path
-    if not src or not Path(src).is_file():
-        raise KerngenError(f"model run {run.id}: its problem file is not here; pass it: --problem MODEL.py")
-    if problem_file is None and Path(folder).resolve() in Path(src).resolve().parents:
-        raise KerngenError(f"model run {run.id}: its problem file lies inside the run folder; pass it: --problem "
-                           "MODEL.py")  # a folder from anyone never names the Python that runs
-    if problem_file is None and not trusted(file_sha256(Path(src))):
-        raise KerngenError(f"model run {run.id}: its problem file {src} was never run by kerngen on this machine (the "
-                           "record came with the run folder); read it, then pass it: --problem MODEL.py")
+    src = problem_file or recorded_problem_file(run, Path(folder), "pass it: --problem MODEL.py")
+    if not Path(src).is_file():
+        raise KerngenError(f"problem file {src} not found")
     if not torch.cuda.is_available():
         raise KerngenError("replaying a model run needs a CUDA GPU here")
     problem = load_problem(src)

@@ -18,8 +18,7 @@ from kerngen.agent.model_run import ModelRun, is_model_run, read_model_run, writ
 from kerngen.agent.tree import resolve_run
 
 __all__ = ["EXPORT_README", "export_model_run", "load_model_run", "model_run_json", "model_run_path", "model_run_row",
-           "model_run_rows", "plain",
-           "render_model_run", "render_model_runs"]
+           "model_run_rows", "plain", "recorded_problem_file", "render_model_run", "render_model_runs"]
 
 EXPORT_README = "README.txt"
 
@@ -166,19 +165,25 @@ def load_model_run(path: str | Path, runs_dir: str | Path = "runs", *, model: An
 
 
 def _recorded_model(run: ModelRun, folder: Path) -> Any:
-    import hashlib
-
-    from kerngen.agent.problem_data import trusted
     from kerngen.problems.load import load_problem
 
-    src = Path(run.problem_path)
-    if not run.problem_path or not src.is_file() or folder.resolve() in src.resolve().parents:
-        raise KerngenError(f"model run {run.id}: pass the model, kerngen.load(RUN, model=model) (its problem file "
-                           f"{src} is not there, or lies inside the run folder)")
-    if hashlib.sha256(src.read_bytes()).hexdigest() != run.problem_sha256:
-        raise KerngenError(f"model run {run.id}: {src} changed since the run; pass the model: "
-                           "kerngen.load(RUN, model=model)")
-    if not trusted(run.problem_sha256):  # the record may have come with the folder: it never names Python to run
-        raise KerngenError(f"model run {run.id}: {src} was never run by kerngen on this machine; read it, then pass "
-                           "the model: kerngen.load(RUN, model=model)")
+    src = recorded_problem_file(run, folder, "pass the model: kerngen.load(RUN, model=model)")
     return load_problem(str(src)).build_model("cuda", 0)
+
+
+def recorded_problem_file(run: ModelRun, folder: Path, ask: str) -> Path:
+    """The problem file ``run`` names, when kerngen may build it on the record's word: there, outside the run
+    folder, with the recorded sha256, and run by kerngen on this machine before (a handed record could name any
+    file here whose hash is public). Else a one-line :class:`KerngenError` ending in ``ask``."""
+    from kerngen.agent.problem_data import file_sha256, trusted
+
+    src = Path(run.problem_path)
+    if not run.problem_path or not src.is_file():
+        raise KerngenError(f"model run {run.id}: its problem file {src} is not here; {ask}")
+    if folder.resolve() in src.resolve().parents:  # a folder from anyone never names the Python that runs
+        raise KerngenError(f"model run {run.id}: its problem file {src} lies inside the run folder; {ask}")
+    if file_sha256(src) != run.problem_sha256:
+        raise KerngenError(f"model run {run.id}: {src} changed since the run; {ask}")
+    if not trusted(run.problem_sha256):
+        raise KerngenError(f"model run {run.id}: {src} was never run by kerngen on this machine; read it, then {ask}")
+    return src
