@@ -124,6 +124,7 @@ def cuda_launcher() -> Launcher:
     # keyed by the spec's content, never by the step's position: one launcher serves many plans (every variant
     # a region tries sits at the same step index), and a binder holds its spec's source
     binders: dict[str, CudaBinder] = {}
+    hashes: dict[int, tuple[KernelSpec, str]] = {}  # id(spec) -> (the spec, kept alive so its id stays its own; hash)
     runners: dict[tuple, Any] = {}
 
     def cubin(spec: KernelSpec) -> Callable[[ResolvedPlan, int], bytes]:
@@ -142,7 +143,10 @@ def cuda_launcher() -> Launcher:
 
         names = tuple(tensors)
         device = next(iter(tensors.values())).device.index or 0
-        spec_key = spec.content_hash()
+        known = hashes.get(id(spec))
+        if known is None or known[0] is not spec:  # the hash once per spec object, not per launch (a hot path)
+            known = hashes[id(spec)] = (spec, spec.content_hash())
+        spec_key = known[1]
         key = (spec_key, device, names, tuple(tuple(t.shape) for t in tensors.values()),
                tuple(sorted(plan.config.items())))
         runner = runners.get(key)
