@@ -74,6 +74,9 @@ class KeyedCache(Generic[K, V]):
     def __len__(self) -> int:
         return len(self._items)
 
+    def values(self) -> list[V]:
+        return list(self._items.values())
+
 
 # ----- TMA descriptors ----------------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -249,6 +252,11 @@ class KernelRuntime:
     @property
     def binds(self) -> int:
         return self._runners.builds
+
+    @property
+    def prepares(self) -> int:
+        """Launch sets made by its bound runners (one per new set of addresses; a loop makes few)."""
+        return sum(getattr(r, "prepares", 0) for r in self._runners.values())
 
     def runner(self, shapes: Shapes, device: int, slots: Slots) -> tuple[ResolvedPlan, Runner]:
         """The plan at ``shapes`` (SpecError: not admitted) and its runner on ``device``."""
