@@ -35,7 +35,7 @@ class KernelEntry:
     layout check of each argument, one ``torch.empty`` per output and scratch buffer, the raw handle
     of torch's current stream, and the runner."""
 
-    __slots__ = ("runner", "outputs", "scratch", "device", "_index", "_allocs", "_single", "_cuda_device",
+    __slots__ = ("runner", "outputs", "scratch", "device", "_index", "_allocs", "_single", "_empty", "_cuda_device",
                  "_raw_stream")
 
     def __init__(self, runner: Runner, outputs: tuple[tuple[tuple[int, ...], Any], ...],
@@ -48,6 +48,7 @@ class KernelEntry:
         self.device = device  # torch.device
         self._allocs = tuple(outputs) + tuple(((n,), dtype) for n, dtype in scratch)
         self._single = len(outputs) == 1
+        self._empty = torch.empty
         self._index = None if device.type != "cuda" else (device.index or 0)  # None: a CPU backend (the tests' emulator)
         if self._index is not None:
             # the raw calls torch.cuda.current_device() and current_stream().cuda_stream make, without their
@@ -57,13 +58,10 @@ class KernelEntry:
                 lambda index: torch.cuda.current_stream(index).cuda_stream)
 
     def __call__(self, args: tuple) -> Any:
-        import torch
-
-        dev = self.device
+        dev, empty = self.device, self._empty
         # the harness checked the kernel on contiguous tensors: give it the same layout (no copy when already so)
         bound = [t if t.is_contiguous() else t.contiguous() for t in args]
         n = len(bound)
-        empty = torch.empty
         bound += [empty(shape, dtype=dtype, device=dev) for shape, dtype in self._allocs]
         index = self._index
         if index is None:
@@ -72,6 +70,7 @@ class KernelEntry:
             self.runner(bound, self._raw_stream(index))
         else:
             import cupy
+            import torch
 
             with torch.cuda.device(index), cupy.cuda.Device(index):
                 self.runner(bound, self._raw_stream(index))

@@ -14,9 +14,12 @@ depends on:
   A descriptor is encoded on the host and written to device memory once per key; the same tensor
   (or another one at the same address, as torch's caching allocator hands out) reuses it.
 
-A call then reads ``data_ptr()`` of its tensors and launches on torch's current stream: no host to
-device copy, no synchronisation, nothing allocated but the outputs and scratch (the caller takes
-them from torch's caching allocator). A descriptor missing from the cache is written by a tiny kernel
+- the launches' argument tuples (pointers and descriptor addresses filled in): by the addresses of the
+  call's tensors (:class:`_CudaRunner`; torch's caching allocator hands a loop the same addresses again).
+
+A call then reads ``data_ptr()`` of its tensors, finds its launches and makes them on torch's current
+stream: no host to device copy, no synchronisation, nothing allocated but the outputs and scratch (the
+caller takes them from torch's caching allocator). A descriptor missing from the cache is written by a tiny kernel
 whose parameters are its 128 bytes (:data:`STORE_SOURCE`); under CUDA graph capture that launch is
 captured into the graph and the descriptor kept apart from the eager ones: its bytes exist only once
 the graph replays.
@@ -27,6 +30,7 @@ without one (tests/harness/test_op_runtime.py).
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Hashable, Mapping, Sequence, TypeVar
@@ -355,6 +359,7 @@ class _CudaRunner:
         self._streams: dict[int, Any] = {}
         # addresses -> (launches, descriptor buffers they point to: kept alive as long as the launches)
         self._prepared: dict[tuple, tuple[tuple, list]] = {}
+        self._lock = threading.Lock()  # the slow paths' (another thread's call may read meanwhile: dict reads are atomic)
         self.prepares = 0
 
     def __call__(self, tensors: Sequence[Any], stream: Any) -> None:
@@ -375,9 +380,11 @@ class _CudaRunner:
                 fn(grid, block, args, smem, cs)
 
     def _stream(self, handle: int) -> Any:
-        if len(self._streams) >= PREPARED_KEPT:
-            self._streams.clear()
-        cs = self._streams[handle] = self._stream_of(handle, self.device)
+        cs = self._stream_of(handle, self.device)
+        with self._lock:
+            if len(self._streams) >= PREPARED_KEPT:
+                self._streams.clear()
+            self._streams[handle] = cs
         return cs
 
     def _prepare(self, tensors: Sequence[Any], ptrs: tuple) -> tuple:
@@ -405,9 +412,10 @@ class _CudaRunner:
             launches.append((fn, grid, block, tuple(args), smem, coop))
         made = tuple(launches)
         if not capturing:
-            if len(self._prepared) >= PREPARED_KEPT:
-                self._prepared.pop(next(iter(self._prepared)))
-            self._prepared[ptrs] = (made, alive)
+            with self._lock:
+                if len(self._prepared) >= PREPARED_KEPT:
+                    self._prepared.pop(next(iter(self._prepared)))
+                self._prepared[ptrs] = (made, alive)
         return made
 
 
