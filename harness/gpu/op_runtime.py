@@ -345,15 +345,16 @@ class _CudaRunner:
     (:data:`PREPARED_KEPT`, oldest dropped first): torch's caching allocator hands the same addresses
     out again, so a loop's calls read ``data_ptr()`` of their tensors, find their launches and make
     them, nothing else. The stream is torch's raw handle (an int; a ``torch.cuda.Stream`` is taken
-    too). ``stream_of``, ``memset`` and ``capturing`` are the CUDA leaves (injected by the CPU tests
-    and scripts/op_host_cost.py); the defaults are cupy's and torch's."""
+    too). ``stream_of``, ``memset``, ``capturing`` and ``pack`` are the CUDA leaves (injected by the CPU
+    tests and scripts/op_host_cost.py); the defaults are cupy's and torch's."""
 
     def __init__(self, steps: list[tuple], device: int, descriptors: DescriptorCache,
                  stream_of: Callable[[int, int], Any] | None = None, memset: Callable[..., Any] | None = None,
-                 capturing: Callable[[], bool] | None = None) -> None:
+                 capturing: Callable[[], bool] | None = None, pack: Callable[[Any], Any] | None = None) -> None:
         self.steps, self.device, self.descriptors = steps, device, descriptors
         self.has_maps = any(s[0] == "launch" and s[6] for s in steps)
         self._stream_of = stream_of or _cupy_stream
+        self._pack = pack or _cupy_pack()
         self._memset = memset or (_cupy_memset() if any(s[0] == "memset" for s in steps) else None)
         self._capturing = capturing or _torch_capturing
         self._streams: dict[int, Any] = {}
@@ -409,7 +410,7 @@ class _CudaRunner:
                 entry = self.descriptors.entry(tensors[slot], self.device, box, capturing)
                 alive.append(entry)
                 args[pos] = np.uint64(entry[0].data_ptr())
-            launches.append((fn, grid, block, tuple(args), smem, coop))
+            launches.append((fn, grid, block, tuple(map(self._pack, args)), smem, coop))
         made = tuple(launches)
         if not capturing:
             with self._lock:
@@ -423,6 +424,19 @@ def _cupy_stream(handle: int, device: int) -> Any:
     import cupy
 
     return cupy.cuda.ExternalStream(handle, device)
+
+
+def _cupy_pack() -> Callable[[Any], Any]:
+    """A numpy scalar as cupy passes it to a kernel: cupy turns each argument into a ``CPointer`` to
+    its bytes on every launch (for a numpy scalar, a new object per argument per call); a ``CPointer``
+    it passes as it is. A launch set's arguments are made so once: ``CNumpyArray`` of a size-one
+    array of the scalar, the very bytes cupy passes for a size-one numpy array. A cupy without that
+    class gets the scalars (converted per call, as before)."""
+    try:
+        from cupy.cuda.function import CNumpyArray
+    except ImportError:
+        return lambda value: value
+    return lambda value: CNumpyArray(np.array([value]))
 
 
 def _cupy_memset() -> Callable[..., Any]:

@@ -9,7 +9,7 @@
 #   3. short runs of every built-in problem (--minutes 0.1 each)                                   <= 180 s
 #   4. each run exported and loaded (kerngen.load) in one process: host us per call (200 calls, no sync) and
 #      triton.testing.do_bench of the loaded op against the run's kernel ms and against the same kernel through
-#      the harness's launcher under the same do_bench (loaded/direct: the op path alone); then the table  <= 90 s
+#      the harness's launcher under the same do_bench (loaded/direct: the op path alone), outputs compared  <= 110 s
 # Results come back under $OUT: i33b-host.txt, i33b-tests.txt, i33b-table.txt (the table is printed last).
 set -u
 OUT=${OUT:-/tmp/i33b-out}
@@ -35,7 +35,7 @@ timeout 180 kerngen generate $PROBLEMS --minutes 0.1 --rounds 1 --runs-dir "$W/r
   > "$W/generate.json" 2> "$W/generate.err" || log "generate stopped ($?): $(tail -c 300 "$W/generate.err")"
 
 log "4/4 exports loaded: host us per call, do_bench against the kernel"
-timeout 90 python3 - "$W/runs" "$W/exports" <<'EOF' | tee "$OUT/i33b-table.txt"
+timeout 110 python3 - "$W/runs" "$W/exports" <<'EOF' | tee "$OUT/i33b-table.txt"
 import math, sys, time
 from pathlib import Path
 
@@ -47,6 +47,7 @@ from kerngen.agent.tree import load_run
 from kerngen.harness.compile.nvrtc_info import arch_for_capability
 from kerngen.harness.gpu.buffers import torch_dtype
 from kerngen.harness.gpu.launcher import LoadedModule, PlanRunner
+from kerngen.problems.info import default_tolerance
 from kerngen.results.export import export_run
 from kerngen.results.manifest import read_manifest
 
@@ -57,9 +58,9 @@ BEFORE = {"softmax": (67, None), "layernorm": (150, None), "rmsnorm": (70, None)
 dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 rows, started = [], time.monotonic()
 for folder in sorted(p for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else []:
-    if time.monotonic() - started > 75:
+    if time.monotonic() - started > 95:
         break
-    row = {"problem": folder.name, "kernel": None, "host": None, "loaded": None, "direct": None, "note": ""}
+    row = {"problem": folder.name, "kernel": None, "host": None, "loaded": None, "direct": None, "same": None, "note": ""}
     try:
         run = load_run(folder, runs)
         row["problem"] = run.started.problem.source.split("/")[-1].removesuffix(".py")
@@ -91,6 +92,16 @@ for folder in sorted(p for p in runs.iterdir() if p.is_dir()) if runs.is_dir() e
         direct = PlanRunner(LoadedModule(cubin, sorted({s.kernel for s in v.plan.launches})), v.plan, held,
                             torch.cuda.current_stream())
         row["direct"] = triton.testing.do_bench(direct, warmup=25, rep=200, return_mode="median")
+        # the loaded op's outputs against the launcher's on the same inputs (the tolerance the kernel was checked at)
+        got = fn(*args)
+        direct()
+        torch.cuda.synchronize()
+        got = [got] if isinstance(got, torch.Tensor) else list(got)
+        same = True
+        for g, t in zip(got, v.outputs):
+            atol, rtol = (v.atol, v.rtol) if v.atol is not None and v.rtol is not None else default_tolerance(t.dtype)
+            same = same and torch.allclose(g.float(), held[t.name].float(), atol=atol, rtol=rtol, equal_nan=True)
+        row["same"] = same
     except Exception as exc:  # noqa: BLE001 - one problem's failure is its row
         row["note"] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:80]}"
     rows.append(row)
@@ -104,7 +115,8 @@ print(f"\nloaded op vs kernel on {torch.cuda.get_device_name()} ({time.strftime(
       f"torch {torch.__version__}")
 print("kernel: the run's own timing of its best kernel; loaded: kerngen export + kerngen.load, triton do_bench (median,")
 print("L2 cleared); direct: the same kernel through the harness's launcher on buffers bound once, the same do_bench;")
-print("host us: 200 back-to-back calls without sync; before: scripts/device/i33.sh on one H100, 2026-11-28")
+print("host us: 200 back-to-back calls without sync; before: scripts/device/i33.sh on one H100, 2026-11-28;")
+print("every loaded op's output is compared with the launcher's (a note says where it differs)")
 print(" | ".join(("problem", "kernel ms", "loaded ms", "loaded/kernel", "before", "direct ms", "loaded/direct",
                   "host us", "before", "note")))
 ratios = []
@@ -114,10 +126,13 @@ for r in rows:
         ratios.append(ratio)
     host_before, ratio_before = BEFORE.get(r["problem"], (None, None))
     note = r["note"] or (f"gap {100 * (ratio - 1):.1f}% > 3%" if ratio and ratio > 1.03 else "")
+    if r["same"] is False:
+        note = "LOADED OP'S OUTPUT DIFFERS FROM THE LAUNCHER'S; " + note
     same = r["loaded"] / r["direct"] if r["loaded"] and r["direct"] else None
     print(" | ".join([r["problem"][:30], f(r["kernel"], ".4f"), f(r["loaded"], ".4f"), f(ratio, ".3f"),
                       f(ratio_before, ".3f"), f(r["direct"], ".4f"), f(same, ".3f"), f(r["host"], ".1f"),
                       f(host_before, "d"), note]))
+print(f"outputs compared: {sum(r['same'] is not None for r in rows)}, differing: {sum(r['same'] is False for r in rows)}")
 if ratios:
     print(f"{len(ratios)} loaded ops timed; within 3% of the kernel: {sum(g <= 1.03 for g in ratios)}; "
           f"geomean loaded/kernel {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}, worst {max(ratios):.3f}")

@@ -267,7 +267,8 @@ def _runner(spec, leaves, descriptors=None, args_of=None):
     steps = [("memset", index[s.tensor], s.value) if not hasattr(s, "kernel")
              else _bind_launch(leaves.fn(f"k{n}"), s, index, n) for n, s in enumerate(plan.steps)]
     return _CudaRunner(steps, 0, descriptors or DescriptorCache(lambda t, box, cap: (_Buf(0xD00), None)),
-                       stream_of=leaves.stream_of, memset=leaves.memset, capturing=leaves.capturing)
+                       stream_of=leaves.stream_of, memset=leaves.memset, capturing=leaves.capturing,
+                       pack=lambda value: value)
 
 
 def test_a_runner_builds_its_launches_once_per_set_of_addresses():
@@ -353,3 +354,17 @@ def test_register_op_runs_the_implementation_and_the_fake_on_meta():
     x = torch.zeros(3)
     assert torch.equal(op(x), torch.ones(3)) and seen[0] is x  # the caller's tensor, nothing wrapped
     assert op(torch.empty(3, device="meta")).device.type == "meta" and len(seen) == 1  # the fake ran
+
+
+def test_launch_arguments_are_packed_once_as_cupy_passes_them():
+    """cupy passes a ``CPointer`` as it is (else it makes one per argument per launch): a launch set's
+    arguments are made so once, from the same numpy scalars."""
+    pytest.importorskip("cupy")
+    import numpy as np
+    from cupy.cuda.function import CPointer
+
+    from kerngen.harness.gpu.op_runtime import _cupy_pack
+
+    pack = _cupy_pack()
+    packed = [pack(v) for v in (np.uint64(0x7F0000001000), np.int32(-5), np.float32(1.5))]
+    assert all(isinstance(p, CPointer) for p in packed)
