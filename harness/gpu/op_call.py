@@ -12,7 +12,6 @@ worker's ``kerngen bench --op`` admits its one plan. Both register the op the sa
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from kerngen.harness.gpu.op_runtime import Runner
@@ -30,35 +29,52 @@ def signature(args: Sequence[Any]) -> Signature:
         raise ValueError(f"argument {bad} must be a tensor, got {type(args[bad]).__name__}") from None
 
 
-@dataclass(frozen=True)
 class KernelEntry:
     """What one signature runs: a bound plan, the shapes and dtypes of the outputs and of the
-    scratch buffers it allocates per call, and the device."""
+    scratch buffers it allocates per call, and the device. A call on the current device costs: the
+    layout check of each argument, one ``torch.empty`` per output and scratch buffer, the raw handle
+    of torch's current stream, and the runner."""
 
-    runner: Runner
-    outputs: tuple[tuple[tuple[int, ...], Any], ...]  # (shape, torch dtype)
-    scratch: tuple[tuple[int, Any], ...]  # (elements, torch dtype)
-    device: Any  # torch.device
+    __slots__ = ("runner", "outputs", "scratch", "device", "_index", "_allocs", "_single", "_empty", "_cuda_device",
+                 "_raw_stream")
 
-    def __call__(self, args: tuple) -> Any:
+    def __init__(self, runner: Runner, outputs: tuple[tuple[tuple[int, ...], Any], ...],
+                 scratch: tuple[tuple[int, Any], ...], device: Any) -> None:
         import torch
 
-        dev = self.device
+        self.runner = runner
+        self.outputs = outputs  # (shape, torch dtype)
+        self.scratch = scratch  # (elements, torch dtype)
+        self.device = device  # torch.device
+        self._allocs = tuple(outputs) + tuple(((n,), dtype) for n, dtype in scratch)
+        self._single = len(outputs) == 1
+        self._empty = torch.empty
+        self._index = None if device.type != "cuda" else (device.index or 0)  # None: a CPU backend (the tests' emulator)
+        if self._index is not None:
+            # the raw calls torch.cuda.current_device() and current_stream().cuda_stream make, without their
+            # Python layers (a torch without them takes the public ones)
+            self._cuda_device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
+            self._raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+                lambda index: torch.cuda.current_stream(index).cuda_stream)
+
+    def __call__(self, args: tuple) -> Any:
+        dev, empty = self.device, self._empty
         # the harness checked the kernel on contiguous tensors: give it the same layout (no copy when already so)
-        tensors = [t if t.is_contiguous() else t.contiguous() for t in args]
-        outs = [torch.empty(shape, dtype=dtype, device=dev) for shape, dtype in self.outputs]
-        scratch = [torch.empty((n,), dtype=dtype, device=dev) for n, dtype in self.scratch]
-        bound = [*tensors, *outs, *scratch]
-        if dev.type != "cuda":  # a CPU backend: the tests' emulator
+        bound = [t if t.is_contiguous() else t.contiguous() for t in args]
+        n = len(bound)
+        bound += [empty(shape, dtype=dtype, device=dev) for shape, dtype in self._allocs]
+        index = self._index
+        if index is None:
             self.runner(bound, None)
-        elif dev.index == torch.cuda.current_device():
-            self.runner(bound, torch.cuda.current_stream(dev))
+        elif self._cuda_device() == index:
+            self.runner(bound, self._raw_stream(index))
         else:
             import cupy
+            import torch
 
-            with torch.cuda.device(dev), cupy.cuda.Device(dev.index):
-                self.runner(bound, torch.cuda.current_stream(dev))
-        return outs[0] if len(outs) == 1 else tuple(outs)
+            with torch.cuda.device(index), cupy.cuda.Device(index):
+                self.runner(bound, self._raw_stream(index))
+        return bound[n] if self._single else tuple(bound[n:n + len(self.outputs)])
 
 
 class OpRuntime:
@@ -95,18 +111,38 @@ class OpRuntime:
             self._entries[signature(args)] = entry
 
     def __call__(self, *args: Any) -> Any:
-        return self.entry(args)(args)
+        try:  # signature(args), inlined: this is every call's path
+            entry = self._entries.get(tuple([(t.shape, t.dtype, t.device) for t in args]))
+        except AttributeError:
+            entry = None
+        if entry is None:
+            entry = self.entry(args)
+        return entry(args)
+
+
+_LIBRARIES: dict[str, Any] = {}  # qualname -> the torch.library.Library holding it (the op lives as long as it does)
 
 
 def register_op(qualname: str, schema: str, implementation: Callable[..., Any], fake: Callable[..., Any]) -> Any:
-    """``torch.library.custom_op(qualname)`` with ``schema``, ``implementation`` and a fake
-    implementation (shapes without running anything): what torch.compile traces through without a
-    graph break, and what CUDA graphs capture (the implementation's launches)."""
+    """The op ``qualname`` (``"ns::name"``) with ``schema`` (``"(Tensor x) -> Tensor"``), its
+    ``implementation`` and a fake implementation (shapes without running anything): what
+    torch.compile traces through without a graph break, and what CUDA graphs capture (the
+    implementation's launches). Returns ``torch.ops.ns.name.default``.
+
+    Registered with ``torch.library.Library`` (``define`` + ``impl`` for every backend + ``register_fake``)
+    rather than ``torch.library.custom_op``: the latter routes every eager call through Python layers
+    of its own (its autograd wrapper, the backend lookup) that cost several times the C++ dispatch
+    (scripts/op_host_cost.py measures both). The op has no autograd formula: PyTorch's fallback runs it
+    when inputs require grad and warns if a backward reaches it (gradients do not flow through it)."""
     import torch
 
-    op = torch.library.custom_op(qualname, implementation, mutates_args=(), schema=schema)
-    op.register_fake(fake)
-    return op
+    ns, _, name = qualname.partition("::")
+    lib = torch.library.Library(ns, "FRAGMENT")
+    lib.define(f"{name}{schema}")
+    lib.impl(name, implementation, "CompositeExplicitAutograd")
+    torch.library.register_fake(qualname, fake, lib=lib)
+    _LIBRARIES[qualname] = lib
+    return getattr(getattr(torch.ops, ns), name).default
 
 
 __all__ = ["Entry", "KernelEntry", "OpRuntime", "register_op", "signature"]

@@ -14,9 +14,12 @@ depends on:
   A descriptor is encoded on the host and written to device memory once per key; the same tensor
   (or another one at the same address, as torch's caching allocator hands out) reuses it.
 
-A call then reads ``data_ptr()`` of its tensors and launches on torch's current stream: no host to
-device copy, no synchronisation, nothing allocated but the outputs and scratch (the caller takes
-them from torch's caching allocator). A descriptor missing from the cache is written by a tiny kernel
+- the launches' argument tuples (pointers and descriptor addresses filled in): by the addresses of the
+  call's tensors (:class:`_CudaRunner`; torch's caching allocator hands a loop the same addresses again).
+
+A call then reads ``data_ptr()`` of its tensors, finds its launches and makes them on torch's current
+stream: no host to device copy, no synchronisation, nothing allocated but the outputs and scratch (the
+caller takes them from torch's caching allocator). A descriptor missing from the cache is written by a tiny kernel
 whose parameters are its 128 bytes (:data:`STORE_SOURCE`); under CUDA graph capture that launch is
 captured into the graph and the descriptor kept apart from the eager ones: its bytes exist only once
 the graph replays.
@@ -27,6 +30,7 @@ without one (tests/harness/test_op_runtime.py).
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Generic, Hashable, Mapping, Sequence, TypeVar
@@ -41,6 +45,7 @@ from kerngen.harness.spec.spec import KernelSpec
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
+PREPARED_KEPT = 64  # argument tuples one bound plan keeps, by its tensors' addresses (and CUDA streams it wraps)
 PLANS_KEPT = 256  # shapes one kernel keeps resolved and bound (a model with more distinct shapes re-resolves)
 DESCRIPTORS_KEPT = 4096  # eager TMA descriptors kept (128 bytes of device memory each)
 _SCALARS = {"int32": np.int32, "int64": np.int64, "float32": np.float32}
@@ -72,6 +77,9 @@ class KeyedCache(Generic[K, V]):
 
     def __len__(self) -> int:
         return len(self._items)
+
+    def values(self) -> list[V]:
+        return list(self._items.values())
 
 
 # ----- TMA descriptors ----------------------------------------------------------------------------
@@ -107,15 +115,19 @@ class DescriptorCache:
     def builds(self) -> int:
         return self._eager.builds + len(self._captured)
 
-    def pointer(self, tensor: Any, device: int, box: MapBox, capturing: bool = False) -> int:
-        """The device address of the descriptor of ``tensor`` for this box."""
+    def entry(self, tensor: Any, device: int, box: MapBox, capturing: bool = False) -> tuple[Any, Any]:
+        """(the descriptor's device buffer, anything kept alive with it) for ``tensor`` and this box."""
         key = (device, tensor.data_ptr(), tuple(tensor.shape), tensor.dtype, box)
         if capturing and key not in self._eager:
             entry = self._captured.get(key)
             if entry is None:
                 entry = self._captured[key] = self._build(tensor, box, True)
-            return entry[0].data_ptr()
-        return self._eager.get(key, tensor)[0].data_ptr()
+            return entry
+        return self._eager.get(key, tensor)
+
+    def pointer(self, tensor: Any, device: int, box: MapBox, capturing: bool = False) -> int:
+        """The device address of the descriptor of ``tensor`` for this box."""
+        return self.entry(tensor, device, box, capturing)[0].data_ptr()
 
 
 # A tiny kernel writes a descriptor's 128 bytes from its own parameters: on a stream it is an
@@ -226,7 +238,7 @@ class Slots:
         return {n: i for i, n in enumerate(self.names)}
 
 
-Runner = Callable[[Sequence[Any], Any], None]  # (tensors in slot order, torch stream) -> None
+Runner = Callable[[Sequence[Any], Any], None]  # (tensors in slot order, raw CUDA stream handle; None on a CPU backend) -> None
 # (plan, device index, slots) -> a runner
 Binder = Callable[[ResolvedPlan, int, Slots], Runner]
 
@@ -245,6 +257,11 @@ class KernelRuntime:
     @property
     def binds(self) -> int:
         return self._runners.builds
+
+    @property
+    def prepares(self) -> int:
+        """Launch sets made by its bound runners (one per new set of addresses; a loop makes few)."""
+        return sum(getattr(r, "prepares", 0) for r in self._runners.values())
 
     def runner(self, shapes: Shapes, device: int, slots: Slots) -> tuple[ResolvedPlan, Runner]:
         """The plan at ``shapes`` (SpecError: not admitted) and its runner on ``device``."""
@@ -324,44 +341,115 @@ def _bind_launch(fn: Any, step: ResolvedLaunch, index: Mapping[str, int], number
 
 
 class _CudaRunner:
-    """Runs bound steps on the tensors of one call, on torch's stream: pointers read, descriptors
-    looked up, kernels launched with cupy. Nothing else."""
+    """Runs bound steps on the tensors of one call, on a CUDA stream. The launches' argument tuples
+    (pointers filled in, TMA descriptors looked up) are built once per set of addresses and kept
+    (:data:`PREPARED_KEPT`, oldest dropped first): torch's caching allocator hands the same addresses
+    out again, so a loop's calls read ``data_ptr()`` of their tensors, find their launches and make
+    them, nothing else. The stream is torch's raw handle (an int; a ``torch.cuda.Stream`` is taken
+    too). ``stream_of``, ``memset``, ``capturing`` and ``pack`` are the CUDA leaves (injected by the CPU
+    tests and scripts/op_host_cost.py); the defaults are cupy's and torch's."""
 
-    def __init__(self, steps: list[tuple], device: int, descriptors: DescriptorCache) -> None:
+    def __init__(self, steps: list[tuple], device: int, descriptors: DescriptorCache,
+                 stream_of: Callable[[int, int], Any] | None = None, memset: Callable[..., Any] | None = None,
+                 capturing: Callable[[], bool] | None = None, pack: Callable[[Any], Any] | None = None) -> None:
         self.steps, self.device, self.descriptors = steps, device, descriptors
         self.has_maps = any(s[0] == "launch" and s[6] for s in steps)
+        self._stream_of = stream_of or _cupy_stream
+        self._pack = pack or _cupy_pack()
+        self._memset = memset or (_cupy_memset() if any(s[0] == "memset" for s in steps) else None)
+        self._capturing = capturing or _torch_capturing
         self._streams: dict[int, Any] = {}
-
-    def _cupy_stream(self, stream: Any) -> Any:
-        handle = stream.cuda_stream
-        cs = self._streams.get(handle)
-        if cs is None:
-            import cupy
-
-            cs = self._streams[handle] = cupy.cuda.ExternalStream(handle, self.device)
-        return cs
+        # addresses -> (launches, descriptor buffers they point to: kept alive as long as the launches)
+        self._prepared: dict[tuple, tuple[tuple, list]] = {}
+        self._lock = threading.Lock()  # the slow paths' (another thread's call may read meanwhile: dict reads are atomic)
+        self.prepares = 0
 
     def __call__(self, tensors: Sequence[Any], stream: Any) -> None:
-        import cupy
-        import torch
+        if not isinstance(stream, int):
+            stream = stream.cuda_stream
+        cs = self._streams.get(stream)
+        if cs is None:
+            cs = self._stream(stream)
+        ptrs = tuple([t.data_ptr() for t in tensors])
+        got = self._prepared.get(ptrs)
+        launches = got[0] if got is not None else self._prepare(tensors, ptrs)
+        for fn, grid, block, args, smem, coop in launches:
+            if fn is None:  # a memset: (None, address, value, bytes, 0, False)
+                self._memset(grid, block, args, cs.ptr)
+            elif coop:  # a cooperative grid was checked to be resident at once when it was bound
+                fn(grid, block, args, shared_mem=smem, stream=cs, enable_cooperative_groups=True)
+            else:
+                fn(grid, block, args, smem, cs)
 
-        cs = self._cupy_stream(stream)
-        capturing = self.has_maps and torch.cuda.is_current_stream_capturing()
-        ptrs = [t.data_ptr() for t in tensors]
+    def _stream(self, handle: int) -> Any:
+        cs = self._stream_of(handle, self.device)
+        with self._lock:
+            if len(self._streams) >= PREPARED_KEPT:
+                self._streams.clear()
+            self._streams[handle] = cs
+        return cs
+
+    def _prepare(self, tensors: Sequence[Any], ptrs: tuple) -> tuple:
+        """The launches at these addresses. Inside a CUDA graph capture a descriptor missing from
+        the eager cache is captured (its bytes exist once the graph replays): such launches are
+        used for this call only, never kept for eager calls."""
+        self.prepares += 1
+        capturing = self.has_maps and self._capturing()
+        launches: list[tuple] = []
+        alive: list[Any] = []
         for step in self.steps:
             if step[0] == "memset":
                 _, slot, value = step
                 t = tensors[slot]
-                cupy.cuda.runtime.memsetAsync(ptrs[slot], value, t.numel() * t.element_size(), cs.ptr)
+                launches.append((None, ptrs[slot], value, t.numel() * t.element_size(), 0, False))
                 continue
             _, fn, grid, block, template, fills, maps, smem, coop = step
             args = list(template)
             for pos, slot in fills:
                 args[pos] = np.uint64(ptrs[slot])
             for pos, slot, box in maps:
-                args[pos] = np.uint64(self.descriptors.pointer(tensors[slot], self.device, box, capturing))
-            # a cooperative grid was checked to be resident at once when it was bound
-            fn(grid, block, tuple(args), shared_mem=smem, stream=cs, enable_cooperative_groups=coop)
+                entry = self.descriptors.entry(tensors[slot], self.device, box, capturing)
+                alive.append(entry)
+                args[pos] = np.uint64(entry[0].data_ptr())
+            launches.append((fn, grid, block, tuple(map(self._pack, args)), smem, coop))
+        made = tuple(launches)
+        if not capturing:
+            with self._lock:
+                if len(self._prepared) >= PREPARED_KEPT:
+                    self._prepared.pop(next(iter(self._prepared)))
+                self._prepared[ptrs] = (made, alive)
+        return made
+
+
+def _cupy_stream(handle: int, device: int) -> Any:
+    import cupy
+
+    return cupy.cuda.ExternalStream(handle, device)
+
+
+def _cupy_pack() -> Callable[[Any], Any]:
+    """A numpy scalar as cupy passes it to a kernel: cupy turns each argument into a ``CPointer`` to
+    its bytes on every launch (for a numpy scalar, a new object per argument per call); a ``CPointer``
+    it passes as it is. A launch set's arguments are made so once: ``CNumpyArray`` of a size-one
+    array of the scalar, the very bytes cupy passes for a size-one numpy array. A cupy without that
+    class gets the scalars (converted per call, as before)."""
+    try:
+        from cupy.cuda.function import CNumpyArray
+    except ImportError:
+        return lambda value: value
+    return lambda value: CNumpyArray(np.array([value]))
+
+
+def _cupy_memset() -> Callable[..., Any]:
+    import cupy
+
+    return cupy.cuda.runtime.memsetAsync
+
+
+def _torch_capturing() -> bool:
+    import torch
+
+    return torch.cuda.is_current_stream_capturing()
 
 
 __all__ = ["CudaBinder", "DescriptorCache", "KernelRuntime", "KeyedCache", "MapBox", "PlanCache", "STORE_SOURCE", "Slots",

@@ -5,7 +5,7 @@ An export folder (written by ``kerngen export``) is data: ``<name>.cu`` (the ker
 ``<name>.json`` (:class:`~kerngen.results.manifest.ExportManifest`: the spec, its tuned configuration,
 the resolved launch plan, the problem and its tensors; further shape buckets beside the first) and
 ``<name>.<arch>.cubin`` (compiled at export time). :func:`load_op` registers ``torch.ops.kerngen.<name>``
-with ``torch.library.custom_op`` (its schema written from the manifest's argument names, a fake
+with ``torch.library`` (its schema written from the manifest's argument names, a fake
 implementation registered, so ``torch.compile(fullgraph=True)`` traces through it and CUDA graphs
 capture it) and :class:`~kerngen.results.exported_kernel.ExportedKernel` behind it: which kernel, or
 the problem's own PyTorch forward, runs for a call's shapes, and the launch path that costs nothing
@@ -67,8 +67,8 @@ _OPS_LOCK = threading.Lock()
 def op_of_manifest(manifest_path: str | Path, *, fallback: Any = None, strict: bool = False,
                    check_new_shapes: bool = True) -> Callable[..., Any]:
     """The op of an export manifest, registered once per process with kerngen's own code: a
-    ``torch.library.custom_op`` whose schema comes from the manifest and whose implementation is
-    an :class:`ExportedKernel` (``op.kerngen``). Nothing from the export folder is imported. Loading
+    ``torch.library`` op (:func:`~kerngen.harness.gpu.op_call.register_op`) whose schema comes from the
+    manifest and whose implementation is an :class:`ExportedKernel`'s runtime (``op.kerngen``). Nothing from the export folder is imported. Loading
     the same export again returns the same op, with the fallback and strictness of this load."""
     from kerngen.harness.gpu.op_call import register_op
 
@@ -95,14 +95,8 @@ def op_of_manifest(manifest_path: str | Path, *, fallback: Any = None, strict: b
                 raise ExportError(f"{path}: {exc}") from None
             return op
 
-        def implementation(*args: Any) -> Any:
-            return op.kerngen(*args)
-
-        def fake(*args: Any) -> Any:
-            return op.kerngen.fake(*args)
-
-        try:
-            op = register_op(f"kerngen::{m.name}", m.schema(), implementation, fake)
+        try:  # the op's implementation is the runtime itself: no Python layer between torch's dispatch and it
+            op = register_op(f"kerngen::{m.name}", m.schema(), kernel.runtime, kernel.fake)
         except Exception as exc:  # noqa: BLE001 - torch refusing a name or schema: one line
             raise ExportError(f"{path}: cannot register kerngen::{m.name}: {type(exc).__name__}: {exc}") from None
         op.kerngen = kernel

@@ -221,3 +221,150 @@ def test_the_descriptor_store_kernel_writes_its_16_words_in_order():
     assert dst.tolist() == words
     plan = resolve(spec, sizes={}, tensors={"dst": TensorFacts((16,))})
     assert compile_job(job_for(spec, plan, "sm_90")).info.kernels[STORE_KERNEL].spill_stores == 0  # NVRTC takes it
+
+
+# ----- the bound plan's call path (the CUDA leaves injected) -------------------------------------------
+MULTI = KernelSpec.model_validate({
+    "source": 'extern "C" __global__ void k(const float* x, float* out, float* tmp, int n) {}',
+    "scratch": [{"name": "tmp", "size": "x.shape[0]"}],
+    "steps": [{"tensor": "tmp"},
+              {"kernel": "k", "grid": [2], "block": [64], "args": [{"name": "x"}, {"name": "tmp"}, {"name": "tmp"},
+                                                                   {"kind": "int32", "value": "x.numel"}]},
+              {"kernel": "k", "grid": [3], "block": [32], "args": [{"name": "x"}, {"name": "out"}, {"name": "tmp"},
+                                                                   {"kind": "int32", "value": 7}]}],
+})
+
+
+class _Leaves:
+    """The CUDA leaves of a runner, recording: launches, memsets, streams wrapped, capture queries."""
+
+    def __init__(self, capturing: bool = False) -> None:
+        self.launches, self.memsets, self.streams, self.queries = [], [], [], 0
+        self.now_capturing = capturing
+
+    def fn(self, name):
+        def launch(grid, block, args, shared_mem=0, stream=None, enable_cooperative_groups=False):
+            self.launches.append((name, grid, tuple(int(a) for a in args), stream.ptr))
+        return launch
+
+    def stream_of(self, handle, device):
+        self.streams.append((handle, device))
+        return type("S", (), {"ptr": handle})()
+
+    def memset(self, ptr, value, nbytes, stream):
+        self.memsets.append((ptr, value, nbytes, stream))
+
+    def capturing(self):
+        self.queries += 1
+        return self.now_capturing
+
+
+def _runner(spec, leaves, descriptors=None, args_of=None):
+    from kerngen.harness.gpu.op_runtime import _CudaRunner
+
+    plan = PlanCache(spec, {}, {}).plan(shapes(8, 4))
+    index = Slots(("x", "out", "tmp")).index()
+    steps = [("memset", index[s.tensor], s.value) if not hasattr(s, "kernel")
+             else _bind_launch(leaves.fn(f"k{n}"), s, index, n) for n, s in enumerate(plan.steps)]
+    return _CudaRunner(steps, 0, descriptors or DescriptorCache(lambda t, box, cap: (_Buf(0xD00), None)),
+                       stream_of=leaves.stream_of, memset=leaves.memset, capturing=leaves.capturing,
+                       pack=lambda value: value)
+
+
+def test_a_runner_builds_its_launches_once_per_set_of_addresses():
+    leaves = _Leaves()
+    runner = _runner(MULTI, leaves)
+    x, out, tmp = torch.empty(8, 4), torch.empty(8, 4), torch.empty(8)
+    for _ in range(3):
+        runner([x, out, tmp], 11)
+    assert runner.prepares == 1 and leaves.streams == [(11, 0)] and leaves.queries == 0  # no maps: never asks
+    p = (x.data_ptr(), out.data_ptr(), tmp.data_ptr())
+    assert leaves.memsets == [(p[2], 0, 32, 11)] * 3
+    assert leaves.launches[:2] == [("k1", (2, 1, 1), (p[0], p[2], p[2], 32), 11), ("k2", (3, 1, 1), (p[0], p[1], p[2], 7), 11)]
+    assert len(leaves.launches) == 6 and leaves.launches[4:] == leaves.launches[:2]
+    other = torch.empty(8, 4)  # an output at another address: its own launches, the first ones kept
+    runner([x, other, tmp], type("TorchStream", (), {"cuda_stream": 12})())  # a torch.cuda.Stream is taken too
+    assert runner.prepares == 2 and leaves.launches[-1][2][1] == other.data_ptr() and leaves.launches[-1][3] == 12
+    runner([x, out, tmp], 11)
+    assert runner.prepares == 2 and leaves.launches[-1] == leaves.launches[1]
+
+
+def test_a_runner_keeps_a_bounded_number_of_address_sets():
+    from kerngen.harness.gpu.op_runtime import PREPARED_KEPT
+
+    runner = _runner(MULTI, _Leaves())
+    x, tmp = torch.empty(8, 4), torch.empty(8)
+    outs = [torch.empty(8, 4) for _ in range(PREPARED_KEPT + 1)]
+    for out in outs:
+        runner([x, out, tmp], 1)
+    assert len(runner._prepared) == PREPARED_KEPT and runner.prepares == PREPARED_KEPT + 1
+    runner([x, outs[0], tmp], 1)  # the oldest was dropped: made again
+    assert runner.prepares == PREPARED_KEPT + 2
+
+
+TMA = KernelSpec.model_validate({
+    "source": 'extern "C" __global__ void k(const void* xmap, float* out) {}',
+    "steps": [{"kernel": "k", "grid": [1], "block": [32], "args": [
+        {"kind": "tensormap", "name": "x", "box_rows": 8, "box_cols": 4, "swizzle": 0}, {"name": "out"}]}],
+})
+
+
+def test_launches_made_during_a_capture_are_used_once_and_eager_ones_keep_their_descriptors():
+    import gc
+    import weakref
+
+    made = []
+
+    def build(tensor, box, capturing):
+        made.append(capturing)
+        return _Buf(0x5000 + len(made)), None
+
+    leaves = _Leaves(capturing=True)
+    runner = _runner(TMA, leaves, DescriptorCache(build, capacity=1))
+    x, out = torch.empty(8, 4), torch.empty(8, 4)
+    for _ in range(2):  # a miss inside a capture: the captured descriptor, launches not kept
+        runner([x, out], 1)
+    assert made == [True] and runner.prepares == 2 and not runner._prepared
+    assert leaves.launches[-1][2] == (0x5001, out.data_ptr())
+    leaves.now_capturing = False
+    runner([x, out], 1)  # eagerly: an eager descriptor, launches kept
+    assert made == [True, False] and leaves.launches[-1][2] == (0x5002, out.data_ptr())
+    queries = leaves.queries
+    leaves.now_capturing = True
+    runner([x, out], 1)  # a hit while capturing: the eager launches, nothing asked or built
+    assert leaves.queries == queries and made == [True, False] and leaves.launches[-1][2] == (0x5002, out.data_ptr())
+    buf = weakref.ref(runner._prepared[(x.data_ptr(), out.data_ptr())][1][0][0])
+    leaves.now_capturing = False
+    runner([torch.empty(8, 4), out], 1)  # another address pushes the descriptor out of a cache of one
+    gc.collect()
+    assert buf() is not None  # still held by the launches that point to it
+
+
+def test_register_op_runs_the_implementation_and_the_fake_on_meta():
+    from kerngen.harness.gpu.op_call import register_op
+
+    seen = []
+
+    def impl(x):
+        seen.append(x)
+        return x + 1
+
+    op = register_op("kerngen_test_rt::plus", "(Tensor x) -> Tensor", impl, lambda x: torch.empty_like(x))
+    assert op is torch.ops.kerngen_test_rt.plus.default
+    x = torch.zeros(3)
+    assert torch.equal(op(x), torch.ones(3)) and seen[0] is x  # the caller's tensor, nothing wrapped
+    assert op(torch.empty(3, device="meta")).device.type == "meta" and len(seen) == 1  # the fake ran
+
+
+def test_launch_arguments_are_packed_once_as_cupy_passes_them():
+    """cupy passes a ``CPointer`` as it is (else it makes one per argument per launch): a launch set's
+    arguments are made so once, from the same numpy scalars."""
+    pytest.importorskip("cupy")
+    import numpy as np
+    from cupy.cuda.function import CPointer
+
+    from kerngen.harness.gpu.op_runtime import _cupy_pack
+
+    pack = _cupy_pack()
+    packed = [pack(v) for v in (np.uint64(0x7F0000001000), np.int32(-5), np.float32(1.5))]
+    assert all(isinstance(p, CPointer) for p in packed)

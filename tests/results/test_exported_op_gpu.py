@@ -150,3 +150,31 @@ def test_torch_compile_fullgraph_of_a_model_calling_the_op(tmp_path):
         torch.testing.assert_close(compiled(x), torch.softmax(torch.relu(x) * 2.0, dim=1) + 1.0, atol=1e-5, rtol=1e-5)
     assert op.kerngen.stats.decisions["float32[256, 4096]"].startswith("kernel of bucket 0")
     assert op.kerngen.stats.fallback_calls == 0
+
+
+def test_a_loop_takes_the_prepared_path_and_gives_the_same_output(tmp_path):
+    """A model loop's calls find their launches made (torch's allocator hands the same addresses out
+    again), give bit-identical outputs, synchronise nothing, and work with inputs that require grad."""
+    import torch
+
+    from kerngen.problems.ref import ProblemRef
+
+    op = exported(tmp_path, playbook_spec(tmp_path, "softmax", "--shape", "256x4096"),
+                  ProblemRef(source="softmax", shape=(256, 4096)), "loop_test")
+    x = torch.randn(256, 4096, device="cuda")
+    first = op(x)
+    torch.testing.assert_close(first, torch.softmax(x, dim=1), atol=1e-5, rtol=1e-5)
+    kernel = op.kerngen._kernels[0]
+    y = None
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(50):
+            y = op(x)  # the previous output is freed once y is rebound: its address comes back
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert torch.equal(y, first) and kernel.binds == 1
+    assert kernel.prepares <= 4, f"{kernel.prepares} launch sets made for 51 calls on the same input"
+    before = kernel.prepares
+    x2 = x.clone().requires_grad_()  # another address, and an input that requires grad (no autograd formula)
+    assert torch.equal(op(x2), first) and kernel.prepares == before + 1
+    assert op.kerngen.runtime.entries == 1
