@@ -160,7 +160,7 @@ _TF32 = (" fp32 stays fp32-accurate: the pre-passes split x and the weights into
 
 def ideas(prefix: str, first: str, effect: str, tf32: bool) -> tuple[Entry, ...]:
     """The round-0 entry and the refinements of a conv family's wgmma variant."""
-    tiles: tuple[dict, ...] = (({"BN": 64, "WGM": 2}, {"BN": 64}, {"CWG": 1, "BN": 128, "WGM": 2}) if tf32 else
+    tiles: tuple[dict, ...] = (({"BN": 64, "WGM": 2, "STAGES": 2}, {"BN": 64}, {"CWG": 1, "BN": 64, "WGM": 2}) if tf32 else
                                ({"BN": 128, "WGM": 2}, {"BN": 128}, {"CWG": 1, "BN": 128, "WGM": 2}))
     stages: tuple[dict, ...] = (({"STAGES": 2}, {"STAGES": 4, "BN": 64}) if tf32 else
                                 ({"STAGES": 3}, {"STAGES": 5, "BN": 128}, {"BK": 128, "STAGES": 2}))

@@ -68,7 +68,7 @@ def _refinements_wgmma(variant: str) -> tuple[Entry, ...]:
     return (
         Entry(f"gemm-rows-{variant}-tile", "Re-shape the wgmma GEMM's tile: 128 x 64 for problems of few tiles, "
               "two m64 blocks a consumer, or one consumer." + tag, PAR, "0-15% of the GEMM", variant,
-              ({"BN": 64}, {"BN": 64, "WGM": 2}, {"CWG": 1, "BN": 128}), after=after),
+              ({"BN": 64}, {"BN": 64, "WGM": 2, "STAGES": 2}, {"CWG": 1, "BN": 128}), after=after),
         Entry(f"gemm-rows-{variant}-splitk", "Split K across blocks where the GEMM's output has too few tiles to "
               "fill the SMs (fp32 partials added in slice order by a second kernel)." + tag, PAR,
               "up to SPLIT_K x on the GEMM where most SMs idle", variant, ({"SPLIT_K": 4}, {"SPLIT_K": 16}),
