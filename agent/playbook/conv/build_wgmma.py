@@ -101,10 +101,10 @@ def conv_wgmma_spec(m: FamilyMatch, dtype: str, defaults: dict[str, int], name: 
             "full_width": False, "view": [f"{planes} * {g}", ocg, kpad]}
     bias = [{"name": f.bias}] if f.bias else []
     eps = [{"name": p.name} for p in f.epilogue.params]
-    constraints = [
-        *fr.checks, f"{ocg} >= {MIN_OCG}", f"{m_tot} < 2**31", f"{units} < 2**31", f"{x}.shape[0] <= 65535",
-        f"cdiv({g} * {cgp}, 32) <= 65535", f"{smem} <= {MAX_SMEM}", f"{REGS} <= {REG_BUDGET}",
-        f"{xs_size} + {ws_size} <= {MAX_PREP_ELEMENTS}", f"{x}.numel < 2**31",
+    constraints = [  # the shape's limits first, so that a shape none admits is refused for its own reason
+        *fr.checks, f"{ocg} >= {MIN_OCG}", f"{x}.numel < 2**31", f"{xs_size} + {ws_size} <= {MAX_PREP_ELEMENTS}",
+        f"{m_tot} < 2**31", f"{units} < 2**31", f"{x}.shape[0] <= 65535", f"cdiv({g} * {cgp}, 32) <= 65535",
+        f"{smem} <= {MAX_SMEM}", f"{REGS} <= {REG_BUDGET}",
     ]
     what = {Mode.bf16: "bf16", Mode.f16: "fp16", Mode.tf32x3: "fp32 at fp32 accuracy (3xTF32: x and the weights "
             "split into big + small tf32 planes by the pre-passes, small*big + big*small + big*big per k8 step)",
