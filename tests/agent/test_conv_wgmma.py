@@ -1,5 +1,6 @@
-"""The Hopper GEMM core under the other contractions (issue 35), CPU tier: the ``wgmma`` variants of conv2d and
-conv_epi (fp32 as 3xTF32), of the conv16 family (the same convolutions in bf16/fp16) and gemm_rows' ``wgmma_*``
+"""The Hopper GEMM core under the other contractions (issue 35), CPU tier: the ``wgmma`` variants of conv2d, conv_epi,
+conv_tail and conv_nd (fp32 as 3xTF32; conv_nd: 3-D and stride-1 transposed convolutions), of the conv16 family
+(conv_epi's convolutions in bf16/fp16) and gemm_rows' ``wgmma_*``
 (the core's GEMM, then the row kernel): offered on sm_90 only with their idea first in round 0, their plans (pre-passes,
 scratch, the weights' TMA map, the copy width VEC), the constraints on shared memory and registers, NVRTC for sm_90a
 of sampled configurations with no spills and no wgmma warning, and the convolution's pre-passes on the CPU emulator
@@ -50,6 +51,8 @@ def conv_problem(tmp_path, conv: str, x: tuple[int, ...], dtype: str = "float32"
 # ----- who gets it --------------------------------------------------------------------------------------------
 CASES = [  # (problem, family, spec name, variant)
     ("conv2d", "conv2d", "playbook-conv2d-wgmma", "wgmma"),
+    ("level1/54_conv_standard_3D__square_input__square_kernel.py", "conv_nd", "playbook-conv-nd-wgmma", "wgmma"),
+    ("level2/17_Conv2d_InstanceNorm_Divide.py", "conv_tail", "playbook-conv-tail-wgmma", "wgmma"),
     ("level2/1_Conv2D_ReLU_BiasAdd.py", "conv_epi", "playbook-conv-epi-wgmma", "wgmma"),
     ("level2/1_Conv2D_ReLU_BiasAdd.py@bfloat16", "conv16", "playbook-conv16-wgmma", "wgmma"),
     ("level2/99_Matmul_GELU_Softmax.py", "gemm_rows", "playbook-gemm-rows-wgmma-streamed", "wgmma_streamed"),
@@ -142,6 +145,30 @@ def test_conv_epi_groups_dilation_1d_and_bf16_plans(tmp_path):
     assert not _admits(build(depthwise), depthwise, {})  # one channel a group: the depthwise kernel's
 
 
+def test_conv_nd_3d_and_stride_1_transposed(tmp_path):
+    m = explain(conv_problem(tmp_path, "nn.Conv3d(6, 20, 3, stride=(1, 2, 2), padding=1, dilation=(2, 1, 1))",
+                             (2, 6, 9, 11, 13), forward="torch.tanh(self.conv(x))"))
+    assert m.family == "conv_nd"
+    spec = build(m)
+    r = _resolve(spec, m)
+    assert spec.name == "playbook-conv-nd-wgmma" and "CW_KVOL - 1 - rs" not in spec.source
+    assert (r.defines["D_"], r.defines["KD_"], r.defines["DD_"], r.defines["OD_"], r.defines["KR"]) == (9, 3, 2, 7, 27 * 6)
+    assert [(s.name, s.size) for s in r.scratch] == [("xs", 2 * 2 * 9 * 11 * 13 * 6), ("ws", 2 * 20 * 164)]  # K 162 -> 164
+    _compiles_clean(spec, m, {})
+    t = explain(conv_problem(tmp_path, "nn.ConvTranspose2d(8, 48, (3, 5), padding=(1, 2), dilation=(2, 1), groups=2)",
+                             (2, 8, 13, 17), forward="self.conv(x) * 2"))
+    spec = build(t)
+    rt = _resolve(spec, t)
+    # the convolution of the flipped weights: padding d*(k-1)-p, output (i-1) + d*(k-1) - 2p + 1
+    assert "CW_KVOL - 1 - rs" in spec.source and (rt.defines["PH_"], rt.defines["PW_"]) == (3, 2)
+    assert (rt.defines["OH_"], rt.defines["OW_"], rt.defines["OCG_"]) == (15, 17, 24)
+    assert _maps(rt.launches[2]) == [("ws", (64, 32), False, (2 * 2, 24, 60))]  # K 15 taps x 4 channels
+    _compiles_clean(spec, t, {"VEC": 2})
+    strided = explain(conv_problem(tmp_path, "nn.ConvTranspose2d(8, 48, 3, stride=2)", (2, 8, 13, 17)))
+    off = offer(strided, sizes={}, tensors=strided.tensor_facts(), gpu=limits_for("sm_90"))
+    assert "output phases are the tf32x3 variant's" in off.why_not("wgmma")
+
+
 def test_constraints_bound_shared_memory_and_registers():
     m = explain(load_problem("conv2d"))
     spec = build(m)
@@ -204,39 +231,49 @@ def test_gemm_rows_wgmma_plan_and_compile():
 
 # ----- the pre-passes on the CPU emulator -------------------------------------------------------------------------
 @pytest.mark.skipif(not emulator_available(), reason="no C++ compiler (g++) for the CPU emulator")
-@pytest.mark.parametrize("mode, narrow, groups, vec", [("tf32x3", True, 1, 1), ("tf32x3", False, 2, 4),
-                                                       ("bf16", False, 1, 8), ("tf32", True, 3, 2)])
-def test_the_pre_passes_on_the_cpu_emulator(mode, narrow, groups, vec):
-    """x to channels-last [plane][N][H][W][G][CGP] and the weights to [plane][G][OCG][KPAD] in the (kh, kw, c) order,
-    zero padded, split into big + small tf32 planes (tf32x3), as the template's own kernels write them."""
-    n, c, h, w, oc, kh, kw = 2, 5 * groups, 7, 9, 4 * groups, 3, 2
+@pytest.mark.parametrize("mode, narrow, groups, vec, flip", [("tf32x3", True, 1, 1, False), ("tf32x3", False, 2, 4, False),
+                                                             ("bf16", False, 1, 8, False), ("tf32", True, 3, 2, False),
+                                                             ("tf32x3", True, 2, 2, True), ("f16", False, 1, 4, True)])
+def test_the_pre_passes_on_the_cpu_emulator(mode, narrow, groups, vec, flip):
+    """x to channels-last [plane][N][D][H][W][G][CGP] and the weights to [plane][G][OCG][KPAD] in the (kd, kh, kw, c)
+    order (flip: a transposed conv's [C][OCG][k...], swapped and flipped), zero padded, split into big + small tf32
+    planes (tf32x3), as the template's own kernels write them."""
+    n, c, d, h, w, oc, kd, kh, kw = 2, 5 * groups, 3, 7, 9, 4 * groups, 2, 3, 2
     cg, ocg = c // groups, oc // groups
     cgp = -(-cg // vec) * vec
-    esz = 2 if mode == "bf16" else 4
-    kr = kh * kw * cgp
+    esz = 4 if mode.startswith("tf32") else 2
+    kvol = kd * kh * kw
+    kr = kvol * cgp
     kpad = -(-kr // (16 // esz)) * (16 // esz)
     planes = 2 if mode == "tf32x3" else 1
-    dtype = torch.bfloat16 if mode == "bf16" else torch.float32
-    x, wt = torch.randn(n, c, h, w).to(dtype), torch.randn(oc, cg, kh, kw).to(dtype)
-    xs = torch.full((planes * n * h * w * groups * cgp,), float("nan"), dtype=dtype)
+    dtype = {"bf16": torch.bfloat16, "f16": torch.float16}.get(mode, torch.float32)
+    x = torch.randn(n, c, d, h, w).to(dtype)
+    wt = torch.randn(*((c, ocg) if flip else (oc, cg)), kd, kh, kw).to(dtype)
+    xs = torch.full((planes * n * d * h * w * groups * cgp,), float("nan"), dtype=dtype)
     ws = torch.full((planes * oc * kpad,), float("nan"), dtype=dtype)
     src = f"typedef {'unsigned short' if esz == 2 else 'float'} gw_op;\n" + render(
-        "_conv_wgmma_prep.cuh.j2", mode=mode, narrow=narrow, xprep_kernel=XPREP_KERNEL, wprep_kernel=WPREP_KERNEL)
-    defines = dict(N_=n, C_=c, H_=h, W_=w, OC_=oc, CG_=cg, KH_=kh, KW_=kw, CGP=cgp, KR=kr, KPAD=kpad,
-                   CW_GC=groups * cgp, CW_PLANE=n * h * w * groups * cgp)
-    xgrid = [-(-n * h * w * groups * cgp // 256), 1, 1] if narrow else [-(-h * w // 32), -(-groups * cgp // 32), n]
+        "_conv_wgmma_prep.cuh.j2", mode=mode, narrow=narrow, flip=flip, xprep_kernel=XPREP_KERNEL,
+        wprep_kernel=WPREP_KERNEL)
+    gc, sp = groups * cgp, d * h * w
+    defines = dict(N_=n, C_=c, OC_=oc, CG_=cg, OCG_=ocg, CGP=cgp, KR=kr, KPAD=kpad, CW_GC=gc, CW_SP=sp,
+                   CW_KVOL=kvol, CW_PLANE=n * sp * gc)
+    xgrid = [-(-n * sp * gc // 256), 1, 1] if narrow else [-(-sp // 32), -(-gc // 32), n]
     spec = KernelSpec(source=src, defines=defines, steps=[
         dict(kernel=XPREP_KERNEL, grid=xgrid, block=[256] if narrow else [32, 8], args=[{"name": "x"}, {"name": "xs"}]),
         dict(kernel=WPREP_KERNEL, grid=[-(-oc * kpad // 256)], block=[256], args=[{"name": "w"}, {"name": "ws"}])])
     emulate(spec, {"x": x, "xs": xs, "w": wt, "ws": ws})
-    # the references: channels last, each group's channels padded; weights (oc, kh, kw, c) padded, then K padded
-    want_x = torch.nn.functional.pad(x.float().view(n, groups, cg, h, w).permute(0, 3, 4, 1, 2), (0, cgp - cg))
-    want_w = torch.nn.functional.pad(wt.float().permute(0, 2, 3, 1), (0, cgp - cg)).reshape(oc, kr)
+    # the references: channels last, each group's channels padded; the convolution's weights [OC][CG][k...] (a
+    # transposed conv's: group g's [CG][OCG] block swapped and flipped), as (oc, kd, kh, kw, c) padded, K padded
+    want_x = torch.nn.functional.pad(x.float().view(n, groups, cg, d, h, w).permute(0, 3, 4, 5, 1, 2), (0, cgp - cg))
+    conv_w = wt.float()
+    if flip:
+        conv_w = conv_w.view(groups, cg, ocg, kd, kh, kw).transpose(1, 2).flip(3, 4, 5).reshape(oc, cg, kd, kh, kw)
+    want_w = torch.nn.functional.pad(conv_w.permute(0, 2, 3, 4, 1), (0, cgp - cg)).reshape(oc, kr)
     want_w = torch.nn.functional.pad(want_w, (0, kpad - kr))
-    got_x = xs.float().view(planes, n, h, w, groups, cgp).numpy()
+    got_x = xs.float().view(planes, n, d, h, w, groups, cgp).numpy()
     got_w = ws.float().view(planes, groups, ocg, kpad).numpy()
     for got, want in ((got_x, want_x.numpy()), (got_w, want_w.view(groups, ocg, kpad).numpy())):
-        if mode == "bf16":
+        if esz == 2:
             assert np.array_equal(got[0], want)
             continue
         big, small = split(want)

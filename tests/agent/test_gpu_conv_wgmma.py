@@ -4,7 +4,9 @@ error 1e-5, bf16/fp16 at 1e-2) at sizes that are no multiples of its tiles, with
 at several configurations (copy widths VEC, two m64 blocks a consumer, one consumer, deeper k tiles):
 
 - conv2d (the suite's k11 s4 geometry, 3 input channels), conv_epi (groups, dilation, stride, GELU; a conv1d in fp16;
-  KernelBench level-2 1 and 52 resized, fp32 and their bf16 copies), conv16 (those copies);
+  KernelBench level-2 1 and 52 resized, fp32 and their bf16 copies), conv16 (those copies), conv_tail (level-2 17 and
+  85 resized: the convolution into scratch, then instance norm / group norm + max pool), conv_nd (a 3-D convolution
+  with stride and dilation; stride-1 transposed 2-D with groups and dilation, and 1-D);
 - gemm_rows' wgmma_streamed / wgmma_staged on KernelBench level-2 30 (GroupNorm), 99 (softmax) and 51 (mean,
   logsumexp, residual) resized to odd sizes.
 
@@ -82,6 +84,11 @@ WRITTEN = [  # conv module, input shape, forward, dtype, family
      "torch.nn.functional.gelu(self.conv(x)) + 1", "float16", "conv16"),
     ("nn.Conv1d(48, 72, 5, stride=2, padding=2, dilation=3)", (3, 48, 101), "torch.tanh(self.conv(x))", "float32",
      "conv_epi"),
+    ("nn.Conv3d(6, 20, 3, stride=(1, 2, 2), padding=1, dilation=(2, 1, 1))", (2, 6, 9, 11, 13),
+     "torch.tanh(self.conv(x))", "float32", "conv_nd"),
+    ("nn.ConvTranspose2d(8, 48, (3, 5), padding=(1, 2), dilation=(2, 1), groups=2)", (2, 8, 13, 17),
+     "self.conv(x) * 2", "float32", "conv_nd"),  # stride 1: the convolution of the flipped weights
+    ("nn.ConvTranspose1d(20, 36, 4, padding=1)", (3, 20, 77), "torch.relu(self.conv(x))", "float32", "conv_nd"),
 ]
 
 
@@ -109,6 +116,23 @@ def test_kernelbench_conv_epilogues(pool, tmp_path, name, sizes, dtype):
     m = explain(load_problem(ref))
     assert m.family == ("conv_epi" if dtype == "float32" else "conv16"), m.message
     _all_pass(pool, ref, _candidates(m, "wgmma", (TF32_CONFIGS if dtype == "float32" else HALF_CONFIGS)[:2]))
+
+
+KB_TAIL = [  # conv_tail: the wgmma convolution into scratch, then the tail kernels (instance norm; group norm + pool)
+    ("level2/17_Conv2d_InstanceNorm_Divide.py", dict(batch_size=3, in_channels=24, out_channels=40)),
+    ("level2/85_Conv2d_GroupNorm_Scale_MaxPool_Clamp.py", dict(batch_size=3, in_channels=5, out_channels=48,
+                                                                num_groups=6)),
+]
+
+
+@pytest.mark.needs_kernelbench
+@pytest.mark.parametrize("name, sizes", KB_TAIL, ids=lambda v: str(v)[:30])
+def test_conv_tail_on_the_wgmma_convolution(pool, tmp_path, name, sizes):
+    path = resized_copy(KB / name, tmp_path, **sizes)
+    ref = ProblemRef(source=str(path))
+    m = explain(load_problem(ref))
+    assert m.family == "conv_tail", m.message
+    _all_pass(pool, ref, _candidates(m, "wgmma", TF32_CONFIGS[:2]))
 
 
 KB_ROWS = [  # gemm_rows files at odd sizes (rows, K and the columns no multiples of the tiles)

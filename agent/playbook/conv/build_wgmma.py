@@ -13,9 +13,12 @@ zeros), the tuner may move it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from kerngen.harness.spec.spec import KernelSpec
 
-from kerngen.agent.playbook.conv.build_epi import SPEC_PREFIX, ConvFrame, frame
+from kerngen.agent.playbook.conv.build_epi import SPEC_PREFIX, frame
 from kerngen.agent.playbook.conv.build_tf32 import as_conv_epi
 from kerngen.agent.playbook.entry import A, P, PAR, Entry
 from kerngen.agent.playbook.family import FamilyMatch
@@ -23,7 +26,7 @@ from kerngen.agent.playbook.gemm.build_wgmma import (BM, ELEMENT_BYTES, MAX_PREP
                                                      SMEM, STAGE_BYTES, TERMS_SPLIT, TUNABLES, Mode, mode_of)
 from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
 
-__all__ = ["CONV16_IDEAS", "CONV2D_IDEAS", "CONV2D_SPEC_NAME", "CONV_EPI_IDEAS", "CONV_EPI_SPEC_NAME", "VARIANT",
+__all__ = ["FLAT_3D", "ConvGemm", "conv_gemm", "CONV16_IDEAS", "CONV2D_IDEAS", "CONV2D_SPEC_NAME", "CONV_EPI_IDEAS", "CONV_EPI_SPEC_NAME", "VARIANT",
            "conv16_wgmma", "conv2d_wgmma",
            "conv_epi_wgmma", "conv_wgmma_spec", "vec_default", "vec_values"]
 
@@ -61,10 +64,46 @@ def _defaults(half: bool, ocg: int) -> dict[str, int]:
     return dict(BN=min(bn, 128), WGM=1, CWG=2, BK=32, STAGES=3, GROUP_M=8, CTAS=132, FLUSH=1, TERMS=TERMS_SPLIT)
 
 
-def conv_wgmma_spec(m: FamilyMatch, dtype: str, defaults: dict[str, int], name: str) -> KernelSpec:
-    """The wgmma implicit GEMM of a conv_epi match (facts of :mod:`.conv.epi`) in ``dtype``."""
-    f = m.facts
-    fr: ConvFrame = frame(m)
+@dataclass(frozen=True)
+class ConvGemm:
+    """A convolution as the wgmma implicit GEMM sees it (any family's facts, read by its hook): ``what`` (one line),
+    ``template_vars`` (the epilogue's: has_bias, ep_statements, ep_expr, n_ep), ``defines`` (the geometry: N_ C_ D_ H_
+    W_ OC_ G_ CG_ OCG_ K/S/P/D{D,H,W}_ OD_ OH_ OW_, 1 and 0 for absent axes), ``checks`` (the bound tensors'),
+    the input ``x``, ``weight``, ``bias`` (or None), the epilogue's tensors ``eps``, groups ``g``, ``cg`` / ``ocg``
+    (a group's input / output channels now), ``oc`` (the output channels, an expression), ``kvol`` (taps),
+    ``positions`` (output positions of an image, an expression), ``flip`` (a transposed conv's weights)."""
+
+    what: str
+    template_vars: dict[str, Any]
+    defines: dict[str, str | int]
+    checks: list[str]
+    x: str
+    weight: str
+    bias: str | None
+    eps: tuple[str, ...]
+    g: int
+    cg: int
+    ocg: int
+    oc: str
+    kvol: int
+    positions: str
+    flip: bool = False
+
+
+FLAT_3D = dict(D_=1, KD_=1, SD_=1, PD_=0, DD_=1, OD_=1)  # a 1-D or 2-D convolution as a 3-D one
+
+
+def conv_gemm(m: FamilyMatch) -> ConvGemm:
+    """A conv_epi match (facts of :mod:`.conv.epi`) as a :class:`ConvGemm`."""
+    f, fr = m.facts, frame(m)
+    oh, ow = fr.out_hw
+    return ConvGemm(fr.what, fr.template_vars, {**fr.defines, **FLAT_3D}, fr.checks, f.x, f.weight, f.bias,
+                    tuple(p.name for p in f.epilogue.params), f.G, f.C // f.G, f.OC // f.G, f"{f.weight}.shape[0]",
+                    f.KH * f.KW, f"({oh}) * ({ow})")
+
+
+def conv_wgmma_spec(c: ConvGemm, dtype: str, defaults: dict[str, int], name: str) -> KernelSpec:
+    """The wgmma implicit GEMM of convolution ``c`` in ``dtype``."""
     terms = defaults.get("TERMS", TERMS_SPLIT)
     if dtype != "float32" and terms != TERMS_SPLIT:
         raise ValueError(f"TERMS {terms}: 3 (3xTF32) or, for fp32 problems, 1 (plain TF32)")
@@ -72,37 +111,33 @@ def conv_wgmma_spec(m: FamilyMatch, dtype: str, defaults: dict[str, int], name: 
     half = mode in (Mode.bf16, Mode.f16)
     esize = ELEMENT_BYTES[mode]
     planes = 2 if mode is Mode.tf32x3 else 1
-    x, w, g = f.x, f.weight, f.G
-    cg_n, ocg_n = f.C // g, f.OC // g
-    ocg, cg = f"({w}.shape[0] // {g})", f"({x}.shape[1] // {g})"
+    x, w, g = c.x, c.weight, c.g
+    ocg, cg = f"(({c.oc}) // {g})", f"({x}.shape[1] // {g})"
     cgp = f"round_up({cg}, VEC)"
-    kr = f"{f.KH * f.KW} * {cgp}"
+    kr = f"{c.kvol} * {cgp}"
     kpad = f"round_up({kr}, {PAD[esize]})"
-    hw = f"({x}.numel // ({x}.shape[0] * {x}.shape[1]))"
-    oh, ow = fr.out_hw
-    m_tot = f"{x}.shape[0] * ({oh}) * ({ow})"
+    sp = f"({x}.numel // ({x}.shape[0] * {x}.shape[1]))"  # input positions of an image
+    m_tot = f"{x}.shape[0] * {c.positions}"
     units = f"{g} * cdiv({m_tot}, {BM}) * cdiv({ocg}, BN)"
-    tv = fr.template_vars
-    vec = vec_default(cg_n, esize)
-    narrow = g * -(-cg_n // vec) * vec < 32  # the flat x pre-pass (both are correct at any shape; this one is faster)
+    tv = c.template_vars
+    vec = vec_default(c.cg, esize)
+    narrow = g * -(-c.cg // vec) * vec < 32  # the flat x pre-pass (both are correct at any shape; this one is faster)
     src = render(TEMPLATE, kernel=KERNEL, xprep_kernel=XPREP_KERNEL, wprep_kernel=WPREP_KERNEL, narrow=narrow,
-                 mode=mode.value,
-                 out_dtype=dtype, has_bias=tv["has_bias"], statements=tv["ep_statements"], expr=tv["ep_expr"],
-                 n_ep=tv["n_ep"], bns=CONV_BNS, a_mn=False, b_mn=False, split_k=False)
+                 flip=c.flip, mode=mode.value, out_dtype=dtype, has_bias=tv["has_bias"],
+                 statements=tv["ep_statements"], expr=tv["ep_expr"], n_ep=tv["n_ep"], bns=CONV_BNS, a_mn=False,
+                 b_mn=False, split_k=False)
     tunables = {k: list(v) for k, v in TUNABLES.items()}
     tunables.update(BN=list(CONV_BNS), BK=[64, 128] if half else [32, 64], FLUSH=[0] if half else [1],
                     TERMS=[terms], VEC=vec_values(esize))
-    d = pick(defaults, {**_defaults(half, ocg_n), "VEC": vec})
+    d = pick(defaults, {**_defaults(half, c.ocg), "VEC": vec})
     smem = SMEM.format(stage=STAGE_BYTES.format(planes=planes, bm=BM, esize=esize))
-    xs_size = f"{planes} * {x}.shape[0] * {hw} * {g} * {cgp}"
-    ws_size = f"{planes} * {w}.shape[0] * {kpad}"
+    xs_size = f"{planes} * {x}.shape[0] * {sp} * {g} * {cgp}"
+    ws_size = f"{planes} * ({c.oc}) * {kpad}"
     op = "float32" if esize == 4 else dtype
     tmap = {"kind": "tensormap", "name": "ws", "box_rows": "BN", "box_cols": 128 // esize, "swizzle": 128,
             "full_width": False, "view": [f"{planes} * {g}", ocg, kpad]}
-    bias = [{"name": f.bias}] if f.bias else []
-    eps = [{"name": p.name} for p in f.epilogue.params]
     constraints = [  # the shape's limits first, so that a shape none admits is refused for its own reason
-        *fr.checks, f"{ocg} >= {MIN_OCG}", f"{x}.numel < 2**31", f"{xs_size} + {ws_size} <= {MAX_PREP_ELEMENTS}",
+        *c.checks, f"{ocg} >= {MIN_OCG}", f"{x}.numel < 2**31", f"{xs_size} + {ws_size} <= {MAX_PREP_ELEMENTS}",
         f"{m_tot} < 2**31", f"{units} < 2**31", f"{x}.shape[0] <= 65535", f"cdiv({g} * {cgp}, 32) <= 65535",
         f"{smem} <= {MAX_SMEM}", f"{REGS} <= {REG_BUDGET}",
     ]
@@ -111,37 +146,39 @@ def conv_wgmma_spec(m: FamilyMatch, dtype: str, defaults: dict[str, int], name: 
             Mode.tf32: "fp32 as plain TF32 (one term: NOT fp32 accurate)"}[mode]
     return make_spec(
         name,
-        f"{fr.what} as an implicit GEMM per group on Hopper (sm_90a), {what}: pre-passes write x channels-last "
-        "(each group's channels padded to a multiple of VEC) and the weights K-major in the (kh, kw, c) order; a "
+        f"{c.what} as an implicit GEMM per group on Hopper (sm_90a), {what}: pre-passes write x channels-last "
+        "(each group's channels padded to a multiple of VEC) and the weights K-major in the (kd, kh, kw, c) order"
+        + (" (a transposed conv's swapped and flipped)" if c.flip else "") + "; a "
         "persistent grid of one block per SM over GROUP_M-grouped tiles; the producer warpgroup gathers the im2col "
         "k tiles of A with zero-filling cp.async of VEC channels into 128-byte-swizzled shared memory (arriving on "
         "the slot's mbarrier once they landed, after a proxy fence) while its thread 0 loads B's tiles by TMA, "
         "STAGES slots deep; CWG consumer warpgroups multiply with wgmma m64nBN straight from shared memory, the conv "
         "bias and epilogue in fp32 registers before the store",
-        src, tunables, d, arch_specific=True, defines=dict(fr.defines, CGP=cgp, KR=kr, KPAD=kpad),
+        src, tunables, d, arch_specific=True, defines=dict(c.defines, CGP=cgp, KR=kr, KPAD=kpad),
         scratch=[dict(name="xs", dtype=op, size=xs_size), dict(name="ws", dtype=op, size=ws_size)],
         constraints=constraints,
-        steps=[dict(kernel=XPREP_KERNEL, grid=[f"cdiv({x}.shape[0] * {hw} * {g} * {cgp}, 256)"], block=[256],
+        steps=[dict(kernel=XPREP_KERNEL, grid=[f"cdiv({x}.shape[0] * {sp} * {g} * {cgp}, 256)"], block=[256],
                     args=[{"name": x}, {"name": "xs"}]) if narrow else
-               dict(kernel=XPREP_KERNEL, grid=[f"cdiv({hw}, 32)", f"cdiv({g} * {cgp}, 32)", f"{x}.shape[0]"],
+               dict(kernel=XPREP_KERNEL, grid=[f"cdiv({sp}, 32)", f"cdiv({g} * {cgp}, 32)", f"{x}.shape[0]"],
                     block=[32, 8], args=[{"name": x}, {"name": "xs"}]),
-               dict(kernel=WPREP_KERNEL, grid=[f"cdiv({w}.shape[0] * {kpad}, 256)"], block=[256],
+               dict(kernel=WPREP_KERNEL, grid=[f"cdiv(({c.oc}) * {kpad}, 256)"], block=[256],
                     args=[{"name": w}, {"name": "ws"}]),
                dict(kernel=KERNEL, grid=[f"min({units}, CTAS)"], block=["128 * (CWG + 1)"], shared_mem=smem,
-                    args=[{"name": "xs"}, tmap, *bias, {"name": "out"}, *eps])],
+                    args=[{"name": "xs"}, tmap, *([{"name": c.bias}] if c.bias else []), {"name": "out"},
+                          *({"name": e} for e in c.eps)])],
     )
 
 
 def conv_epi_wgmma(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
-    return conv_wgmma_spec(m, "float32", defaults, CONV_EPI_SPEC_NAME)
+    return conv_wgmma_spec(conv_gemm(m), "float32", defaults, CONV_EPI_SPEC_NAME)
 
 
 def conv2d_wgmma(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
-    return conv_wgmma_spec(as_conv_epi(m), "float32", defaults, CONV2D_SPEC_NAME)
+    return conv_wgmma_spec(conv_gemm(as_conv_epi(m)), "float32", defaults, CONV2D_SPEC_NAME)
 
 
 def conv16_wgmma(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
-    return conv_wgmma_spec(m, m.facts.dtype, defaults, CONV16_SPEC_NAME)
+    return conv_wgmma_spec(conv_gemm(m), m.facts.dtype, defaults, CONV16_SPEC_NAME)
 
 
 # ---------------------------------------------------------------------------------------------
