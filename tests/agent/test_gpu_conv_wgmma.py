@@ -19,20 +19,20 @@ import pytest
 import torch
 
 from kerngen.agent.playbook import explain, family_of
-from kerngen.harness.evaluator import Candidate, EvalOptions
+from kerngen.harness.evaluator import Candidate
 from kerngen.harness.results import Verdict
-from kerngen.harness.spec import plan
 from kerngen.problems.dtype_copy import dtype_copy, dtype_copy_name
 from kerngen.problems.load import load_problem
 from kerngen.problems.ref import ProblemRef
 from tests.agent.family_checks import forward_problem, resized_copy
-from tests.agent.gpu_runs import fp64_errors, run_spec
+from tests.agent.gpu_runs import fp64_errors
+from tests.agent.test_gpu_conv_tf32 import _run
+from tests.agent.test_gpu_gemm_wgmma import CHECK, _all_pass, _candidates
 from tests.resources import kernelbench
 
 pytestmark = pytest.mark.gpu
 
 KB = kernelbench()
-CHECK = EvalOptions(seeds=3, bench=False, timeout_s=60)  # a kernel that hangs costs 60 s, not the run
 TF32_CONFIGS = [{}, {"VEC": 4}, {"WGM": 2, "STAGES": 2, "BN": 64}, {"CWG": 1, "BK": 64, "STAGES": 2, "BN": 64}]
 HALF_CONFIGS = [{}, {"VEC": 2}, {"WGM": 2, "BN": 128}, {"CWG": 1, "BK": 128, "STAGES": 2, "BN": 192}]
 
@@ -44,24 +44,12 @@ def _hopper():
         pytest.skip(f"wgmma needs sm_90 (this GPU is sm_{major}{minor})")
 
 
-def _candidates(m, variant: str, configs: list[dict], defaults: dict | None = None) -> list[Candidate]:
-    spec = family_of(m).build(m, variant, dict(defaults or {}))
-    out = []
-    for cfg in configs:
-        try:
-            plan.resolve(spec, sizes={}, tensors=m.tensor_facts(), config=cfg)
-        except Exception:  # noqa: BLE001 - a configuration this shape or mode does not admit
-            continue
-        out.append(Candidate(spec=spec, config=cfg))
-    assert out, m.message
-    return out
-
-
-def _all_pass(pool, ref: ProblemRef, cands: list[Candidate]) -> None:
-    results = pool.evaluate(ref, cands, CHECK)
-    bad = [f"{c.spec.name} {r.config}: {r.verdict.value} {r.message}" for c, r in zip(cands, results) if not r.ok]
-    assert not bad, "\n".join(bad)
-    print(f"\n{ref.label()}: {len(results)} configurations pass; rel err <= {max(r.check.rel_err for r in results):.2g}")
+def _resized(tmp_path, name: str, sizes: dict, family: str) -> tuple[ProblemRef, object]:
+    """A KernelBench file resized, and its match (of ``family``)."""
+    ref = ProblemRef(source=str(resized_copy(KB / name, tmp_path, **sizes)))
+    m = explain(load_problem(ref))
+    assert m.family == family, m.message
+    return ref, m
 
 
 def _copy(path, tmp_path, dtype: str):
@@ -98,7 +86,7 @@ def test_convolutions_at_odd_sizes_pass_at_several_configurations(pool, tmp_path
     m = explain(p)
     assert m.family == family, m.message
     _all_pass(pool, ProblemRef(source=str(p.path)),
-              _candidates(m, "wgmma", TF32_CONFIGS if dtype == "float32" else HALF_CONFIGS))
+              _candidates(m, TF32_CONFIGS if dtype == "float32" else HALF_CONFIGS))
 
 
 KB_CONV = [  # level-2 conv + epilogue files, resized: M, the channels and K no multiples of the tiles
@@ -115,7 +103,7 @@ def test_kernelbench_conv_epilogues(pool, tmp_path, name, sizes, dtype):
     ref = ProblemRef(source=str(path))
     m = explain(load_problem(ref))
     assert m.family == ("conv_epi" if dtype == "float32" else "conv16"), m.message
-    _all_pass(pool, ref, _candidates(m, "wgmma", (TF32_CONFIGS if dtype == "float32" else HALF_CONFIGS)[:2]))
+    _all_pass(pool, ref, _candidates(m, (TF32_CONFIGS if dtype == "float32" else HALF_CONFIGS)[:2]))
 
 
 KB_TAIL = [  # conv_tail: the wgmma convolution into scratch, then the tail kernels (instance norm; group norm + pool)
@@ -128,11 +116,8 @@ KB_TAIL = [  # conv_tail: the wgmma convolution into scratch, then the tail kern
 @pytest.mark.needs_kernelbench
 @pytest.mark.parametrize("name, sizes", KB_TAIL, ids=lambda v: str(v)[:30])
 def test_conv_tail_on_the_wgmma_convolution(pool, tmp_path, name, sizes):
-    path = resized_copy(KB / name, tmp_path, **sizes)
-    ref = ProblemRef(source=str(path))
-    m = explain(load_problem(ref))
-    assert m.family == "conv_tail", m.message
-    _all_pass(pool, ref, _candidates(m, "wgmma", TF32_CONFIGS[:2]))
+    ref, m = _resized(tmp_path, name, sizes, "conv_tail")
+    _all_pass(pool, ref, _candidates(m, TF32_CONFIGS[:2]))
 
 
 KB_ROWS = [  # gemm_rows files at odd sizes (rows, K and the columns no multiples of the tiles)
@@ -146,16 +131,13 @@ KB_ROWS = [  # gemm_rows files at odd sizes (rows, K and the columns no multiple
 @pytest.mark.needs_kernelbench
 @pytest.mark.parametrize("name, sizes", KB_ROWS, ids=lambda v: str(v)[:30])
 def test_gemm_rows_wgmma_at_odd_sizes(pool, tmp_path, name, sizes):
-    path = resized_copy(KB / name, tmp_path, **sizes)
-    ref = ProblemRef(source=str(path))
-    m = explain(load_problem(ref))
-    assert m.family == "gemm_rows", m.message
-    cands = _candidates(m, "wgmma_streamed", [{}, {"BN": 64, "WGM": 2, "STAGES": 2}, {"CWG": 1, "BN": 128}])
+    ref, m = _resized(tmp_path, name, sizes, "gemm_rows")
+    cands = _candidates(m, [{}, {"BN": 64, "WGM": 2, "STAGES": 2}, {"CWG": 1, "BN": 128}], variant="wgmma_streamed")
     try:
-        cands += _candidates(m, "wgmma_staged", [{}])
+        cands += _candidates(m, [{}], variant="wgmma_staged")
     except ValueError:  # every value of the row program is read once: nothing to stage
         pass
-    cands += _candidates(m, "wgmma_streamed", [{}], {"SPLIT_K": 2})  # K 136: 5 k tiles, 2 slices
+    cands += _candidates(m, [{}], {"SPLIT_K": 2}, "wgmma_streamed")  # K 136: 5 k tiles, 2 slices
     _all_pass(pool, ref, cands)
 
 
@@ -169,8 +151,7 @@ def test_error_against_fp64_is_at_most_twice_pytorch_fp32(source):
     (torch32,) = p.run_reference(model, [x])  # cuDNN fp32, TF32 off (strict_fp32)
     conv = model.conv
     exact = torch.nn.functional.conv2d(x.double(), conv.weight.double(), conv.bias.double(), conv.stride, conv.padding)
-    out = torch.empty_like(torch32)
-    run_spec(family_of(m).build(m, "wgmma"), {"x": x, "conv.weight": conv.weight, "conv.bias": conv.bias, "out": out})
+    out = _run(family_of(m).build(m, "wgmma"), model, x)
     ours, theirs = fp64_errors(out, exact), fp64_errors(torch32, exact)
     print(f"\n{source} vs fp64: wgmma 3xTF32 max {ours[0]:.3g} rel {ours[1]:.3g}; torch fp32 max {theirs[0]:.3g} "
           f"rel {theirs[1]:.3g}")
