@@ -21,6 +21,8 @@ from kerngen.harness.spec.spec import KernelSpec
 
 import random
 
+from pydantic import ValidationError
+
 from kerngen.harness.results import GpuFacts
 from kerngen.harness.tune.admissible import Admissible
 from kerngen.harness.tune.prune import static_reason
@@ -102,7 +104,14 @@ def offer_regions(m: FamilyMatch, sizes: dict[str, Any], gpu: GpuFacts | None = 
             out.variants.append(VariantOffer(name, None, None, why=why, brief=why[:160]))
             continue
         defaults = {f"r{i}_{key}": v for i, vo in enumerate(vos) for key, v in vo.defaults.items()}
-        spec = fam.build(m, name, defaults)
+        try:
+            spec = fam.build(m, name, defaults)
+        except ValueError as exc:  # past a spec's limits (defines, steps, source): a model plan runs the regions
+            first = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else " ".join(str(exc).split())
+            why = (f"its {len(vos)} regions' kernels do not fit one spec ({first[:160]}); "
+                   "`kerngen generate` runs them as a model plan, one kernel per region")
+            out.variants.append(VariantOffer(name, None, None, why=why, brief=why[:160]))
+            continue
         tensors = {t.name: TensorFacts(t.shape) for t in (*m.inputs, *m.params, *m.outputs)}
         plan, _, reason = static_reason(spec, spec.default_config(), sizes=sizes, tensors=tensors, gpu=gpu)
         if plan is None:

@@ -75,33 +75,44 @@ class KeyedCache(Generic[K, V]):
 
 
 # ----- TMA descriptors ----------------------------------------------------------------------------
-MapKey = tuple  # (device index, data_ptr, shape, dtype, box_rows, box_cols, swizzle)
-# (tensor, box_rows, box_cols, swizzle, capturing) -> (the 128 bytes in device memory, anything to keep alive)
-MapBuilder = Callable[[Any, int, int, int, bool], tuple[Any, Any]]
+@dataclass(frozen=True)
+class MapBox:
+    """What a descriptor is of, besides the tensor: the box, the swizzle, and how the tensor is seen
+    (``full_width`` off: one k tile per box; ``view``: a shape of the same element count applied first,
+    e.g. the 3xTF32 planes, 1-D scratch seen as [planes, rows, cols])."""
+    rows: int
+    cols: int
+    swizzle: int
+    full_width: bool = True
+    view: tuple[int, ...] | None = None
+
+
+MapKey = tuple  # (device index, data_ptr, shape, dtype, MapBox)
+# (tensor, box, capturing) -> (the 128 bytes in device memory, anything to keep alive)
+MapBuilder = Callable[[Any, MapBox, bool], tuple[Any, Any]]
 
 
 class DescriptorCache:
-    """TMA descriptors in device memory, built once per (device, address, shape, dtype, box,
-    swizzle). Those built while a CUDA graph is being captured are kept apart and never dropped
+    """TMA descriptors in device memory, built once per (device, address, shape, dtype, box). Those built while a CUDA graph is being captured are kept apart and never dropped
     (the graph writes and reads them on every replay)."""
 
     def __init__(self, build: MapBuilder, capacity: int = DESCRIPTORS_KEPT) -> None:
         self._build = build
         self._eager: KeyedCache[MapKey, tuple[Any, Any]] = KeyedCache(
-            lambda key, tensor: build(tensor, key[4], key[5], key[6], False), capacity)
+            lambda key, tensor: build(tensor, key[4], False), capacity)
         self._captured: dict[MapKey, tuple[Any, Any]] = {}
 
     @property
     def builds(self) -> int:
         return self._eager.builds + len(self._captured)
 
-    def pointer(self, tensor: Any, device: int, rows: int, cols: int, swizzle: int, capturing: bool = False) -> int:
+    def pointer(self, tensor: Any, device: int, box: MapBox, capturing: bool = False) -> int:
         """The device address of the descriptor of ``tensor`` for this box."""
-        key = (device, tensor.data_ptr(), tuple(tensor.shape), tensor.dtype, rows, cols, swizzle)
+        key = (device, tensor.data_ptr(), tuple(tensor.shape), tensor.dtype, box)
         if capturing and key not in self._eager:
             entry = self._captured.get(key)
             if entry is None:
-                entry = self._captured[key] = self._build(tensor, rows, cols, swizzle, True)
+                entry = self._captured[key] = self._build(tensor, box, True)
             return entry[0].data_ptr()
         return self._eager.get(key, tensor)[0].data_ptr()
 
@@ -140,7 +151,7 @@ def store_function(device: int) -> Any:
     return fn
 
 
-def write_descriptor(tensor: Any, rows: int, cols: int, swizzle: int, capturing: bool) -> tuple[Any, Any]:
+def write_descriptor(tensor: Any, box: MapBox, capturing: bool) -> tuple[Any, Any]:
     """The descriptor of ``tensor`` written to device memory by :data:`STORE_KERNEL` on the current
     stream; outside a capture the stream is then synchronised once, so that the bytes are there for
     any stream from now on. A miss costs this; a hit costs nothing."""
@@ -152,7 +163,8 @@ def write_descriptor(tensor: Any, rows: int, cols: int, swizzle: int, capturing:
     from kerngen.harness.gpu import tensormap
 
     what = f"tensormap of a {tuple(tensor.shape)} tensor"
-    data = tensormap.encode(tensormap.layout_for(tensor, rows, cols, swizzle, what), int(tensor.data_ptr()), what)
+    lay = tensormap.layout_for(tensor, box.rows, box.cols, box.swizzle, what, full_width=box.full_width, view=box.view)
+    data = tensormap.encode(lay, int(tensor.data_ptr()), what)
     device = tensor.device.index if tensor.device.index is not None else torch.cuda.current_device()
     view = tensormap.aligned_buffer(tensor.device)
     stream = torch.cuda.current_stream(tensor.device)
@@ -290,10 +302,10 @@ class CudaBinder:
 def _bind_launch(fn: Any, step: ResolvedLaunch, index: Mapping[str, int], number: int) -> tuple:
     """``("launch", fn, grid, block, args, fills, maps, smem, cooperative)``: ``args`` with the
     scalars packed and a 0 where a pointer goes; ``fills`` (position, slot) of plain pointers;
-    ``maps`` (position, slot, box_rows, box_cols, swizzle) of TMA descriptors."""
+    ``maps`` (position, slot, :class:`MapBox`) of TMA descriptors."""
     args: list[Any] = []
     fills: list[tuple[int, int]] = []
-    maps: list[tuple[int, int, int, int, int]] = []
+    maps: list[tuple[int, int, MapBox]] = []
     for pos, arg in enumerate(step.args):
         if arg.kind in ("tensor", "tensormap"):
             if arg.name not in index:
@@ -302,7 +314,8 @@ def _bind_launch(fn: Any, step: ResolvedLaunch, index: Mapping[str, int], number
                 fills.append((pos, index[arg.name]))
             else:
                 assert arg.box is not None and arg.swizzle is not None
-                maps.append((pos, index[arg.name], arg.box[0], arg.box[1], arg.swizzle))
+                view = tuple(int(v) for v in arg.view) if arg.view is not None else None
+                maps.append((pos, index[arg.name], MapBox(arg.box[0], arg.box[1], arg.swizzle, arg.full_width, view)))
             args.append(np.uint64(0))
         else:
             args.append(_SCALARS[arg.kind](arg.value))
@@ -344,12 +357,11 @@ class _CudaRunner:
             args = list(template)
             for pos, slot in fills:
                 args[pos] = np.uint64(ptrs[slot])
-            for pos, slot, rows, cols, swizzle in maps:
-                args[pos] = np.uint64(self.descriptors.pointer(tensors[slot], self.device, rows, cols, swizzle,
-                                                               capturing))
+            for pos, slot, box in maps:
+                args[pos] = np.uint64(self.descriptors.pointer(tensors[slot], self.device, box, capturing))
             # a cooperative grid was checked to be resident at once when it was bound
             fn(grid, block, tuple(args), shared_mem=smem, stream=cs, enable_cooperative_groups=coop)
 
 
-__all__ = ["CudaBinder", "DescriptorCache", "KernelRuntime", "KeyedCache", "PlanCache", "STORE_SOURCE", "Slots",
+__all__ = ["CudaBinder", "DescriptorCache", "KernelRuntime", "KeyedCache", "MapBox", "PlanCache", "STORE_SOURCE", "Slots",
            "store_function", "write_descriptor"]

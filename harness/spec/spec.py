@@ -1,22 +1,19 @@
 """The kernel spec: a candidate as data (CUDA-C source, tunables, a declarative launch plan).
 
-No host code from a candidate ever runs: the harness reads this model, compiles ``source`` with
-NVRTC and performs the ``steps`` itself. Grid, block, shared memory, scratch sizes, scalar
-arguments and ``defines`` are expressions (:mod:`kerngen.expr`) over the problem's sizes,
-its tensors' shapes and the tunables.
+No host code from a candidate ever runs: the harness reads this model, compiles ``source`` with NVRTC and performs
+the ``steps`` itself. Grid, block, shared memory, scratch sizes, scalar arguments and ``defines`` are expressions
+(:mod:`kerngen.expr`) over the problem's sizes, its tensors' shapes and the tunables.
 
-A spec comes from a model's answer, so everything in it is bounded (see the ``MAX_*`` constants):
-the source (:data:`MAX_SOURCE_BYTES`, 1 MB), the number of tunables and of their values, of
-steps, arguments, defines, constraints and scratch buffers, and every integer. Whatever a text
-provokes while it is read (bad JSON or YAML, a number of more than 4,300 digits, nesting too
-deep for the parser) is a :class:`SpecError` with one line.
+A spec comes from a model's answer, so everything in it is bounded (see the ``MAX_*`` constants): the source
+(:data:`MAX_SOURCE_BYTES`, 1 MB), the number of tunables and of their values, of steps, arguments, defines,
+constraints and scratch buffers, and every integer. Whatever a text provokes while it is read (bad JSON or YAML, a
+number of more than 4,300 digits, nesting too deep for the parser) is a :class:`SpecError` with one line.
 
-What models write loosely but unambiguously is read as meant (``mode="before"`` validators): a
-``grid`` or ``block`` of one expression (``"grid": "x.shape[0]"``) is a list of one; a tunable
-of one value (``"BLOCK": 256``) is a list of one, its values may be numeric strings or constant
-integer expressions (``"128"``, ``"2*64"``, read with :mod:`kerngen.expr` over no names), and a
-tunable written ``{"values": [...], "default": v}`` gives its default to ``defaults``; a default
-may be such a string too. Anything else is refused with the field and the value named
+What models write loosely but unambiguously is read as meant (``mode="before"`` validators): a ``grid`` or ``block``
+of one expression (``"grid": "x.shape[0]"``) is a list of one; a tunable of one value (``"BLOCK": 256``) is a list
+of one, its values may be numeric strings or constant integer expressions (``"128"``, ``"2*64"``, read with
+:mod:`kerngen.expr` over no names), and a tunable written ``{"values": [...], "default": v}`` gives its default to
+``defaults``; a default may be such a string too. Anything else is refused with the field and the value named
 (``tunables.BLOCK: values must be integers, got '256 threads'``).
 """
 
@@ -69,8 +66,8 @@ class _Model(BaseModel):
 
 
 def _integer(value: Any, need: str) -> int:
-    """``value`` as an integer where that is unambiguous (an integral number, a numeric string,
-    a constant expression such as ``"2*64"``), else ``ValueError``: ``need``, and the value."""
+    """``value`` as an integer where that is unambiguous (an integral number, a numeric string, a constant expression
+    such as ``"2*64"``), else ``ValueError``: ``need``, and the value."""
     if isinstance(value, bool):  # JSON true is no tunable value, though Python counts it an int
         raise ValueError(f"{need}, got {_short(value)}")
     if isinstance(value, int):
@@ -110,9 +107,9 @@ DefaultValue = Annotated[int, BeforeValidator(_default_value)]
 
 
 class TensorArg(_Model):
-    """A pointer argument: an input (forward's parameter name), a model parameter or buffer
-    (its ``named_parameters`` name, e.g. ``conv.weight``), an output (``out``, or ``out0``,
-    ``out1`` ... for several) or a scratch buffer declared in ``scratch``."""
+    """A pointer argument: an input (forward's parameter name), a model parameter or buffer (its ``named_parameters``
+    name, e.g. ``conv.weight``), an output (``out``, or ``out0``, ``out1`` ... for several) or a scratch buffer declared
+    in ``scratch``."""
 
     kind: Literal["tensor"] = "tensor"
     name: str = Field(pattern=_TENSOR_NAME.pattern)
@@ -126,27 +123,23 @@ class ScalarArg(_Model):
 
 
 class TensorMapArg(_Model):
-    """A TMA descriptor (``CUtensorMap``) of a tensor, built by the harness: the kernel gets an
-    8-byte pointer to the 128-byte map in device memory (64-byte aligned, alive as long as the
-    plan's runner; declare the parameter ``const void*`` or ``const CUtensorMap*``). The map was
-    written by a copy, so execute ``fence.proxy.tensormap::generic.acquire.gpu [ptr], 128;``
-    before its first use.
+    """A TMA descriptor (``CUtensorMap``) of a tensor, built by the harness: the kernel gets an 8-byte pointer to the
+    128-byte map in device memory (64-byte aligned, alive as long as the plan's runner; declare the parameter ``const
+    void*`` or ``const CUtensorMap*``). The map was written by a copy, so execute
+    ``fence.proxy.tensormap::generic.acquire.gpu [ptr], 128;`` before its first use.
 
-    The bound tensor must be contiguous, of 2 or more dims and of dtype bfloat16, float16 or
-    float32. It is viewed as [outer, rows, cols] (rows = shape[-2], cols = shape[-1], outer the
-    product of the leading dims, 1 for a 2-D tensor) and mapped as a rank-4 tiled map whose dims,
-    innermost first, are (box_cols, rows, cols / box_cols, outer), box (box_cols, box_rows,
-    cols / box_cols, 1), out-of-bounds fill zero, L2 promotion 128B. So one
-    ``cp.async.bulk.tensor.4d`` load at coordinates {0, row0, 0, outer_index} brings box_rows rows
-    of the full width into shared memory as cols / box_cols slabs of [box_rows][box_cols], each
-    swizzled (128B: the 16-byte chunk c of row r of a slab of 128-byte rows sits at
-    r*128 + (c ^ (r % 8))*16; the pattern follows the shared address bits, so align the
-    destination to 1024 bytes for 128B, 512 for 64B, 256 for 32B, 128 without swizzle); rows past
-    ``rows`` come in as zeros, never another outer index's data. The box is box_rows * cols * element size bytes (the mbarrier's expect_tx).
-    Refused: cols not a multiple of box_cols, cols / box_cols > 256, box_cols * element size not
-    a multiple of 16 or (with a swizzle) above the swizzle, cols * element size not a multiple of
-    16, a dim of 2**32 or more. ``full_width: false`` and ``view`` (a GEMM's k tiles of a reshaped
-    tensor): harness/gpu/tensormap.py."""
+    The bound tensor must be contiguous, of 2 or more dims and of dtype bfloat16, float16 or float32. It is viewed as
+    [outer, rows, cols] (rows = shape[-2], cols = shape[-1], outer the product of the leading dims, 1 for a 2-D tensor)
+    and mapped as a rank-4 tiled map whose dims, innermost first, are (box_cols, rows, cols / box_cols, outer), box
+    (box_cols, box_rows, cols / box_cols, 1), out-of-bounds fill zero, L2 promotion 128B. So one
+    ``cp.async.bulk.tensor.4d`` load at coordinates {0, row0, 0, outer_index} brings box_rows rows of the full width
+    into shared memory as cols / box_cols slabs of [box_rows][box_cols], each swizzled (128B: the 16-byte chunk c of row
+    r of a slab of 128-byte rows sits at r*128 + (c ^ (r % 8))*16; the pattern follows the shared address bits, so align
+    the destination to 1024 bytes for 128B, 512 for 64B, 256 for 32B, 128 without swizzle); rows past ``rows`` come in
+    as zeros, never another outer index's data. The box is box_rows * cols * element size bytes (the mbarrier's
+    expect_tx). Refused: cols not a multiple of box_cols, cols / box_cols > 256, box_cols * element size not a multiple
+    of 16 or (with a swizzle) above the swizzle, cols * element size not a multiple of 16, a dim of 2**32 or more.
+    ``full_width: false`` and ``view`` (a GEMM's k tiles of a reshaped tensor): harness/gpu/tensormap.py."""
 
     kind: Literal["tensormap"]
     name: str = Field(pattern=_TENSOR_NAME.pattern, description="the tensor mapped (as for a tensor argument)")
@@ -218,8 +211,8 @@ class Launch(_Model):
 
 
 class Memset(_Model):
-    """Set every byte of a tensor (usually scratch or an output accumulated with atomics) to
-    ``value``. Runs inside the timed region like the launches: it is part of the kernel's cost."""
+    """Set every byte of a tensor (usually scratch or an output accumulated with atomics) to ``value``. Runs inside the
+    timed region like the launches: it is part of the kernel's cost."""
 
     op: Literal["memset"] = "memset"
     tensor: str = Field(pattern=_TENSOR_NAME.pattern)
@@ -247,8 +240,7 @@ class Scratch(_Model):
 
 
 class Origin(_Model):
-    """Who wrote a spec, where it was built by a catalogue (the offline playbook): its family and variant.
-    Provenance only: not part of the candidate (never hashed, compiled or launched)."""
+    """The playbook family and variant that built a spec: provenance, never hashed, compiled or launched."""
 
     family: str = Field(max_length=64)
     variant: str = Field(max_length=64)
@@ -278,14 +270,13 @@ class KernelSpec(_Model):
     )
     scratch: list[Scratch] = Field(default_factory=list)
     steps: list[Step] = Field(min_length=1, description="ordered launches and memsets of one call")
-    origin: Origin | None = Field(default=None, description="the playbook family and variant that built it "
-                                  "(provenance, not part of the candidate)")
+    origin: Origin | None = Field(default=None, description="who built it (provenance, not part of the candidate)")
 
     @model_validator(mode="before")
     @classmethod
     def _tunable_objects(cls, data: Any) -> Any:
-        """``"BLOCK": {"values": [128, 256], "default": 256}``: the values, and the default moved
-        to ``defaults`` (where an explicit default is not given already)."""
+        """``"BLOCK": {"values": [128, 256], "default": 256}``: the values, and the default moved to ``defaults`` (where
+        an explicit default is not given already)."""
         if not isinstance(data, dict):
             return data
         tunables, defaults = data.get("tunables"), data.get("defaults", {})

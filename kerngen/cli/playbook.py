@@ -69,7 +69,11 @@ def playbook(
         _folder(Path(problem), limits_for(arch), as_json, cached=not no_cache)
         return
     ref = parse_problem_ref(problem, shape=shape, dtype=dtype)
-    prop = PlaybookProposer(load_problem(ref), gpu=limits_for(arch))
+    prob = load_problem(ref)
+    prop = PlaybookProposer(prob, gpu=limits_for(arch))
+    if (prop.match is None or not prop.offer or not prop.offer.offered) and out is None and variant is None:
+        _model(ref.label(), prob, prop.reason, as_json)  # not one spec: a model plan, a kernel per region
+        return
     if prop.recognised is None:
         raise KerngenError(f"the playbook has nothing for {ref.label()}: {prop.reason}")
     family = prop.recognised.family
@@ -124,6 +128,36 @@ def playbook(
     console.print(f"wrote {out}: {spec.name}, {spec.space_size()} configurations "
                   f"({', '.join(f'{k} {len(v)}' for k, v in spec.tunables.items())}), {vo.count} admissible at "
                   f"{off.where} ({off.limits}){_moved_text(vo)}", markup=False)
+
+
+def _model(label: str, problem: Any, reason: str, as_json: bool) -> None:
+    """A problem no one spec covers, as a model plan (:mod:`kerngen.agent.playbook.model_plan`): its regions,
+    the family and variant of each that a kernel computes, what runs as PyTorch and why. An error (exit 1) when no
+    region gets a kernel."""
+    from rich.console import Console
+
+    from kerngen.agent.playbook import NotCovered
+    from kerngen.agent.playbook.model_plan import plan_model
+
+    try:
+        mp = plan_model(problem)
+    except NotCovered as exc:
+        raise KerngenError(f"the playbook has nothing for {label}: {exc}") from None
+    if not mp.kernels:
+        raise KerngenError(f"the playbook has nothing for {label}: no region gets a kernel ({reason})")
+    if as_json:
+        typer.echo(json.dumps({"problem": label, "family": "model", "whole": reason, "regions": [
+            {"region": r.region.index, "nodes": list(r.region.nodes), "family": r.family or None,
+             "variant": r.variant or None, "offered": list(r.offered), "fallback": r.why or None}
+            for r in mp.regions], "views": list(mp.views)}, indent=2))
+        return
+    console = Console(highlight=False, soft_wrap=True)
+    console.print(f"[bold]{label}[/]: a model plan of {len(mp.regions)} regions, {len(mp.kernels)} as kerngen "
+                  f"kernels, {len(mp.fallbacks)} as PyTorch (not one spec: {reason[:200]})")
+    for line in mp.lines():
+        console.print(f"  {line}", markup=False)
+    console.print("  kerngen generate runs a search per kernel region and checks and times the assembled model",
+                  markup=False)
 
 
 def _folder(folder: Path, gpu: Any, as_json: bool, cached: bool = True) -> None:

@@ -26,6 +26,7 @@ from kerngen.agent.search_settings import SearchSettings
 from kerngen.agent.tree import load_run
 from kerngen.cli import batch as batch_mod
 from kerngen.cli import cluster
+from kerngen.cli import model as model_path
 from kerngen.cli.guard import warn_torn
 from kerngen.errors import KerngenError
 from kerngen.harness.spec.spec import KernelSpec
@@ -95,6 +96,8 @@ def generate(
     no_playbook_seed: bool = typer.Option(False, "--no-playbook-seed",
                                           help="with an LLM: start from nothing, not from the playbook's kernel"),
     force: bool = typer.Option(False, "--force", help="search a degenerate problem anyway"),
+    as_model: bool = typer.Option(False, "--as-model", help="a whole model: a kernel per region, the rest PyTorch, "
+                                  "checked and timed end to end (the default where no one spec covers it)"),
     resume: Optional[str] = typer.Option(None, "--resume", help="continue a run (its folder, id or 'latest')"),
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir", help="where run folders live"),
     fresh: bool = typer.Option(False, "--fresh", help="several problems: start a new batch instead of continuing"),
@@ -160,6 +163,9 @@ def generate(
         if not problem:
             raise KerngenError("generate needs a PROBLEM (or --resume RUN)")
         ref = parse_problem_ref(problem, shape, dtype, precision)
+        if evaluator_kind == "pool" and proposer in ("auto", "playbook") and model is None and base_url is None and (
+                as_model or model_path.wants_model(ref)):
+            return model_path.generate_model(ref, runs_dir, minutes)
         _check_problem(ref, evaluator_kind)
         seed = KernelSpec.load(kernel) if kernel else None
     from kerngen.agent.search import Search
@@ -397,6 +403,16 @@ def show(
     as_json: bool = typer.Option(False, "--json", help="print the run as one JSON object"),
 ) -> None:
     """Print the search tree of a run: ideas, categories, verdicts, times, speedups, registers."""
+    from kerngen.results.model_run import model_run_json, model_run_path, read_model_run, render_model_run
+
+    folder = model_run_path(run, runs_dir)
+    if folder is not None:  # a model run: its regions and the end-to-end figures
+        record = read_model_run(folder)
+        if as_json:
+            typer.echo(json.dumps(model_run_json(record), indent=2))
+        else:
+            Console(highlight=False, width=width).print(render_model_run(record))
+        return
     loaded = load_run(run, runs_dir)
     warn_torn(loaded)
     if as_json:

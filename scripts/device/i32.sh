@@ -12,6 +12,7 @@ OUT=${OUT:-/tmp/i32-out}
 mkdir -p "$OUT"
 KB=${KB:-/work/shared/kernelbench}
 [ -d "$KB" ] || KB=../shared/kernelbench
+[ -d "$KB" ] || KB=shared/kernelbench  # the device copy of the tree carries it inside
 RUNS=/tmp/i32-runs
 # newly covered since 1646dd4 (tests/data/playbook/kernelbench_families.json): L1 2 files, L2 33
 NEW=(level1/86_ level2/45_ level2/23_ level2/61_ level1/5_
@@ -38,17 +39,17 @@ part() {  # N: generate + suite on part N of NEW
   local n=$1 dir="/tmp/i32-files/part$1" i
   mkdir -p "$dir"
   for i in "${NEW[@]:$(( (n - 1) * 5 )):5}"; do cp "$KB"/${i}*.py "$dir/"; done
-  stage "generate-$n" 330 "generate --minutes 0.4, part $n ($(ls "$dir" | cut -d_ -f1 | tr '\n' ' '))" \
+  stage "generate-$n" "${KG_GEN_S:-330}" "generate --minutes 0.4, part $n ($(ls "$dir" | cut -d_ -f1 | tr '\n' ' '))" \
     kerngen generate "$dir" --proposer playbook --minutes 0.4 --runs-dir "$RUNS"
-  stage "suite-$n" 200 "suite, part $n" kerngen suite "$dir" --runs-dir "$RUNS" --budget-ms 100
+  stage "suite-$n" "${KG_SUITE_S:-200}" "suite, part $n" kerngen suite "$dir" --runs-dir "$RUNS" --budget-ms 100
   rows+=("| suite part $n: see below | | | |")
 }
 
 if [ "${1:-}" = part ]; then
   part "${2:-1}"
 else
-  stage gpu 240 "GPU: every regions variant of 6 multi-region files, own size" \
-    python3 -m pytest -q -p no:cacheprovider -m gpu -rA tests/agent/test_gpu_regions.py
+  stage gpu "${KG_TESTS_S:-240}" "GPU: every regions variant of 6 multi-region files, own size" \
+    python3 -m pytest -v -p no:cacheprovider -m gpu -rf --tb=short -o timeout="${KG_TEST_S:-150}" tests/agent/test_gpu_regions.py
   part 1
 fi
 

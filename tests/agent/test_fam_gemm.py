@@ -183,7 +183,7 @@ def test_a_residual_input_and_3d_rows(tmp_path):
 
 def test_fp16_refused_column_scaling_left_alone_diag_recognised(tmp_path):
     half = explain(_problem(tmp_path, "A @ B.T", {"A": (4, 8), "B": (6, 8)}, dtype="float16"))
-    assert half.family == "gemm16" and half.facts["dtype"] == "float16"  # the 16-bit family's (wgmma, issue 35)
+    assert half.family == "gemm16" and half.facts.dtype == "float16"  # the 16-bit family's (wgmma, issue 35)
     with pytest.raises(NotCovered, match="fp32 only"):  # a 16-bit row scaling: this family's, which is fp32 only
         explain(_problem(tmp_path, "torch.diag(d) @ M", {"d": (6,), "M": (6, 5)}, dtype="float16"))
     column_scale = _problem(tmp_path, "A * B.unsqueeze(0)", {"A": (4, 6), "B": (6,)})

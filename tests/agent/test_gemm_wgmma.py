@@ -18,6 +18,7 @@ from kerngen.agent.playbook.gemm.build_wgmma import PREP_KERNEL, Mode, mode_of, 
 from kerngen.agent.playbook.coverage import offer
 from kerngen.agent.playbook.proposer import variant_of_spec
 from kerngen.agent.playbook.render import MAX_SMEM, render
+from kerngen.harness.gpu.op_runtime import _bind_launch
 from kerngen.agent.proposer import SearchContext
 from kerngen.errors import CompileError, SpecError
 from kerngen.harness.compile.compiler import compile_job, job_for
@@ -131,6 +132,18 @@ def test_the_3xtf32_plan_splits_both_operands_into_k_major_planes():
     assert spec.source.index("gw_desc_a(sa + GW_A_TILE, blk, kk), gw_desc_b(sb, kk)") < \
         spec.source.index("gw_desc_a(sa, blk, kk), gw_desc_b(sb + GW_B_TILE, kk)") < \
         spec.source.index("gw_desc_a(sa, blk, kk), gw_desc_b(sb, kk), 1)")
+
+
+def test_the_exported_op_binds_the_planes_view_and_the_k_tile_box():
+    """The op a user loads builds its descriptors from what the plan says: the scratch planes seen as
+    (2, M, K) with one k tile per box, as the harness's launcher does (the export of a 3xTF32 matmul once
+    failed: its 1-D scratch given to TMA as it is)."""
+    m = explain(load_problem("matmul"))
+    main = _resolve(build(m, "wgmma"), m).launches[-1]
+    names = {a.name: i for i, a in enumerate(main.args) if a.kind in ("tensor", "tensormap")}
+    maps = _bind_launch("fn", main, names, 0)[6]
+    assert [(box.rows, box.cols, box.full_width, box.view) for _, _, box in maps] == \
+        [(128, 32, False, (2, 4096, 4096))] * 2
 
 
 def test_plain_tf32_only_when_asked_for():

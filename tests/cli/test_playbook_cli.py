@@ -50,8 +50,12 @@ def test_bad_variant_and_uncovered_problem_are_one_line_errors(tmp_path):
     # without --out too: an unknown variant is an error, not silently ignored
     res = invoke("playbook", "layernorm", "--variant", "cop")
     assert res.exit_code == 2 and "unknown --variant 'cop'" in stderr_of(res) and "coop" in stderr_of(res)
+    res = invoke("playbook", str(Path(__file__).resolve().parents[1] / "data" / "playbook" / "regions_lstm_cell.py"))
+    assert res.exit_code == 2 and "nothing for" in stderr_of(res) and "NotCovered: lstm_cell at lstm_cell" in stderr_of(res)
+    # one op no family takes is a PyTorch step of a model plan, not a refusal (issue 34): exit 0, the op named
     res = invoke("playbook", str(Path(__file__).resolve().parents[1] / "data" / "playbook" / "kb_permute.py"))
-    assert res.exit_code == 2 and "nothing for" in stderr_of(res) and "NotCovered: permute at permute" in stderr_of(res)
+    assert res.exit_code == 0 and "r0 PyTorch [permute]: NotCovered: permute at permute" in res.output
+    assert "r1 kernel elementwise" in res.output
     res = invoke("playbook", "conv2d", "--out", str(tmp_path / "missing" / "x.json"))
     assert res.exit_code == 2 and "cannot write" in stderr_of(res)
 

@@ -9,7 +9,7 @@ import torch
 from kerngen.errors import SpecError
 from kerngen.harness.gpu.op_call import KernelEntry, OpRuntime, signature
 from kerngen.harness.gpu.op_runtime import (
-    DescriptorCache, KernelRuntime, KeyedCache, PlanCache, Slots, _bind_launch,
+    DescriptorCache, KernelRuntime, KeyedCache, MapBox, PlanCache, Slots, _bind_launch,
 )
 from kerngen.harness.spec.spec import KernelSpec
 from tests.emu.runner import available as emu_available
@@ -97,45 +97,50 @@ class _Buf:
         return self.ptr
 
 
+BOX, SQUARE = MapBox(128, 64, 128), MapBox(64, 64, 128)
+
+
 def test_descriptors_are_built_once_per_address_shape_and_box():
     made = []
 
-    def build(tensor, rows, cols, swizzle, capturing):
-        made.append((tensor.ptr, tensor.shape, rows, capturing))
+    def build(tensor, box, capturing):
+        made.append((tensor.ptr, tensor.shape, box.rows, capturing))
         return _Buf(0x1000 + 0x100 * len(made)), None
 
     cache = DescriptorCache(build, capacity=8)
     q = _T(0xA000, (8, 16, 4096, 128))
-    first = cache.pointer(q, 0, 128, 64, 128)
-    assert cache.pointer(q, 0, 128, 64, 128) == first and cache.builds == 1
+    first = cache.pointer(q, 0, BOX)
+    assert cache.pointer(q, 0, BOX) == first and cache.builds == 1
     # the same address and shape from another tensor object (torch's allocator hands memory out again)
-    assert cache.pointer(_T(0xA000, (8, 16, 4096, 128)), 0, 128, 64, 128) == first and cache.builds == 1
-    assert cache.pointer(_T(0xB000, (8, 16, 4096, 128)), 0, 128, 64, 128) != first  # a new pointer
-    cache.pointer(_T(0xA000, (8, 16, 2048, 128)), 0, 128, 64, 128)  # a new shape at the same address
-    cache.pointer(q, 0, 64, 64, 128)  # another box
-    cache.pointer(q, 1, 128, 64, 128)  # another device
-    cache.pointer(_T(0xA000, (8, 16, 4096, 128), torch.float16), 0, 128, 64, 128)  # another dtype
-    assert cache.builds == 6 and not any(m[3] for m in made)
+    assert cache.pointer(_T(0xA000, (8, 16, 4096, 128)), 0, BOX) == first and cache.builds == 1
+    assert cache.pointer(_T(0xB000, (8, 16, 4096, 128)), 0, BOX) != first  # a new pointer
+    cache.pointer(_T(0xA000, (8, 16, 2048, 128)), 0, BOX)  # a new shape at the same address
+    cache.pointer(q, 0, SQUARE)  # another box
+    cache.pointer(q, 1, BOX)  # another device
+    cache.pointer(_T(0xA000, (8, 16, 4096, 128), torch.float16), 0, BOX)  # another dtype
+    cache.pointer(q, 0, MapBox(128, 64, 128, full_width=False))  # one k tile per box
+    cache.pointer(q, 0, MapBox(128, 64, 128, view=(8, 65536, 128)))  # the tensor seen as another shape
+    assert cache.builds == 8 and not any(m[3] for m in made)
 
 
 def test_descriptors_made_during_a_capture_are_kept_apart_and_never_dropped():
     made = []
 
-    def build(tensor, rows, cols, swizzle, capturing):
+    def build(tensor, box, capturing):
         made.append(capturing)
         return _Buf(len(made)), None
 
     cache = DescriptorCache(build, capacity=1)
-    eager = cache.pointer(_T(1, (64, 64)), 0, 64, 64, 128)
+    eager = cache.pointer(_T(1, (64, 64)), 0, SQUARE)
     # a hit while capturing uses the eager one (its bytes are already there)
-    assert cache.pointer(_T(1, (64, 64)), 0, 64, 64, 128, capturing=True) == eager and made == [False]
-    captured = cache.pointer(_T(2, (64, 64)), 0, 64, 64, 128, capturing=True)
+    assert cache.pointer(_T(1, (64, 64)), 0, SQUARE, capturing=True) == eager and made == [False]
+    captured = cache.pointer(_T(2, (64, 64)), 0, SQUARE, capturing=True)
     assert made == [False, True]
     for ptr in range(3, 6):  # eager misses push the eager entries out of a cache of one
-        cache.pointer(_T(ptr, (64, 64)), 0, 64, 64, 128)
-    assert cache.pointer(_T(2, (64, 64)), 0, 64, 64, 128, capturing=True) == captured  # still the graph's
+        cache.pointer(_T(ptr, (64, 64)), 0, SQUARE)
+    assert cache.pointer(_T(2, (64, 64)), 0, SQUARE, capturing=True) == captured  # still the graph's
     # an eager call at that address does not read the captured bytes (written only when the graph replays)
-    assert cache.pointer(_T(2, (64, 64)), 0, 64, 64, 128) != captured and made[-1] is False
+    assert cache.pointer(_T(2, (64, 64)), 0, SQUARE) != captured and made[-1] is False
 
 
 def test_bound_launch_packs_scalars_and_leaves_pointer_slots():

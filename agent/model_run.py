@@ -1,0 +1,102 @@
+"""A model run's record (issue 34): ``runs/<id>/model.json``, one :class:`ModelRun` (pydantic) written when the
+run ends and read back by ``kerngen show`` / ``kerngen report`` / ``kerngen.load``: the assembled plan (data), the
+table per region (its share of the eager time, what each variant tried gave, kernel or PyTorch and why, the
+Amdahl bound), the end-to-end check and the end-to-end times. Reading it runs nothing from the folder: the plan's
+kernels are specs, its other steps allowlisted ATen ops.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ValidationError
+
+from kerngen.errors import KerngenError
+from kerngen.harness.atomic import write_atomic
+from kerngen.harness.model.bench import EndToEnd
+from kerngen.harness.model.check import ModelCheck
+from kerngen.harness.model.plan import ModelPlan
+
+__all__ = ["MODEL_FILE", "ModelRun", "RegionRow", "VariantTry", "is_model_run", "read_model_run", "write_model_run"]
+
+MODEL_FILE = "model.json"
+MAX_MODEL_BYTES = 64 << 20
+
+
+class VariantTry(BaseModel):
+    variant: str
+    ok: bool
+    kernel_ms: float | None = None
+    message: str = ""
+
+
+class RegionRow(BaseModel):
+    region: int
+    nodes: list[str]
+    family: str | None = None  # the family that covers it (None: none does)
+    eager_ms: float  # its PyTorch steps alone (median)
+    share: float  # of the eager forward's step time
+    tried: list[VariantTry] = []
+    chosen: Literal["kernel", "pytorch"] = "pytorch"
+    variant: str | None = None
+    kernel_ms: float | None = None
+    why: str = ""  # why PyTorch runs it (no family, no variant correct, slower than PyTorch, no budget left)
+
+    @property
+    def amdahl(self) -> float:
+        """The whole forward's speed-up if this region took no time at all."""
+        return 1.0 / max(1.0 - self.share, 1e-9)
+
+
+class ModelRun(BaseModel):
+    kind: Literal["model"] = "model"
+    id: str
+    problem: str
+    problem_path: str
+    problem_sha256: str
+    device: str
+    started: str
+    plan: ModelPlan
+    regions: list[RegionRow]
+    views_ms: float = 0.0  # the views between regions (PyTorch)
+    check: ModelCheck | None = None
+    timing: EndToEnd | None = None
+    elapsed_s: float = 0.0
+    stopped: str = ""
+
+    @property
+    def kernel_share(self) -> float:
+        """The share of the eager step time whose regions run as kerngen kernels."""
+        return sum(r.share for r in self.regions if r.chosen == "kernel")
+
+    @property
+    def amdahl_bound(self) -> float:
+        """The forward's speed-up if every kernel region took no time."""
+        return 1.0 / max(1.0 - self.kernel_share, 1e-9)
+
+
+def is_model_run(path: Path) -> bool:
+    return (Path(path) / MODEL_FILE).is_file()
+
+
+def write_model_run(run: ModelRun, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / MODEL_FILE
+    write_atomic(path, run.model_dump_json(indent=1))
+    return path
+
+
+def read_model_run(folder: Path) -> ModelRun:
+    """The record of a model run folder; KerngenError (one line) for a missing, huge or invalid one."""
+    path = Path(folder) / MODEL_FILE
+    try:
+        if path.is_symlink() or path.stat().st_size > MAX_MODEL_BYTES:
+            raise KerngenError(f"{path}: not a regular model record of at most {MAX_MODEL_BYTES >> 20} MB")
+        return ModelRun.model_validate_json(path.read_bytes())
+    except OSError as exc:
+        raise KerngenError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise KerngenError(f"{path}: not a model run record ({'.'.join(map(str, first['loc']))}: "
+                           f"{first['msg']})") from None
