@@ -85,8 +85,9 @@ def test_convolutions_at_odd_sizes_pass_at_several_configurations(pool, tmp_path
     p = forward_problem(tmp_path, forward, {"x": shape}, init=f"self.conv = {conv}", dtype=dtype, make="randn")
     m = explain(p)
     assert m.family == family, m.message
-    _all_pass(pool, ProblemRef(source=str(p.path)),
-              _candidates(m, TF32_CONFIGS if dtype == "float32" else HALF_CONFIGS))
+    configs = TF32_CONFIGS if dtype == "float32" else HALF_CONFIGS
+    full = conv.startswith("nn.Conv2d(3, 96")  # every configuration on the suite's geometry, two elsewhere (time)
+    _all_pass(pool, ProblemRef(source=str(p.path)), _candidates(m, configs if full else configs[:2]))
 
 
 KB_CONV = [  # level-2 conv + epilogue files, resized: M, the channels and K no multiples of the tiles
