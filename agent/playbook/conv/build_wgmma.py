@@ -208,7 +208,7 @@ def ideas(prefix: str, first: str, effect: str, tf32: bool) -> tuple[Entry, ...]
               "channels, a narrower channel tile for groups of few channels, or one consumer.", PAR, "0-20%",
               VARIANT, tiles, after=_AFTER),
         Entry(f"{prefix}-wgmma-pipeline", "Retune the wgmma convolution's ring: more slots keep more gathered k "
-              "tiles in flight (the gather's latency is longer than TMA's), fewer free shared memory for a wider "
+              "tiles in flight (the gather's latency is longer than TMA's); fewer slots free shared memory for a wider "
               "tile.", A, "0-10%", VARIANT, stages, after=_AFTER),
         Entry(f"{prefix}-wgmma-copies", "Change the width of the gather's copies (VEC channels of one tap a copy: "
               "4, 8 or 16 bytes): wider copies are fewer instructions for the producer, narrower ones pad the "
