@@ -16,6 +16,7 @@ from kerngen.errors import KerngenError
 from kerngen.harness.atomic import write_atomic
 from kerngen.harness.model.bench import EndToEnd
 from kerngen.harness.model.check import ModelCheck
+from kerngen.harness.model.aten import PlanError
 from kerngen.harness.model.plan import ModelPlan
 
 __all__ = ["MODEL_FILE", "ModelRun", "RegionRow", "VariantTry", "is_model_run", "read_model_run", "write_model_run"]
@@ -27,6 +28,7 @@ MAX_MODEL_BYTES = 64 << 20
 class VariantTry(BaseModel):
     variant: str
     ok: bool
+    config: dict[str, int] | None = None  # a tune's configuration (None: the variant's default)
     kernel_ms: float | None = None
     message: str = ""
 
@@ -37,9 +39,13 @@ class RegionRow(BaseModel):
     family: str | None = None  # the family that covers it (None: none does)
     eager_ms: float  # its PyTorch steps alone (median)
     share: float  # of the eager forward's step time
+    floor_ms: float | None = None  # its roofline floor on the run's GPU (None: not known)
+    weight: float = 0.0  # share x (1 - floor / eager): what the budget is split by
+    budget_s: float = 0.0  # the search time it was given
     tried: list[VariantTry] = []
     chosen: Literal["kernel", "pytorch"] = "pytorch"
     variant: str | None = None
+    config: dict[str, int] | None = None  # the chosen kernel's configuration
     kernel_ms: float | None = None
     why: str = ""  # why PyTorch runs it (no family, no variant correct, slower than PyTorch, no budget left)
 
@@ -64,6 +70,7 @@ class ModelRun(BaseModel):
     timing: EndToEnd | None = None
     elapsed_s: float = 0.0
     stopped: str = ""
+    replay_of: str = ""  # the run whose plan this one re-checked and re-timed (kerngen replay)
 
     @property
     def kernel_share(self) -> float:
@@ -88,12 +95,19 @@ def write_model_run(run: ModelRun, folder: Path) -> Path:
 
 
 def read_model_run(folder: Path) -> ModelRun:
-    """The record of a model run folder; KerngenError (one line) for a missing, huge or invalid one."""
+    """The record of a model run folder (or a model export); KerngenError (one line) for a missing, huge or invalid
+    one, or one whose plan cannot run (a name read before it is made, an ATen op outside the allowlist or not
+    functional)."""
     path = Path(folder) / MODEL_FILE
     try:
         if path.is_symlink() or path.stat().st_size > MAX_MODEL_BYTES:
             raise KerngenError(f"{path}: not a regular model record of at most {MAX_MODEL_BYTES >> 20} MB")
-        return ModelRun.model_validate_json(path.read_bytes())
+        with path.open("rb") as f:  # bounded: a file that grows after the stat is cut, then refused as invalid
+            run = ModelRun.model_validate_json(f.read(MAX_MODEL_BYTES + 1))
+        run.plan.validate()
+        return run
+    except PlanError as exc:
+        raise KerngenError(f"{path}: its plan cannot run: {exc}") from None
     except OSError as exc:
         raise KerngenError(f"{path}: cannot read ({exc.strerror or exc})") from None
     except ValidationError as exc:

@@ -35,3 +35,31 @@ def cxx_missing() -> str:
     from kerngen.harness.emu.runner import available, compiler
 
     return "" if available() else f"no C++ compiler for the CPU emulator ({compiler()!r} is not on PATH)"
+
+
+# problems/models at a test size: each (what the file says, what the test's copy says) occurs once in the file
+_TINY = {
+    "tiny_gpt": ("gpt_block", (("return [torch.randn(8, 1024, 768)]", "return [torch.randn(2, 8, 32)]"),
+                               ("return [768, 12, 3072]", "return [32, 2, 64]"))),
+    "tiny_lstm": ("lstm", (("return [torch.randn(64, 64, 256)]", "return [torch.randn(4, 5, 8)]"),
+                           ("return [256, 512, 2, 10]", "return [8, 16, 1, 4]"))),
+}
+_TINY_DIR: list[Path] = []
+
+
+def tiny_model(name: str) -> Path:
+    """``tests``' copy of a whole model of ``problems/models`` at a size the emulator runs in seconds: the same
+    forward, its inputs and constructor arguments replaced (``tiny_gpt``, ``tiny_lstm``), written once per process."""
+    import tempfile
+
+    if not _TINY_DIR:
+        _TINY_DIR.append(Path(tempfile.mkdtemp(prefix="kerngen-tiny-models-")))
+    path = _TINY_DIR[0] / f"{name}.py"
+    if not path.exists():
+        model, swaps = _TINY[name]
+        text = (ROOT / "problems" / "models" / f"{model}.py").read_text()
+        for old, new in swaps:
+            assert text.count(old) == 1, f"problems/models/{model}.py no longer says {old!r} once"
+            text = text.replace(old, new)
+        path.write_text(text)
+    return path

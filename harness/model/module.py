@@ -1,4 +1,4 @@
-"""A model plan as an ``nn.Module``: the original forward's positional inputs in, its output out; each kernel step a
+"""A model plan as an ``nn.Module``: the original forward's inputs in (by position or by name), its output out; each kernel step a
 ``torch.library`` custom op (opaque to torch.compile, which fuses the ATen steps around it), each ATen step its
 allowlisted ATen op. The weights are the given model's own (by their state names): nothing is read from a run
 folder but the plan's data.
@@ -7,6 +7,7 @@ folder but the plan's data.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import itertools
 from typing import Any
 
@@ -35,6 +36,9 @@ class PlanModule(_torch_module()):  # type: ignore[misc]
         self.model = model
         self.plan = plan
         self.runner = PlanRunner(plan, launcher)
+        # the original forward's signature (its inputs by name): keyword calls work, inspect.signature shows it
+        self.__signature__ = inspect.Signature([inspect.Parameter(t.name, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                                                for t in plan.inputs])
         tag = hashlib.sha256(plan.model_dump_json().encode()).hexdigest()[:8]
         ns = f"kerngen_model_{tag}_{next(_COUNT)}"
         self._steps: list[tuple] = []
@@ -72,13 +76,15 @@ class PlanModule(_torch_module()):  # type: ignore[misc]
             return torch.empty(step.out.shape, dtype=torch_dtype(step.out.dtype), device=xs[0].device)
         return fake
 
-    def forward(self, *inputs: Any) -> Any:
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
         import torch
 
         p = self.plan
-        if len(inputs) != len(p.inputs):
-            raise TypeError(f"the forward takes {len(p.inputs)} inputs ({', '.join(t.name for t in p.inputs)}), "
-                            f"got {len(inputs)}")
+        try:
+            bound = self.__signature__.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"forward({', '.join(t.name for t in p.inputs)}): {exc}") from None
+        inputs = [bound.arguments[t.name] for t in p.inputs]
         own = self._own()
         env: dict[str, Any] = {t.name: x for t, x in zip(p.inputs, inputs)}
         env.update({t.name: own[t.name.removeprefix("model.")] if t.name not in own else own[t.name]

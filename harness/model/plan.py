@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, field_validato
 from kerngen.harness.model.aten import ALLOWED, PlanError
 from kerngen.harness.spec.spec import Dtype, KernelSpec
 
-__all__ = ["AtenStep", "KernelStep", "ModelPlan", "PlanTensor", "decode_arg", "encode_literal"]
+__all__ = ["AtenStep", "KernelStep", "ModelPlan", "PlanTensor", "arg_refs", "decode_arg", "encode_literal"]
 
 MAX_STEPS = 4096
 MAX_ARG_DEPTH = 4
@@ -109,11 +109,25 @@ class ModelPlan(_Model):
         steps = [step if isinstance(s, KernelStep) and s.region == region else s for s in self.steps]
         return self.model_copy(update={"steps": steps})
 
+    def validate(self) -> None:
+        """Everything a plan from a folder must hold before anything runs it: every name read is made before it
+        (:meth:`check_names`), every ATen op resolves to an allowed functional overload (PlanError naming the
+        first that does not)."""
+        from kerngen.harness.model.aten import GETITEM, resolve_op
+
+        self.check_names()
+        for i, s in enumerate(self.steps):
+            if isinstance(s, AtenStep) and s.op != GETITEM:
+                try:
+                    resolve_op(s.op, s.overload)
+                except PlanError as exc:
+                    raise PlanError(f"step {i} ({s.node}): {exc}") from None
+
     def check_names(self) -> None:
         """Every value a step reads is made before it (PlanError naming the first that is not)."""
         known = {t.name for t in (*self.inputs, *self.params)} | set(self.constants)
         for i, s in enumerate(self.steps):
-            reads = list(s.bindings.values()) if isinstance(s, KernelStep) else _refs(s.args)
+            reads = list(s.bindings.values()) if isinstance(s, KernelStep) else arg_refs(s.args)
             missing = next((r for r in reads if r not in known), None)
             if missing is not None:
                 raise PlanError(f"step {i} reads {missing!r} before any step makes it")
@@ -122,7 +136,7 @@ class ModelPlan(_Model):
             raise PlanError(f"the plan's output {self.output!r} is made by no step")
 
 
-def _refs(args: dict[str, Any]) -> list[str]:
+def arg_refs(args: dict[str, Any]) -> list[str]:
     out: list[str] = []
 
     def walk(v: Any) -> None:

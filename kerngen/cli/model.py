@@ -54,3 +54,109 @@ def generate_model(ref: Any, runs_dir: Path, minutes: float | None, compile: boo
                        log=lambda line: out.print(f"  {line}", markup=False))
     out.print(render_model_run(run))
     out.print(f"record: {run_dir / 'model.json'}; kerngen.load('{run_dir}') gives the model as an nn.Module")
+
+
+# ----- the other verbs on model runs: runs, report, export, replay, suite -----------------------
+def print_model_runs(runs_dir: Path, width: int | None) -> bool:
+    """The model runs' table under ``runs_dir`` (False: there are none)."""
+    from rich.console import Console
+
+    from kerngen.results.model_run import model_run_rows, render_model_runs
+
+    rows = model_run_rows(runs_dir)
+    if rows:
+        Console(highlight=False, width=width).print(render_model_runs(rows, runs_dir))
+    return bool(rows)
+
+
+def report_model(folder: Path, out: Path | None) -> None:
+    from rich.console import Console
+
+    from kerngen.agent.model_run import read_model_run
+    from kerngen.results.model_report import write_model_report
+    from kerngen.results.model_run import plain
+
+    path = write_model_report(read_model_run(folder), folder, out)
+    Console(highlight=False).print(f"report written to {plain(path)}")
+
+
+def export_model(folder: Path, out: Path) -> None:
+    from rich.console import Console
+
+    from kerngen.results.model_run import plain, export_model_run
+
+    dest = export_model_run(folder, out)
+    Console(highlight=False).print(plain(f"exported model run {folder.name} to {dest} (model.json: data, no Python); "
+                                        f"use it: module = kerngen.load({str(dest)!r}, model=my_model)"))
+
+
+def replay_model_run(folder: Path, runs_dir: Path, problem_file: str | None, compile: bool = True) -> None:
+    """``kerngen replay`` of a model run: its plan re-checked and re-timed end to end on this GPU, a new record.
+    The problem file: ``--problem``, else the run's own while it is where the run read it, unchanged."""
+    import torch
+    from rich.console import Console
+
+    from kerngen.agent.model_run import read_model_run
+    from kerngen.agent.model_search import replay_model
+    from kerngen.harness.model.bench import cuda_timer
+    from kerngen.harness.model.execute import cuda_launcher
+    from kerngen.problems.load import load_problem
+    from kerngen.results.model_run import render_model_run
+
+    run = read_model_run(folder)  # before any GPU work: a record that cannot run is refused here
+    src = problem_file or run.problem_path
+    if not src or not Path(src).is_file():
+        raise KerngenError(f"model run {run.id}: its problem file is not here; pass it: --problem MODEL.py")
+    if problem_file is None and Path(folder).resolve() in Path(src).resolve().parents:
+        raise KerngenError(f"model run {run.id}: its problem file lies inside the run folder; pass it: --problem "
+                           "MODEL.py")  # a folder from anyone never names the Python that runs
+    if not torch.cuda.is_available():
+        raise KerngenError("replaying a model run needs a CUDA GPU here")
+    problem = load_problem(src)
+    if problem.sha256 != run.problem_sha256:
+        raise KerngenError(f"{src}: not the problem run {run.id} planned (its sha256 differs)")
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    run_dir = Path(runs_dir) / f"{stamp}-{problem.name}-model-replay"
+    out = Console(highlight=False, soft_wrap=True)
+    dev = torch.device("cuda", torch.cuda.current_device())
+    new = replay_model(run, problem, run_dir, device=dev, launcher=cuda_launcher(), timer=cuda_timer(dev),
+                       compile=compile, log=lambda line: out.print(f"  {line}", markup=False))
+    out.print(render_model_run(new))
+    out.print(f"replay written to {run_dir / 'model.json'}", markup=False)
+
+
+def split_model_args(args: list[str], runs_dir: Path) -> tuple[list[Path], list[str]]:
+    """``kerngen suite``'s arguments split into model runs (a model run folder or id, or a problem file whose
+    newest model run lies under ``runs_dir``) and the rest (op problems)."""
+    from kerngen.results.model_run import model_run_path, model_run_rows
+
+    models: list[Path] = []
+    rest: list[str] = []
+    # oldest first: a later run of the same file wins
+    by_file = {r["problem_path"]: Path(r["path"]) for r in model_run_rows(runs_dir) if r["problem_path"]}
+    for a in args:
+        folder = model_run_path(a, runs_dir)
+        found = folder or (by_file.get(str(Path(a).resolve())) if a.endswith(".py") else None)
+        (models.append(found) if found is not None else rest.append(a))
+    return models, rest
+
+
+def print_model_suite(folders: list[Path], as_json: bool) -> None:
+    """The model runs' end-to-end rows (as recorded: ``kerngen replay RUN`` re-times one on this GPU)."""
+    import json
+
+    import typer
+    from rich.console import Console
+
+    from kerngen.results.model_run import model_run_row, render_model_runs
+
+    rows = [model_run_row(f) for f in folders]
+    bad = next((r for r in rows if r["status"].startswith("corrupt")), None)
+    if bad is not None:  # a run the suite was asked for by name: its figures are not there
+        raise KerngenError(f"{bad['path']}: {bad['status']}")
+    if as_json:
+        typer.echo(json.dumps({"models": rows}, indent=2))
+        return
+    t = render_model_runs(rows, "the suite's arguments")
+    t.caption = "as recorded by each run; kerngen replay RUN re-checks and re-times one on this GPU"
+    Console(highlight=False, soft_wrap=True).print(t)

@@ -11,6 +11,7 @@ admissible; a problem none of whose variants admits anything is an error with th
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Optional
 
@@ -44,6 +45,8 @@ def playbook(
     as_json: bool = typer.Option(False, "--json", help="print one JSON object instead of text"),
     no_cache: bool = typer.Option(False, "--no-cache", help="a folder: work every file out again (each file's "
                                   "answer is cached by its content and kerngen's source)"),
+    jobs: int = typer.Option(0, "--jobs", "-j", min=0, help="a folder: files worked out at once, one process "
+                             "each (0: one per CPU core)"),
 ) -> None:
     """Show the playbook's family, variants (with their admissible configurations at the problem's
     shape, or why none) and ideas for PROBLEM; with --out, write a variant's kernel spec (all its
@@ -66,7 +69,7 @@ def playbook(
     if Path(problem).is_dir():
         if variant is not None or out is not None or shape is not None or dtype is not None:
             raise KerngenError("--variant, --out, --shape and --dtype are for one problem, not a folder")
-        _folder(Path(problem), limits_for(arch), as_json, cached=not no_cache)
+        _folder(Path(problem), limits_for(arch), as_json, cached=not no_cache, jobs=jobs or os.cpu_count() or 1)
         return
     ref = parse_problem_ref(problem, shape=shape, dtype=dtype)
     prob = load_problem(ref)
@@ -160,9 +163,14 @@ def _model(label: str, problem: Any, reason: str, as_json: bool) -> None:
                   markup=False)
 
 
-def _folder(folder: Path, gpu: Any, as_json: bool, cached: bool = True) -> None:
+def _folder(folder: Path, gpu: Any, as_json: bool, cached: bool = True, jobs: int = 1) -> None:
     """The coverage of every problem file of ``folder`` (or of its sub-folders), a progress bar on
-    stderr as it goes; each file's row cached (:class:`_RowCache`) unless ``cached`` is False."""
+    stderr as it goes; each file's row cached (:class:`_RowCache`) unless ``cached`` is False. The
+    files not in the cache are worked out by ``jobs`` processes at once (each file's offer is pure
+    CPU work in Python: configuration pruning), printed in the folder's order."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
     from rich.console import Console
     from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                TimeRemainingColumn)
@@ -175,23 +183,41 @@ def _folder(folder: Path, gpu: Any, as_json: bool, cached: bool = True) -> None:
     console = Console(highlight=False, soft_wrap=True)
     err = Console(stderr=True)
     cache = _RowCache(gpu.name) if cached else None
-    rows = []
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("left"), TimeRemainingColumn(), console=err, transient=True,
-                  disable=not err.is_terminal) as bar:
-        task = bar.add_task("playbook", total=len(files))
-        for f in files:
-            bar.update(task, description=f"{f.name[:40]:<40}")
-            r = cache.get(f, folder) if cache is not None else None
-            if r is None:
-                r = coverage_row(f, folder, gpu)
-                if cache is not None:
-                    cache.put(f, folder, r)
-            rows.append(r)
+    rows: list[Any] = [cache.get(f, folder) if cache is not None else None for f in files]
+    todo = [i for i, r in enumerate(rows) if r is None]
+    shown = 0
+
+    def show_ready() -> None:  # rows in the folder's order, each as soon as every row before it is known
+        nonlocal shown
+        while shown < len(rows) and rows[shown] is not None:
+            r = rows[shown]
             if not as_json:
                 what = f"{r.family} [{', '.join(r.variants)}]" if r.variants else f"{r.family}: {r.why}"
                 console.print(f"{r.file}  {what}", markup=False)
-            bar.advance(task)
+            shown += 1
+
+    def done(i: int, r: Any) -> None:
+        rows[i] = r
+        if cache is not None:
+            cache.put(files[i], folder, r)
+        bar.update(task, description=f"{files[i].name[:40]:<40}", advance=1)
+        show_ready()
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("left"), TimeRemainingColumn(), console=err, transient=True,
+                  disable=not err.is_terminal) as bar:
+        task = bar.add_task("playbook", total=len(files), completed=len(files) - len(todo))
+        show_ready()
+        workers = min(jobs, len(todo) // 3)  # a process costs an import of torch: worth it from 3 files each
+        if workers <= 1:
+            for i in todo:
+                done(i, coverage_row(files[i], folder, gpu))
+        else:
+            # spawned, not forked: the parent has torch loaded, and a fork of its thread pools can hang
+            with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+                futures = {i: pool.submit(coverage_row, files[i], folder, gpu) for i in todo}
+                for i in todo:
+                    done(i, futures[i].result())
     covered = sum(1 for r in rows if r.variants)
     if as_json:
         typer.echo(json.dumps({"folder": str(folder), "limits": gpu.name, "files": len(rows), "covered": covered,

@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 
 from kerngen.cli import cluster
+from kerngen.cli import model as model_cli
 from kerngen.cli.guard import warn_torn
 from kerngen.errors import KerngenError
 from kerngen.problems.torch_modes import DEFAULTS_LABEL
@@ -62,7 +63,12 @@ def suite(
 
     if save is not None and no_compile:
         raise KerngenError("--save keeps the full measurement: leave --no-compile out (or --save out)")
-    names = expand_problems(problems or [])  # ProblemError before any GPU work
+    models, rest = model_cli.split_model_args(list(problems or []), runs_dir)
+    if models:  # model runs (or model files with one under --runs): their end-to-end rows, as recorded
+        model_cli.print_model_suite(models, as_json)
+        if not rest:
+            return
+    names = expand_problems(rest)  # ProblemError before any GPU work
     spec = KernelSpec.load(kernel) if kernel else None
     evaluator = _suite_evaluator(evaluator_kind, ray, ray_gpu_model)
     try:
@@ -211,9 +217,13 @@ def report(
     runs_dir: Path = typer.Option(Path("runs"), "--runs-dir"),
 ) -> None:
     """Write one self-contained HTML report of a run (tree of ideas, charts, configuration)."""
+    from kerngen.results.model_run import model_run_path
     from kerngen.results.report import write_report
     from kerngen.agent.tree import load_run
 
+    folder = model_run_path(run, runs_dir)
+    if folder is not None:  # a model run: the regions as bars of time before and after, the table per region
+        return model_cli.report_model(folder, out)
     loaded = load_run(run, runs_dir)
     warn_torn(loaded)
     path = write_report(loaded, out)
@@ -233,7 +243,11 @@ def export(
     (JSON), cubin and a PyTorch op module."""
     from kerngen.agent.tree import load_run
     from kerngen.results.export import export_runs
+    from kerngen.results.model_run import model_run_path
 
+    folder = model_run_path(runs[0], runs_dir) if len(runs) == 1 else None
+    if folder is not None:  # a model run: its plan and record as data (model.json), no Python
+        return model_cli.export_model(folder, out)
     for one in runs:  # a journal's unreadable last line: said, and skipped
         warn_torn(load_run(one, runs_dir))
     res = export_runs(list(runs), out, runs_dir=runs_dir, name=name, arch=arch)

@@ -429,15 +429,17 @@ def runs(
 ) -> None:
     """List the runs under --runs-dir: problem, GPU, best ms, speedup vs eager and torch.compile,
     status. Reads their journals only (no problem file is imported); a corrupt run is a row."""
+    from kerngen.results.model_run import model_run_rows
+
     rows = list_runs(runs_dir)
     if as_json:
-        typer.echo(json.dumps(rows, indent=2))
+        typer.echo(json.dumps(rows + model_run_rows(runs_dir), indent=2))
         return
     out = Console(highlight=False, width=width)
-    if not rows:
+    if rows:
+        out.print(render_runs(rows, runs_dir))
+    if not model_path.print_model_runs(runs_dir, width) and not rows:  # model runs: a table of their own
         out.print(f"no runs under {runs_dir}/ (kerngen generate PROBLEM starts one)", markup=False)
-        return
-    out.print(render_runs(rows, runs_dir))
 
 
 # ----- replay -------------------------------------------------------------------------------
@@ -452,8 +454,12 @@ def replay(
     """Re-run a recorded search with no LLM call, re-evaluating every node on this GPU."""
     from kerngen.agent.replay import replay_run
     from kerngen.cli import compose
+    from kerngen.results.model_run import model_run_path
     from kerngen.results.replay_table import replay_table
 
+    folder = model_run_path(run, runs_dir)
+    if folder is not None:  # a model run: its plan re-checked and re-timed end to end on this GPU
+        return model_path.replay_model_run(folder, runs_dir, problem)
     orig = load_run(run, runs_dir)
     _, which = rerun_ref(orig.started, problem)  # before any GPU work: which file runs, or why none
     Console(highlight=False).print(which, markup=False, soft_wrap=True)

@@ -14,14 +14,18 @@ from rich.table import Table
 
 from kerngen.errors import KerngenError
 
-from kerngen.agent.model_run import ModelRun, is_model_run, read_model_run
+from kerngen.agent.model_run import ModelRun, is_model_run, read_model_run, write_model_run
 from kerngen.agent.tree import resolve_run
 
-__all__ = ["load_model_run", "model_run_json", "model_run_path", "render_model_run"]
+__all__ = ["EXPORT_README", "export_model_run", "load_model_run", "model_run_json", "model_run_path", "model_run_row",
+           "model_run_rows", "plain",
+           "render_model_run", "render_model_runs"]
+
+EXPORT_README = "README.txt"
 
 
 def model_run_path(run: str | Path, runs_dir: str | Path = "runs") -> Path | None:
-    """The folder of a model run RUN names, None when RUN is no model run."""
+    """The folder of a model run (or a model export) RUN names, None when RUN is no model run."""
     p = Path(run)
     for cand in (p, Path(runs_dir) / str(run)):
         if cand.is_dir() and is_model_run(cand):
@@ -29,19 +33,99 @@ def model_run_path(run: str | Path, runs_dir: str | Path = "runs") -> Path | Non
     return None
 
 
+def model_run_rows(runs_dir: str | Path = "runs") -> list[dict[str, Any]]:
+    """One row per model run folder under ``runs_dir`` (by name: its start stamp), for ``kerngen runs``."""
+    try:
+        return [model_run_row(d) for d in sorted(d for d in Path(runs_dir).iterdir() if d.is_dir() and is_model_run(d))]
+    except OSError:
+        return []
+
+
+def model_run_row(folder: Path) -> dict[str, Any]:
+    """What ``kerngen runs`` and ``kerngen suite`` say of a model run (a folder whose record does not read: a row
+    saying why)."""
+    row: dict[str, Any] = {"kind": "model", "run": folder.name, "path": str(folder), "problem": None,
+                           "problem_path": None, "gpu": None, "correct": None, "kernel_share": None, "eager_ms": None,
+                           "compile_ms": None, "kerngen_ms": None, "speedup_compile": None, "status": ""}
+    try:
+        r = read_model_run(folder)
+    except KerngenError as exc:
+        return row | {"status": f"corrupt: {str(exc)[:200]}"}
+    t = r.timing
+    row.update(problem=r.problem, problem_path=r.problem_path, gpu=r.device, correct=bool(r.check and r.check.ok),
+               kernel_share=r.kernel_share, status=r.stopped or "finished")
+    if t is not None:
+        row.update(eager_ms=t.eager_ms, compile_ms=t.compile_ms, kerngen_ms=t.best_ms,
+                   speedup_compile=t.compile_ms / t.best_ms if t.compile_ms else None)
+    return row
+
+
+def render_model_runs(rows: list[dict[str, Any]], runs_dir: str | Path = "runs") -> Table:
+    """The model runs' table of ``kerngen runs`` (recorded figures: end to end, the best of kerngen and kerngen +
+    torch.compile)."""
+    from rich import box
+
+    t = Table(title=f"model runs under {plain(runs_dir)}", title_justify="left", box=box.SIMPLE_HEAD,
+              pad_edge=False, padding=(0, 1))
+    t.add_column("run\nproblem", min_width=30, overflow="fold")
+    t.add_column("GPU", max_width=12)
+    for col in ("correct", "kernels\nshare", "eager\nms", "comp.\nms", "kerngen\nms", "vs\ncomp."):
+        t.add_column(col, justify="right", no_wrap=True)
+    t.add_column("status", overflow="fold")
+    for r in rows:
+        ok = "-" if r["correct"] is None else "yes" if r["correct"] else "NO"
+        share = "-" if r["kernel_share"] is None else f"{100 * r['kernel_share']:.0f}%"
+        ratio = "-" if r["speedup_compile"] is None else f"{r['speedup_compile']:.2f}x"
+        t.add_row(plain(f"{r['run']}\n{r['problem'] or '?'}"), plain(r["gpu"] or "?"), ok, share,
+                  _ms(r["eager_ms"]), _ms(r["compile_ms"]), _ms(r["kerngen_ms"]), ratio, plain(r["status"]))
+    return t
+
+
+def export_model_run(path: str | Path, out: str | Path, runs_dir: str | Path = "runs") -> Path:
+    """A model run as data in ``out``: its record (the plan: specs and allowlisted ATen steps; the table; the
+    check; the times) with the problem's path left out (the weights are the caller's: ``kerngen.load(OUT,
+    model=m)``), and a README. No Python is written."""
+    from kerngen.harness.atomic import write_atomic
+
+    folder = model_run_path(path, runs_dir)
+    if folder is None:
+        raise KerngenError(f"{path}: not a model run")
+    run = read_model_run(folder)
+    dest = Path(out)
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise KerngenError(f"{dest}: exists and is not an empty folder")
+    write_model_run(run.model_copy(update={"problem_path": ""}), dest)
+    write_atomic(dest / EXPORT_README, (
+        f"kerngen model export of run {run.id} ({run.problem}, {run.device}).\n"
+        f"model.json: the plan (kernel specs, allowlisted ATen steps; no Python) and the run's record.\n"
+        f"Load it: module = kerngen.load({str(dest)!r}, model=my_model)  # my_model: the original nn.Module\n"))
+    return dest
+
+
 def _ms(v: float | None) -> str:
     return f"{v:.4f}" if v is not None else "-"
 
 
+def plain(text: object) -> str:
+    """Text from a record as rich markup that prints it as is (no markup, no control sequences)."""
+    from rich.markup import escape
+
+    from kerngen.redact import printable
+
+    return escape(printable(str(text)))
+
+
 def render_model_run(run: ModelRun) -> Table:
-    """The regions (share of eager time, kernel vs PyTorch, why), then the end-to-end line in the caption."""
-    t = Table(title=f"model run {run.id}: {run.problem} on {run.device}", title_justify="left")
-    for col in ("region", "nodes", "family", "share", "eager ms", "kernel ms", "runs", "Amdahl", "why"):
+    """The regions (share of eager time, roofline floor, kernel vs PyTorch, why), then the end-to-end line in the
+    caption. Everything from the record is printed as text (never as markup)."""
+    t = Table(title=plain(f"model run {run.id}: {run.problem} on {run.device}"), title_justify="left")
+    for col in ("region", "nodes", "family", "share", "eager ms", "floor ms", "kernel ms", "runs", "Amdahl", "why"):
         t.add_column(col, overflow="fold")
     for r in run.regions:
-        t.add_row(f"r{r.region}", ", ".join(r.nodes)[:40], r.family or "-", f"{100 * r.share:.1f}%", _ms(r.eager_ms),
-                  _ms(r.kernel_ms), f"kernel {r.variant}" if r.chosen == "kernel" else "PyTorch", f"{r.amdahl:.2f}x",
-                  r.why[:120])
+        t.add_row(f"r{r.region}", plain(", ".join(r.nodes)[:40]), plain(r.family or "-"), f"{100 * r.share:.1f}%",
+                  _ms(r.eager_ms), _ms(r.floor_ms), _ms(r.kernel_ms),
+                  plain(f"kernel {r.variant}") if r.chosen == "kernel" else "PyTorch", f"{r.amdahl:.2f}x",
+                  plain(r.why[:120]))
     c, e = run.check, run.timing
     lines = [f"end to end: {'correct' if c and c.ok else 'NOT correct'}" + (f" ({c.message})" if c else ""),
              f"kerngen kernels: {100 * run.kernel_share:.1f}% of the eager step time; Amdahl bound "
@@ -50,7 +134,7 @@ def render_model_run(run: ModelRun) -> Table:
         ratio = f"; {e.compile_ms / e.best_ms:.2f}x torch.compile" if e.compile_ms else ""
         lines.append(f"eager {_ms(e.eager_ms)} ms, torch.compile {_ms(e.compile_ms)} ms, kerngen {_ms(e.kerngen_ms)} "
                      f"ms, kerngen + compile {_ms(e.kerngen_compile_ms)} ms{ratio}" + "".join(f"; {n}" for n in e.notes))
-    t.caption = "\n".join(lines)
+    t.caption = plain("\n".join(lines))
     t.caption_justify = "left"
     return t
 
@@ -87,7 +171,7 @@ def _recorded_model(run: ModelRun, folder: Path) -> Any:
     from kerngen.problems.load import load_problem
 
     src = Path(run.problem_path)
-    if not src.is_file() or folder.resolve() in src.resolve().parents:
+    if not run.problem_path or not src.is_file() or folder.resolve() in src.resolve().parents:
         raise KerngenError(f"model run {run.id}: pass the model, kerngen.load(RUN, model=model) (its problem file "
                            f"{src} is not there, or lies inside the run folder)")
     if hashlib.sha256(src.read_bytes()).hexdigest() != run.problem_sha256:

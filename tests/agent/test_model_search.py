@@ -46,7 +46,7 @@ def resblock_run(tmp_path_factory):
     c = Counted()
     run_dir = tmp_path_factory.mktemp("runs") / "resblock-model"
     run = search_model(problem, run_dir, device="cpu", launcher=c.launch, timer=c.timer, compile=False,
-                       log=lambda line: None)
+                       log=lambda line: None, tune=1)
     return run, run_dir, problem, c
 
 
@@ -109,6 +109,6 @@ def test_a_model_run_whose_region_kernel_is_wrong_is_never_reported_correct(tmp_
     problem = load_problem(str(PLAYBOOK / "regions_resblock.py"))
     c = Counted()
     run = search_model(problem, tmp_path / "r", device="cpu", launcher=c.launch, timer=c.timer, compile=False,
-                       log=lambda line: None)
+                       log=lambda line: None, tune=0)
     assert run.regions[1].chosen == "pytorch" and "no variant was correct" in run.regions[1].why
     assert run.check.ok and run.regions[0].chosen == "kernel"  # the region checked alone caught it

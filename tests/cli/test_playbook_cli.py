@@ -89,3 +89,20 @@ def test_a_folder_with_no_problems_or_with_one_problem_flags_is_a_one_line_error
     (tmp_path / "a.py").write_text("x = 1\n")
     res = invoke("playbook", str(tmp_path), "--variant", "vec")
     assert res.exit_code != 0 and "are for one problem, not a folder" in stderr_of(res)
+
+
+def test_a_folder_worked_out_by_several_processes_lists_what_one_process_lists(tmp_path):
+    """``--jobs 2`` (each file's offer in a spawned process, rows printed in the folder's order) gives the same
+    rows as one process, a file that does not load included."""
+    import json
+    import shutil
+
+    data = Path(__file__).resolve().parents[1] / "data" / "kernelbench" / "level1"
+    for name in ("19_ReLU.py", "21_Sigmoid.py", "25_Swish.py", "23_Softmax.py", "24_LogSoftmax.py"):
+        shutil.copy(data / name, tmp_path / name)
+    (tmp_path / "2_broken.py").write_text("def (:\n")
+    one, two = (invoke("playbook", str(tmp_path), "--json", "--no-cache", "--jobs", j) for j in ("1", "2"))
+    assert one.exit_code == 0 and two.exit_code == 0, one.output + two.output
+    assert json.loads(one.output) == json.loads(two.output)
+    assert [r["file"] for r in json.loads(two.output)["rows"]] == [
+        "2_broken.py", "19_ReLU.py", "21_Sigmoid.py", "23_Softmax.py", "24_LogSoftmax.py", "25_Swish.py"]

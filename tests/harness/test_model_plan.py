@@ -18,9 +18,9 @@ from kerngen.harness.model.execute import PlanRunner
 from kerngen.harness.model.plan import AtenStep, KernelStep, ModelPlan
 from kerngen.problems.load import load_problem
 from tests.emu.runner import available, run_plan
+from tests.resources import tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = ROOT / "tests" / "data" / "models"
 PLAYBOOK = ROOT / "tests" / "data" / "playbook"
 needs_emulator = pytest.mark.skipif(not available(), reason="no C++ compiler (g++) for the CPU emulator")
 
@@ -53,7 +53,7 @@ def test_every_model_is_cut_into_regions_and_what_no_family_takes_is_named(name)
 
 
 def test_a_plan_holds_kernel_steps_and_allowlisted_aten_steps_in_graph_order():
-    mp = plan_model(load_problem(str(TINY / "tiny_gpt.py")))
+    mp = plan_model(load_problem(str(tiny_model("tiny_gpt"))))
     kinds = [(s.kind, s.family if isinstance(s, KernelStep) else s.op) for s in mp.plan.steps]
     assert kinds[:3] == [("kernel", "layernorm"), ("kernel", "gemm"), ("aten", "split")]
     assert [s.op for s in mp.plan.aten_steps if s.region is None] == ["view"] * 4  # views between regions
@@ -81,9 +81,9 @@ def test_the_allowlist_holds_the_op_table_and_nothing_runs_outside_it():
 
 
 @needs_emulator
-@pytest.mark.parametrize("name", ["tiny_gpt.py", "tiny_lstm.py", "regions_resblock.py"])
+@pytest.mark.parametrize("name", ["tiny_gpt", "tiny_lstm", "regions_resblock.py"])
 def test_the_assembled_plan_agrees_with_the_forward_on_the_emulator(name):
-    path = TINY / name if (TINY / name).exists() else PLAYBOOK / name
+    path = tiny_model(name) if name.startswith("tiny_") else PLAYBOOK / name
     problem = load_problem(str(path))
     mp = plan_model(problem)
     assert mp.kernels
@@ -105,7 +105,7 @@ def test_a_kernel_reading_the_wrong_intermediate_fails_end_to_end():
 
 @needs_emulator
 def test_a_wrong_fallback_step_fails_end_to_end():
-    problem = load_problem(str(TINY / "tiny_lstm.py"))
+    problem = load_problem(str(tiny_model("tiny_lstm")))
     plan = plan_model(problem).plan
     steps = [s.model_copy(update={"args": {**s.args, "index": 0}}) if isinstance(s, AtenStep) and s.op == "select"
              else s for s in plan.steps]  # the first time step instead of the last
@@ -133,7 +133,7 @@ def test_a_kernel_that_changes_its_input_or_writes_nothing_is_not_correct():
 
 
 def test_a_plan_reading_a_value_no_step_makes_is_refused():
-    plan = plan_model(load_problem(str(TINY / "tiny_lstm.py"))).plan
+    plan = plan_model(load_problem(str(tiny_model("tiny_lstm")))).plan
     bad = plan.model_copy(update={"steps": plan.steps[1:]})
     with pytest.raises(PlanError, match="before any step makes it"):
         PlanRunner(bad, emulated)

@@ -56,7 +56,7 @@ def test_a_bf16_copy_loads_in_bf16_and_keeps_the_forward(tmp_path):
     from kerngen.agent.playbook import explain
 
     m = explain(p)
-    assert m.family == "gemm16" and m.facts["dtype"] == "bfloat16" and m.facts["bias"] == "gemm.bias"
+    assert m.family == "gemm16" and m.facts.dtype == "bfloat16" and m.facts.bias == "gemm.bias"
 
 
 def test_what_cannot_be_copied_is_refused(tmp_path):
