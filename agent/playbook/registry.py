@@ -9,6 +9,7 @@ of :data:`FAMILIES`): the first that claims the graph decides, with its match or
 from __future__ import annotations
 
 from kerngen.agent.playbook.attention.family import ATTENTION
+from kerngen.agent.playbook.conv.conv16 import CONV16
 from kerngen.agent.playbook.conv.conv2d import CONV2D, CONV_RELU_MAXPOOL
 from kerngen.agent.playbook.conv.epi import CONV_EPI
 from kerngen.agent.playbook.conv.nd import CONV_ND
@@ -33,7 +34,7 @@ from kerngen.agent.playbook.region import lead_of
 __all__ = ["FAMILIES", "by_name", "candidates", "choose"]
 
 FAMILIES: tuple[Family, ...] = (ELEMENTWISE, SOFTMAX, LAYERNORM, RMSNORM, CONV2D, CONV_RELU_MAXPOOL, MATMUL,
-                                ATTENTION, GEMM_ROWS, GEMM16, GEMM, CONV_TAIL, CONV_EPI, CONV_ND, REDUCE, NORM, LOSS, POOL,
+                                ATTENTION, GEMM_ROWS, GEMM16, GEMM, CONV_TAIL, CONV16, CONV_EPI, CONV_ND, REDUCE, NORM, LOSS, POOL,
                                 SCAN)
 _BY_NAME = {f.name: f for f in FAMILIES}
 

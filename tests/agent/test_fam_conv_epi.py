@@ -159,10 +159,11 @@ KB_NOT_MINE = {"level1/50_conv_standard_2D__square_input__square_kernel.py": "fa
                "level2/17_Conv2d_InstanceNorm_Divide.py": "family conv_tail",
                "level2/47_Conv3d_Mish_Tanh.py": "family conv_nd",
                "level1/86_conv_depthwise_separable_2D.py": "family regions"}
-# which variants each kind of KernelBench problem is offered at its own size (sm_90 limits)
+# which variants each kind of KernelBench problem is offered at its own size (sm_90 limits: wgmma too, except for
+# depthwise convolutions and for 76, whose x (2^31 fp32 elements) is past the wgmma pre-pass's scratch limit)
 KB_OFFERED = {"level1/82_conv_depthwise_2D_square_input_square_kernel.py": ["depthwise"],
               "level1/76_conv_standard_1D_dilated_strided__.py": ["igemm", "direct", "tf32x3"],
-              "level2/54_Conv2d_Multiply_LeakyReLU_GELU.py": ["igemm", "direct", "tf32x3"]}
+              "level2/54_Conv2d_Multiply_LeakyReLU_GELU.py": ["igemm", "direct", "tf32x3", "wgmma"]}
 
 
 @needs_kb
@@ -203,6 +204,9 @@ def _offered_specs(problems):
 def test_depthwise_problems_get_the_depthwise_kernel_only(problems, name):
     m = explain(problems[name])
     offered = [v.variant for v in offer(m, sizes={}, tensors=m.tensor_facts()).offered]
+    # Hopper's wgmma (sm_90 limits) wherever a group has at least 16 output channels
+    assert ("wgmma" in offered) == (m.facts.OC // m.facts.G >= 16 and m.facts.C != m.facts.G), offered
+    offered = [v for v in offered if v != "wgmma"]
     if m.facts.C == m.facts.G:
         assert offered == ["depthwise"]
     elif (m.facts.OC // m.facts.G) % 4:  # the direct kernel reads its channels' weights as float4
@@ -257,10 +261,10 @@ def test_constraints_follow_the_module_geometry(problems):
 
 # ----- ideas ----------------------------------------------------------------------------------
 def test_every_idea_names_a_variant_and_every_variant_has_a_first_idea():
-    assert set(FAMILY.variants) == set(VARIANT_NAMES)
+    assert set(FAMILY.variants) == {*VARIANT_NAMES, "wgmma"}
     for e in FAMILY.ideas:
         assert e.variant in FAMILY.variants and e.after <= set(FAMILY.variants), e.id
-    assert {e.variant for e in FAMILY.ideas if e.round0} == set(VARIANT_NAMES)
+    assert {e.variant for e in FAMILY.ideas if e.round0} == {*VARIANT_NAMES, "wgmma"}
     assert len({e.id for e in FAMILY.ideas}) == len(FAMILY.ideas)
 
 

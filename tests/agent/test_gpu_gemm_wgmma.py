@@ -42,10 +42,10 @@ def _hopper():
         pytest.skip(f"wgmma needs sm_90 (this GPU is sm_{major}{minor})")
 
 
-def _candidates(m, configs: list[dict], defaults: dict | None = None) -> list[Candidate]:
+def _candidates(m, configs: list[dict], defaults: dict | None = None, variant: str = "wgmma") -> list[Candidate]:
     from kerngen.harness.spec import plan
 
-    spec = build(m, "wgmma", dict(defaults or {}))
+    spec = build(m, variant, dict(defaults or {}))
     out = []
     for cfg in configs:
         try:

@@ -97,7 +97,7 @@ def test_a_regions_spec_of_one_region_at_its_shapes():
 def test_the_most_specific_family_asks_first_whatever_the_order(monkeypatch):
     g = trace(load_problem("conv2d"))
     first = [f.name for f in registry.candidates(g)]
-    assert first[:3] == ["conv_relu_maxpool", "conv2d", "conv_tail"]  # 7, 6 and 3 constraints
+    assert first[:4] == ["conv_relu_maxpool", "conv2d", "conv16", "conv_tail"]  # 7, 6, 4 and 3 constraints
     assert explain(load_problem("conv2d")).family == "conv2d"  # conv_epi would take it too, less specifically
     picks = {}
     for name in ("conv2d", "matmul", "softmax", "conv_relu_maxpool"):

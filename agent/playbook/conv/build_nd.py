@@ -13,11 +13,12 @@ from kerngen.harness.spec.spec import KernelSpec
 
 from kerngen.agent.playbook.conv.build_epi import operand_checks, template_vars, tensor_args
 from kerngen.agent.playbook.conv.build_tf32 import igemm_spec
+from kerngen.agent.playbook.conv.build_wgmma import VARIANT as WGMMA, ConvGemm, conv_wgmma_spec
 from kerngen.agent.playbook.epilogue import Epilogue
 from kerngen.agent.playbook.family import FamilyMatch
 from kerngen.agent.playbook.render import make_spec, pick, render
 
-__all__ = ["conv_nd_direct", "conv_nd_tf32x3"]
+__all__ = ["conv_nd_direct", "conv_nd_tf32x3", "conv_nd_wgmma"]
 
 KERNEL = "conv_nd_direct"
 
@@ -148,3 +149,28 @@ def conv_nd_tf32x3(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
         args=tensor_args(m, x, "wt", "ktab"), weight=w, vol=vol, flip=f.transposed and not phased, phases=phases,
         checks=[*_checks(m), f"{x}.shape[1] // {g} >= 2"],  # one channel a group: the direct kernel's
         ktab_limits=limits)
+
+
+def conv_nd_wgmma(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
+    """The wgmma implicit GEMM (:mod:`.conv.build_wgmma`, Hopper only) of a 3-D convolution or of a transposed one of
+    stride 1 (the convolution of its weights swapped and flipped, padding d*(k-1)-p on the low side, as
+    :func:`conv_nd_tf32x3` explains). A strided transposed conv's output phases are the tf32x3 variant's alone."""
+    f = m.facts
+    if f.transposed and set(f.S) != {1}:
+        raise ValueError("a strided transposed convolution: its output phases are the tf32x3 variant's, not wgmma's")
+    x, g = f.x, f.G
+    (din, hin, win), (dout, hout, wout) = _spatial_in(m), _spatial_out(m)
+    oc = _oc(m)
+    stride = (1, 1, 1) if f.transposed else f.S
+    pad = tuple(d * (k - 1) - p for k, p, d in zip(f.K, f.P, f.D)) if f.transposed else f.P
+    defines: dict[str, str | int] = {
+        "N_": f"{x}.shape[0]", "C_": f"{x}.shape[1]", "D_": din, "H_": hin, "W_": win, "OC_": oc, "G_": g,
+        "CG_": f"{x}.shape[1] // {g}", "OCG_": f"({oc}) // {g}", "OD_": dout, "OH_": hout, "OW_": wout,
+        **{f"{a}{axis}_": v for a, t in (("K", f.K), ("S", stride), ("P", pad), ("D", f.D))
+           for axis, v in zip("DHW", t)},
+    }
+    c = ConvGemm(_what(m) + (" (stride 1: the convolution of the flipped weights)" if f.transposed else ""),
+                 template_vars(m), defines, _checks(m), x, f.weight, f.bias,
+                 tuple(p.name for p in f.epilogue.params), g, f.C // g, f.OC // g, oc, f.K[0] * f.K[1] * f.K[2],
+                 f"({dout}) * ({hout}) * ({wout})", flip=f.transposed)
+    return conv_wgmma_spec(c, "float32", defaults, f"playbook-conv-nd-{WGMMA}")

@@ -1,6 +1,6 @@
 """Variant builders of the conv_tail family: the convolution and its elementwise epilogue (conv_epi's
-``igemm``, ``direct`` or ``depthwise`` kernel, which names the variant) into a scratch buffer, then one
-kernel per stage of the tail (:mod:`.conv.tail_trace`), all in one source:
+``igemm``, ``direct``, ``depthwise`` or, on Hopper, ``wgmma`` kernel, which names the variant) into a scratch buffer,
+then one kernel per stage of the tail (:mod:`.conv.tail_trace`), all in one source:
 
 - ``stats`` (``conv_tail_segment.cu.j2``): a block per (sample, group) writes (mean, rstd);
 - ``segment``: a block per plane or sample reduces it (global pooling, sums over all but the batch);
@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from kerngen.agent.playbook.conv import build_epi as build_conv_epi
+from kerngen.agent.playbook.conv.build_wgmma import conv_epi_wgmma
 from kerngen.agent.playbook.conv.tail_ir import LeafKind, Reduce, Stage, StageKind, Tail
 from kerngen.agent.playbook.family import FamilyMatch
 from kerngen.agent.playbook.graph import Tensor
@@ -27,10 +28,10 @@ from kerngen.harness.spec.spec import KernelSpec
 __all__ = ["CONV_BUILDERS", "SPEC_PREFIX", "TAIL_TUNABLES", "VARIANT_NAMES", "conv_tail_spec"]
 
 SPEC_PREFIX = "playbook-conv-tail-"  # + variant
-VARIANT_NAMES = ("igemm", "direct", "depthwise")
+VARIANT_NAMES = ("igemm", "direct", "depthwise", "wgmma")  # wgmma: Hopper only (coverage), 3xTF32 at fp32 accuracy
 CONV_BUILDERS: dict[str, Callable[[FamilyMatch, dict[str, int]], KernelSpec]] = {
     "igemm": build_conv_epi.conv_epi_igemm, "direct": build_conv_epi.conv_epi_direct,
-    "depthwise": build_conv_epi.conv_epi_depthwise}
+    "depthwise": build_conv_epi.conv_epi_depthwise, "wgmma": conv_epi_wgmma}
 # the tail kernels share two tunables: threads a block, and loads a thread has in flight (positions or
 # outputs a thread, a statistics batch). Few values on purpose: they multiply the convolution's space,
 # which coverage and the tuner walk, while the convolution dominates the time
@@ -203,5 +204,5 @@ def conv_tail_spec(variant: str, m: FamilyMatch, defaults: dict[str, int]) -> Ke
         scratch=[s.model_dump() for s in conv.scratch] + [dict(name=b0, dtype="float32", size=tail.domains[0].size)]
         + scratch,
         constraints=constraints + _param_checks(m),
-        steps=conv_steps + steps,
+        steps=conv_steps + steps, arch_specific=conv.arch_specific,
     )

@@ -33,7 +33,7 @@ from kerngen.agent.playbook.epilogue import Epilogue
 from kerngen.agent.playbook.family import FamilyMatch
 from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
 
-__all__ = ["CONV2D_IDEAS", "CONV2D_SPEC_NAME", "CONV_EPI_IDEAS", "DEFAULTS", "VARIANT", "conv2d_tf32x3",
+__all__ = ["CONV2D_IDEAS", "CONV2D_SPEC_NAME", "CONV_EPI_IDEAS", "DEFAULTS", "VARIANT", "as_conv_epi", "conv2d_tf32x3",
            "conv_epi_tf32x3", "igemm_spec", "ideas", "smem_bytes"]
 
 VARIANT = "tf32x3"
@@ -134,12 +134,16 @@ def igemm_spec(name: str, what: str, template_vars: dict, defaults: dict[str, in
     )
 
 
-def conv2d_tf32x3(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
+def as_conv_epi(m: FamilyMatch) -> FamilyMatch:
     """The built-in ``conv2d`` family's match (groups 1, dilation 1, no epilogue) as a conv_epi one."""
     f = m.facts
     lead = f.weight.rsplit(".", 1)[0]
     facts = f.model_copy(update=dict(x=m.x.name, dims=2, G=1, DH=1, DW=1, epilogue=Epilogue(lead, Chain((), INPUT), ())))
-    return conv_epi_tf32x3(FamilyMatch("conv_epi", m.inputs, m.params, m.outputs, facts), defaults, CONV2D_SPEC_NAME)
+    return FamilyMatch("conv_epi", m.inputs, m.params, m.outputs, facts)
+
+
+def conv2d_tf32x3(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
+    return conv_epi_tf32x3(as_conv_epi(m), defaults, CONV2D_SPEC_NAME)
 
 
 # ---------------------------------------------------------------------------------------------

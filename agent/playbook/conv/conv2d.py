@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from kerngen.agent.playbook.conv.build_tf32 import CONV2D_IDEAS, CONV2D_SPEC_NAME, conv2d_tf32x3
 from kerngen.agent.playbook.conv.build_conv2d import conv2d_direct, conv2d_igemm, conv_relu_pool
+from kerngen.agent.playbook.conv import build_wgmma as wgmma
 from kerngen.agent.playbook.entry import A, C, CF, Entry, M, PAR
 from kerngen.agent.playbook.conv.epi import ConvFacts, conv_facts, conv_lead, lead_shape, relu_pool
 from kerngen.agent.playbook.family import Family, FamilyMatch
@@ -29,6 +30,8 @@ def _conv(g: Graph, fused: bool) -> tuple[ConvFacts, tuple[int, ...]] | None:
     if not _plain(g, f, isinstance(n["padding"], str)):
         return None  # conv_epi's (groups, dilation, 'same' padding, several inputs)
     x = g.tensor(f.x)
+    if g.dtypes in ({"bfloat16"}, {"float16"}):
+        return None  # conv16's (asked next: its constraints are conv_epi's and one more)
     if len(x.shape) != 4 or g.dtypes != {"float32"}:
         raise NotCovered("the playbook's conv2d is NCHW fp32 only")
     if f.bias is not None and not g.is_param(f.bias):
@@ -114,10 +117,11 @@ _CRP_IDEAS = (
 CONV2D = Family(name="conv2d", leads=frozenset({Lead.conv}), recognise=_conv2d,
                 constraints=("one conv2d", "nothing else", "of the one forward input", "groups 1", "no dilation",
                              "numeric zero padding"),
-                variants={"direct": conv2d_direct, "igemm": conv2d_igemm, "tf32x3": conv2d_tf32x3},
-                ideas=_CONV2D_IDEAS + CONV2D_IDEAS,
+                variants={"direct": conv2d_direct, "igemm": conv2d_igemm, "tf32x3": conv2d_tf32x3,
+                          wgmma.VARIANT: wgmma.conv2d_wgmma},  # Hopper only (coverage)
+                ideas=wgmma.CONV2D_IDEAS + _CONV2D_IDEAS + CONV2D_IDEAS,  # wgmma first in round 0
                 spec_names={"direct": "playbook-conv2d-direct", "igemm": "playbook-conv2d-igemm",
-                            "tf32x3": CONV2D_SPEC_NAME})
+                            "tf32x3": CONV2D_SPEC_NAME, wgmma.VARIANT: wgmma.CONV2D_SPEC_NAME})
 CONV_RELU_MAXPOOL = Family(name="conv_relu_maxpool", leads=frozenset({Lead.conv}), recognise=_relu_pool,
                            constraints=("one conv2d", "one relu", "one max_pool2d", "nothing else",
                                         "of the one forward input", "groups 1", "no dilation"),

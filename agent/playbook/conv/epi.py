@@ -15,6 +15,7 @@ from typing import Any
 
 from kerngen.agent.playbook.conv import build_epi as build
 from kerngen.agent.playbook.conv.build_tf32 import CONV_EPI_IDEAS, conv_epi_tf32x3
+from kerngen.agent.playbook.conv import build_wgmma as wgmma
 from kerngen.agent.playbook.conv.tail_ir import Tail
 from kerngen.agent.playbook.entry import A, C, CF, Entry, M, PAR
 from kerngen.agent.playbook.epilogue import Epilogue, trace_epilogue
@@ -23,7 +24,7 @@ from kerngen.agent.playbook.graph import Graph, Node, Tensor
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.leads import Lead
 
-__all__ = ["CONV_EPI", "CONV_OPS", "ConvFacts", "check_dtypes", "conv_lead", "conv_input", "geometry"]
+__all__ = ["CONV_EPI", "CONV_OPS", "ConvFacts", "check_dtypes", "conv_lead", "conv_input", "geometry", "read_conv_epi"]
 
 NAME = "conv_epi"
 # ATen conv op -> (spatial dims, transposed)
@@ -52,6 +53,7 @@ class ConvFacts(Facts):
     weight: str
     bias: str | None = None
     epilogue: Epilogue | None = None
+    dtype: str = "float32"  # conv16: every tensor in this dtype
     formula: str = ""
     tail: Tail | None = None  # conv_tail: the stages after it
     PK: int = 0  # conv_relu_maxpool: the max-pool's window and stride
@@ -118,11 +120,12 @@ def conv_input(g: Graph, n: Node, family: str = NAME) -> Tensor:
     return x
 
 
-def check_dtypes(g: Graph, names: list[str], family: str = NAME) -> None:
-    """fp32 inputs and fp32 parameters ``names``, else :class:`NotCovered` naming ``family``."""
+def check_dtypes(g: Graph, names: list[str], family: str = NAME, dtype: str = "float32") -> None:
+    """``dtype`` inputs and parameters ``names`` (fp32 unless asked), else :class:`NotCovered` naming ``family``."""
     dtypes = set(g.dtypes) | {t.dtype for t in g.params if t.name in names}
-    if dtypes != {"float32"}:
-        raise NotCovered(f"{family} computes in fp32 only ({', '.join(sorted(dtypes - {'float32'}))} is not covered)")
+    if dtypes != {dtype}:
+        what = "fp32 only" if dtype == "float32" else f"in {dtype} only"
+        raise NotCovered(f"{family} computes {what} ({', '.join(sorted(dtypes - {dtype}))} is not covered)")
 
 
 def conv_facts(g: Graph, n: Node, family: str = NAME) -> ConvFacts:
@@ -153,6 +156,11 @@ def relu_pool(g: Graph) -> bool:
 
 
 def _recognise(g: Graph) -> FamilyMatch | None:
+    return read_conv_epi(g)
+
+
+def read_conv_epi(g: Graph, dtype: str = "float32", family: str = NAME) -> FamilyMatch | None:
+    """conv_epi's match of ``g`` with every tensor in ``dtype`` (conv16 reads its 16-bit problems so)."""
     n = conv_lead(g, ("conv1d", "conv2d"))
     if n is None or relu_pool(g):
         return None
@@ -161,10 +169,10 @@ def _recognise(g: Graph) -> FamilyMatch | None:
     try:
         ep = trace_epilogue(g, n, channel_dim=1)
     except NotCovered as exc:
-        raise NotCovered(f"{kind_of(n)} followed by what conv_epi cannot fuse as an elementwise epilogue: {exc}") from None
+        raise NotCovered(f"{kind_of(n)} followed by what {family} cannot fuse as an elementwise epilogue: {exc}") from None
     if f.bias is not None and not g.is_param(f.bias):
-        raise NotCovered(f"the conv's bias {f.bias!r} is not a parameter of the model: not covered by conv_epi")
-    check_dtypes(g, [f.weight] + ([f.bias] if f.bias else []) + [p.name for p in ep.params])
+        raise NotCovered(f"the conv's bias {f.bias!r} is not a parameter of the model: not covered by {family}")
+    check_dtypes(g, [f.weight] + ([f.bias] if f.bias else []) + [p.name for p in ep.params], family, dtype)
     return FamilyMatch.of(g, f.model_copy(update=dict(epilogue=ep, formula=ep.formula or "none")))
 
 
@@ -215,7 +223,7 @@ CONV_EPI = Family(
     name=NAME, leads=frozenset({Lead.conv}), recognise=_recognise,
     constraints=("one conv1d or conv2d", "of a forward input", "elementwise after it"),
     variants={"igemm": build.conv_epi_igemm, "direct": build.conv_epi_direct, "depthwise": build.conv_epi_depthwise,
-              "tf32x3": conv_epi_tf32x3},
-    ideas=IDEAS + CONV_EPI_IDEAS,
-    spec_names={v: build.SPEC_PREFIX + v for v in build.VARIANT_NAMES},
+              "tf32x3": conv_epi_tf32x3, wgmma.VARIANT: wgmma.conv_epi_wgmma},  # wgmma: Hopper only (coverage)
+    ideas=wgmma.CONV_EPI_IDEAS + IDEAS + CONV_EPI_IDEAS,  # wgmma first in round 0
+    spec_names={v: build.SPEC_PREFIX + v for v in (*build.VARIANT_NAMES, wgmma.VARIANT)},
 )

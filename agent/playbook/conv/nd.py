@@ -4,15 +4,18 @@ dilation, groups, output padding) of a forward input, followed by an elementwise
 has D = H = 1, a 2-D one D = 1. A conv followed by a reduction, a norm or a pool is this family's to refuse,
 with the tracer's reason (the partitioner then cuts the graph after the conv).
 
-Two variants (:mod:`.conv.build_nd`): ``tf32x3``, the 3xTF32 implicit GEMM on the tensor cores (3-D
+Three variants (:mod:`.conv.build_nd`): ``tf32x3``, the 3xTF32 implicit GEMM on the tensor cores (3-D
 gather; a transposed conv as the convolution of its flipped weights, per output phase when strided),
-wherever a group has two or more input channels; ``direct``, one thread per output position, everywhere.
+wherever a group has two or more input channels; ``direct``, one thread per output position, everywhere;
+``wgmma`` (Hopper only), the implicit GEMM on the wgmma core (:mod:`.conv.build_wgmma`) of a 3-D conv or a
+transposed one of stride 1.
 """
 
 from __future__ import annotations
 
 from kerngen.agent.playbook.conv import build_nd as build
 from kerngen.agent.playbook.conv.build_tf32 import VARIANT as TF32, ideas as tf32_ideas
+from kerngen.agent.playbook.conv.build_wgmma import VARIANT as WGMMA, ideas as wgmma_ideas
 from kerngen.agent.playbook.entry import C, PAR, Entry
 from kerngen.agent.playbook.epilogue import Epilogue, trace_epilogue
 from kerngen.agent.playbook.conv.epi import check_dtypes, conv_input, conv_lead, geometry, kind_of
@@ -110,7 +113,10 @@ _DIRECT: tuple[Entry, ...] = (
 # kernel on all 13 level-1 files of stride 1 where both were timed (H100, session 10), and the direct kernel
 # of a large one can spend a small budget alone (KernelBench 68: 813 ms a call, 21 s to check and time; the
 # GEMM never ran)
-IDEAS: tuple[Entry, ...] = tf32_ideas(
+IDEAS: tuple[Entry, ...] = wgmma_ideas(  # Hopper only (coverage), first in round 0 there
+    "cnd", "Run the fp32 3-D or stride-1 transposed convolution (its weights swapped and flipped) with its fused "
+           "epilogue at fp32 accuracy (3xTF32) ", "the 3xTF32 conv on Hopper's full tensor-core path instead of "
+           "mma.sync; not yet measured on a GPU", tf32=True) + tf32_ideas(
     "cnd", " (a transposed convolution as the convolution of its weights swapped to [OC][C] and flipped along "
            "every axis; with a stride, one such convolution per output phase o mod s over the taps that reach "
            "it); the conv bias and the elementwise epilogue are applied to the accumulators before the only "
@@ -118,4 +124,6 @@ IDEAS: tuple[Entry, ...] = tf32_ideas(
 
 CONV_ND = Family(name=NAME, leads=frozenset({Lead.conv}), recognise=_recognise,
                  constraints=("one conv3d or transposed conv", "of a forward input", "elementwise after it"),
-                 variants={"direct": build.conv_nd_direct, TF32: build.conv_nd_tf32x3}, ideas=IDEAS)
+                 variants={"direct": build.conv_nd_direct, TF32: build.conv_nd_tf32x3,
+                           WGMMA: build.conv_nd_wgmma},  # wgmma: Hopper only (coverage)
+                 ideas=IDEAS)

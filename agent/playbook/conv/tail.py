@@ -86,6 +86,16 @@ def _recognise(g: Graph) -> FamilyMatch | None:
 # ---------------------------------------------------------------------------------------------
 _TAIL_BLOCKS = ({"TAIL_BLOCK": 128}, {"TAIL_BLOCK": 512}, {"TAIL_BLOCK": 1024})
 IDEAS: tuple[Entry, ...] = (
+    Entry("ctail-wgmma", "The convolution with its elementwise prefix on Hopper's wgmma core at fp32 accuracy "
+          "(3xTF32: pre-passes write x channels-last and the weights K-major, split into big + small tf32 planes; a "
+          "producer warpgroup gathers the im2col k tiles with zero-filling cp.async into swizzled shared memory while "
+          "TMA brings the weights' tiles; two consumer warpgroups on wgmma), into scratch; the same tail kernels "
+          "after it.", P, "the convolution, which dominates, on the tensor cores at their full Hopper rate; not yet "
+          "measured on a GPU", "wgmma", ({}, {"GROUP_M": 16}), round0=True),
+    Entry("ctail-wgmma-tile", "Re-shape the wgmma convolution's tile or its copy width (VEC): a narrower channel "
+          "tile for groups of few channels, two m64 blocks a consumer, wider copies for the producer.", PAR,
+          "0-20% of the convolution", "wgmma", ({"BN": 64}, {"BN": 64, "WGM": 2, "STAGES": 2}, {"VEC": 4}),
+          after=frozenset({"wgmma"})),
     Entry("ctail-igemm", "Convolution as an implicit GEMM with the elementwise ops before the first reduction, "
           "pool or norm fused into its epilogue, stored once to a scratch tensor; then one small kernel per "
           "stage of the tail: a norm's statistics a block per (sample, group) with exact Chan merges, a "

@@ -23,6 +23,7 @@ from kerngen.harness.spec.spec import KernelSpec
 
 from kerngen.agent.playbook.gemm.build import GemmFacts, gemm_tiled
 from kerngen.agent.playbook.gemm.build_tf32 import gemm_tf32x3
+from kerngen.agent.playbook.gemm.wgmma import VARIANT as WGMMA, gemm_wgmma
 from kerngen.agent.playbook.pointwise import live_chain
 from kerngen.agent.playbook.chain_ir import INPUT, Node
 from kerngen.agent.playbook.epilogue import EpIndex, Epilogue, EpParam
@@ -33,7 +34,7 @@ from kerngen.agent.playbook.row_program import RowNode, RowOp, RowProgram
 from kerngen.agent.playbook.gemm.row_trace import RowTail
 
 __all__ = ["gemm_rows_staged", "gemm_rows_streamed", "gemm_rows_tf32x3_staged", "gemm_rows_tf32x3_streamed",
-           "split_epilogue"]
+           "gemm_rows_wgmma_staged", "gemm_rows_wgmma_streamed", "split_epilogue"]
 
 SCRATCH = "gemm_out"  # the GEMM's output, M x N
 KERNEL = "gemm_rows_tail"
@@ -127,7 +128,11 @@ def _block(n: int) -> int:
     return b
 
 
-def _build(m: FamilyMatch, defaults: dict[str, int], staged: bool, tf32: bool = False) -> KernelSpec:
+_ENGINES = {"": (gemm_tiled, "tiled fp32 FFMA"), "tf32x3": (gemm_tf32x3, "3xTF32 on the tensor cores, fp32 accuracy"),
+            WGMMA: (gemm_wgmma, "the Hopper wgmma + TMA core (sm_90a), 3xTF32 at fp32 accuracy")}
+
+
+def _build(m: FamilyMatch, defaults: dict[str, int], staged: bool, engine: str = "") -> KernelSpec:
     tail: RowTail = m.facts.tail
     ep, prog = split_epilogue(tail)
     rows = f"{tail.lead.x}.shape[0]"
@@ -135,10 +140,12 @@ def _build(m: FamilyMatch, defaults: dict[str, int], staged: bool, tf32: bool = 
     if staged and not kern.staged:
         raise ValueError("every value of the row program is read once: nothing to hold in shared memory "
                          "(the streamed variant is the same kernel)")
-    gemm = (gemm_tf32x3 if tf32 else gemm_tiled)(_gemm_match(m, tail, ep), defaults)
-    (g_step,) = gemm.steps
-    g_step = g_step.model_copy(update=dict(args=[a if getattr(a, "name", "") != "out" else
-                                                 a.model_copy(update=dict(name=SCRATCH)) for a in g_step.args]))
+    make_gemm, what = _ENGINES[engine]
+    gemm = make_gemm(_gemm_match(m, tail, ep), defaults)
+    # the GEMM's launches (the wgmma core's: pre-passes, main, split-K's sum) write the scratch rows, not out
+    g_steps = [s.model_copy(update=dict(args=[a if getattr(a, "name", "") != "out" else
+                                              a.model_copy(update=dict(name=SCRATCH)) for a in s.args]))
+               for s in gemm.steps]
     src = gemm.source + "\n" + render("gemm_rows_tail.cu.j2", kernel=KERNEL, tensors=kern.tensors, body=kern.body)
     base = dict(BLOCK=_block(tail.lead.n), RPB=1, KAHAN=0)
     mine = pick(defaults, base)
@@ -150,16 +157,17 @@ def _build(m: FamilyMatch, defaults: dict[str, int], staged: bool, tf32: bool = 
     how = (f"the values read more than once ({held}) held in shared memory" if staged else
            "every pass recomputed from the GEMM's output (L1/L2), any row length")
     norms = f", norms of {'/'.join(map(str, groups))} groups by teams of warps" if groups else ""
-    variant = ("tf32x3-" if tf32 else "") + ("staged" if staged else "streamed")
-    engine = "3xTF32 on the tensor cores, fp32 accuracy" if tf32 else "tiled fp32 FFMA"
+    variant = (f"{engine}-" if engine else "") + ("staged" if staged else "streamed")
     return make_spec(
         f"playbook-gemm-rows-{variant}",
-        f"GEMM {tail.lead.what}{epi} ({engine}) into a scratch row buffer, then one block per row for "
+        f"GEMM {tail.lead.what}{epi} ({what}) into a scratch row buffer, then one block per row for "
         f"{prog.formula()}: {how}; block reductions by warp shuffles in fp32{norms}",
         src, {**gemm.tunables, **_ROW_TUNABLES}, {**gemm.defaults, **mine},
         defines={**gemm.defines, **kern.defines}, constraints=constraints,
-        scratch=[dict(name=SCRATCH, dtype="float32", size=f"({rows}) * ({tail.lead.n_expr})")],
-        steps=[g_step.model_dump(),
+        scratch=[*(x.model_dump() for x in gemm.scratch),
+                 dict(name=SCRATCH, dtype="float32", size=f"({rows}) * ({tail.lead.n_expr})")],
+        arch_specific=gemm.arch_specific,
+        steps=[*(x.model_dump() for x in g_steps),
                dict(kernel=KERNEL, grid=[f"cdiv({rows}, RPB)"], block=["BLOCK"], shared_mem=kern.smem,
                     args=[{"name": SCRATCH}, *({"name": t} for t in kern.tensors), {"name": "out"}])],
     )
@@ -174,8 +182,16 @@ def gemm_rows_streamed(m: FamilyMatch, defaults: dict[str, Any]) -> KernelSpec:
 
 
 def gemm_rows_tf32x3_staged(m: FamilyMatch, defaults: dict[str, Any]) -> KernelSpec:
-    return _build(m, defaults, staged=True, tf32=True)
+    return _build(m, defaults, staged=True, engine="tf32x3")
 
 
 def gemm_rows_tf32x3_streamed(m: FamilyMatch, defaults: dict[str, Any]) -> KernelSpec:
-    return _build(m, defaults, staged=False, tf32=True)
+    return _build(m, defaults, staged=False, engine="tf32x3")
+
+
+def gemm_rows_wgmma_staged(m: FamilyMatch, defaults: dict[str, Any]) -> KernelSpec:
+    return _build(m, defaults, staged=True, engine=WGMMA)
+
+
+def gemm_rows_wgmma_streamed(m: FamilyMatch, defaults: dict[str, Any]) -> KernelSpec:
+    return _build(m, defaults, staged=False, engine=WGMMA)

@@ -13,7 +13,8 @@ input). A row op the program does not cover raises :class:`NotCovered` saying wh
 from __future__ import annotations
 
 from kerngen.agent.playbook.gemm.build_rows import (gemm_rows_staged, gemm_rows_streamed, gemm_rows_tf32x3_staged,
-                                                   gemm_rows_tf32x3_streamed)
+                                                   gemm_rows_tf32x3_streamed, gemm_rows_wgmma_staged,
+                                                   gemm_rows_wgmma_streamed)
 from kerngen.agent.playbook.entry import A, C, CF, M, P, PAR, Entry
 from kerngen.agent.playbook.family import Facts, Family, FamilyMatch
 from kerngen.agent.playbook.graph import Graph
@@ -44,6 +45,36 @@ def _recognise(g: Graph) -> FamilyMatch | None:
     prog = tail.program
     facts = GemmRowsFacts(tail=tail, steps=prog.steps(), formula=prog.formula())
     return FamilyMatch.of(g, facts, f"gemm {tail.lead.what}, then per row: {prog.formula()}")
+
+
+# Hopper only (coverage offers a *wgmma* variant on sm_90 alone): first in round 0 there
+_WGMMA = (
+    Entry("gemm-rows-wgmma", "The GEMM on Hopper's wgmma core at fp32 accuracy (3xTF32: a pre-pass splits x and the "
+          "weight into big + small tf32 planes; a persistent grid, a producer warpgroup issuing TMA copies into a "
+          "swizzled shared-memory ring, two consumer warpgroups on wgmma, FLUSH partial sums per k tile), its "
+          "elementwise head fused into the store into the scratch rows; then the row kernel reads each row once "
+          "more per pass (streamed).", P, "the GEMM as the gemm family's wgmma (target >= 1.6x cuBLAS fp32) "
+          "instead of ~1.15x for mma.sync; not yet measured on a GPU", "wgmma_streamed", ({}, {"GROUP_M": 16}),
+          round0=True),
+    Entry("gemm-rows-wgmma-staged", "The wgmma 3xTF32 GEMM, then the row kernel with every vector read more than "
+          "once held in shared memory.", P, "as the streamed one, less L2 traffic in multi-pass row programs",
+          "wgmma_staged", ({},), round0=True),
+)
+
+
+def _refinements_wgmma(variant: str) -> tuple[Entry, ...]:
+    after, tag = frozenset({variant}), f" ({variant})"
+    rows = [e for e in _refinements(variant) if e.id.endswith(("-block", "-kahan"))]
+    return (
+        Entry(f"gemm-rows-{variant}-tile", "Re-shape the wgmma GEMM's tile: 128 x 64 for problems of few tiles, "
+              "two m64 blocks a consumer, or one consumer." + tag, PAR, "0-15% of the GEMM", variant,
+              ({"BN": 64}, {"BN": 64, "WGM": 2, "STAGES": 2}, {"CWG": 1, "BN": 128}), after=after),
+        Entry(f"gemm-rows-{variant}-splitk", "Split K across blocks where the GEMM's output has too few tiles to "
+              "fill the SMs (fp32 partials added in slice order by a second kernel)." + tag, PAR,
+              "up to SPLIT_K x on the GEMM where most SMs idle", variant, ({"SPLIT_K": 4}, {"SPLIT_K": 16}),
+              after=after),
+        *rows,
+    )
 
 
 _ROUND0 = (
@@ -107,12 +138,14 @@ def _refinements_tf32(variant: str) -> tuple[Entry, ...]:
     )
 
 
-IDEAS = (_ROUND0 + _refinements("staged") + _refinements("streamed") + _refinements_tf32("tf32x3_staged")
+IDEAS = (_WGMMA + _ROUND0 + _refinements_wgmma("wgmma_streamed") + _refinements_wgmma("wgmma_staged")
+         + _refinements("staged") + _refinements("streamed") + _refinements_tf32("tf32x3_staged")
          + _refinements_tf32("tf32x3_streamed"))
 
 GEMM_ROWS = Family(name="gemm_rows", leads=frozenset({Lead.contraction}), recognise=_recognise,
                    constraints=("one GEMM of a forward input and a weight", "a row op after it",
                                 "row-local ops only", "elementwise between them"),
                    variants={"staged": gemm_rows_staged, "streamed": gemm_rows_streamed,
-                          "tf32x3_staged": gemm_rows_tf32x3_staged, "tf32x3_streamed": gemm_rows_tf32x3_streamed},
+                          "tf32x3_staged": gemm_rows_tf32x3_staged, "tf32x3_streamed": gemm_rows_tf32x3_streamed,
+                          "wgmma_staged": gemm_rows_wgmma_staged, "wgmma_streamed": gemm_rows_wgmma_streamed},
                 ideas=IDEAS)
