@@ -24,11 +24,16 @@ This is the one module that touches ``torch.export`` / ``torch.fx``.
 from __future__ import annotations
 
 import operator
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable
 
 from kerngen.agent.playbook.not_covered import NotCovered
+
+# torch.export keeps process-wide state (its proxy dispatch mode slot, the module hierarchy being exported, the
+# warnings filter): two traces at once on two threads (a directory run on two GPUs) broke each other. One at a time.
+_TRACE_LOCK = threading.Lock()
 
 __all__ = ["Graph", "Node", "Ref", "Tensor", "trace", "trace_module"]
 
@@ -318,6 +323,12 @@ def trace_module(model: Any, args: list, names: list[str] | None = None) -> Grap
 
 def _export(model: Any, args: list, names: list[str], inputs: list[Tensor], params: list[Tensor],
             start: float) -> Graph:
+    with _TRACE_LOCK:
+        return _export_locked(model, args, names, inputs, params, start)
+
+
+def _export_locked(model: Any, args: list, names: list[str], inputs: list[Tensor], params: list[Tensor],
+                   start: float) -> Graph:
     import warnings
 
     import torch

@@ -105,3 +105,19 @@ def test_a_forward_that_changes_its_input_is_named(tmp_path):
                     "def get_init_inputs():\n    return []\n")
     with pytest.raises(NotCovered, match="changes 'x' in place"):
         trace(load_problem(str(path)))
+
+
+def test_traces_on_several_threads_at_once_all_succeed():
+    """A directory run on two GPUs reads two problems at once, each on its own thread; torch.export keeps
+    process-wide state (its proxy mode slot, the module hierarchy), so two traces at once failed there
+    ('ProxyTorchDispatchMode slot already occupied', 2 H200s, 2026-11-28). Traces are serialized."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    names = [n for n in ("softmax", "layernorm", "gelu", "conv2d", "matmul", "rmsnorm") if n in builtin_names()]
+
+    def one(name: str) -> int:
+        return len(trace(load_problem(name)).nodes)
+
+    with ThreadPoolExecutor(4) as pool:
+        counts = list(pool.map(one, names * 4))
+    assert len(counts) == 4 * len(names) and all(c > 0 for c in counts)
