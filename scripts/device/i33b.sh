@@ -57,7 +57,7 @@ BEFORE = {"softmax": (67, None), "layernorm": (150, None), "rmsnorm": (70, None)
           "conv2d": (146, None), "conv2d_wide": (158, None), "conv_relu_maxpool": (129, 2.02), "attention": (116, 1.035)}
 dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 rows, started = [], time.monotonic()
-for folder in sorted(p for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else []:
+for folder in sorted(p for p in runs.iterdir() if p.is_dir() and p.name != "batches") if runs.is_dir() else []:  # batches: a directory run's state, no run
     if time.monotonic() - started > 95:
         break
     row = {"problem": folder.name, "kernel": None, "host": None, "loaded": None, "direct": None, "same": None, "note": ""}

@@ -278,3 +278,64 @@ def test_the_pre_passes_on_the_cpu_emulator(mode, narrow, groups, vec, flip):
             continue
         big, small = split(want)
         assert np.array_equal(got[0], big) and (planes == 1 or np.array_equal(got[1], small))
+
+
+# ----- the ring's protocol: producer lag against the consumers' slot release ---------------------------------
+def _lag(source: str, flush: int, stages: int) -> int:
+    """CW_LAG as the rendered kernel defines it for this FLUSH and STAGES."""
+    import re
+
+    m = re.search(r"#if FLUSH\s*#define CW_LAG \((.+?)\)\s*#else\s*#define CW_LAG \((.+?)\)\s*#endif", source)
+    assert m, "the kernel defines no CW_LAG per FLUSH"
+    return int(eval(m.group(1 if flush else 2), {"STAGES": stages}))  # noqa: S307 - "STAGES - 1" from our template
+
+
+def _ring_finishes(tiles: int, stages: int, lag: int, flush: bool) -> bool:
+    """The producer/consumer protocol of conv_wgmma.cu.j2 and the core's consumer, stepped until both finish or
+    neither can move (a deadlock: on the GPU the consumer's wait gives up after ~1 s and the output is wrong).
+    Producer, per tile t: wait until slot t % STAGES is free (tile t - STAGES released), issue t, then arrive on
+    tile t - lag (its copies landed); at the end arrive on the rest. Consumer, per tile k: wait for tile k's
+    arrival; with FLUSH release k at once, without it release k - 1 (the wgmma group before completed)."""
+    full, released = [False] * tiles, [False] * tiles
+    p = c = 0
+    p_done = c_done = False
+    while not (p_done and c_done):
+        moved = False
+        if not p_done:
+            if p < tiles and (p < stages or released[p - stages]):
+                if p >= lag:
+                    full[p - lag] = True
+                p, moved = p + 1, True
+            elif p == tiles:
+                full[:] = [True] * tiles
+                p_done = moved = True
+        if not c_done:
+            if c < tiles and full[c]:
+                if flush:
+                    released[c] = True
+                elif c > 0:
+                    released[c - 1] = True
+                c, moved = c + 1, True
+            elif c == tiles:
+                released[tiles - 1] = True
+                c_done = moved = True
+        if not moved:
+            return False
+    return True
+
+
+def test_the_gather_never_waits_on_a_slot_the_consumer_holds(tmp_path):
+    """bf16/fp16 convolutions came out wrong on the GPU wherever a block had more than STAGES k tiles: the gather
+    arrived STAGES - 1 tiles late while a consumer without FLUSH holds one slot more than it waits for, so the two
+    waited on each other. The lag the rendered kernel uses finishes at every STAGES, tile count and FLUSH, and the
+    old lag deadlocks in the same model (the model can tell)."""
+    m = explain(conv_problem(tmp_path, "nn.Conv2d(20, 70, 3, padding=1)", (2, 20, 33, 29), "bfloat16"))
+    source = build(m).source
+    for flush in (0, 1):
+        for stages in (2, 3, 4, 5, 6):
+            lag = _lag(source, flush, stages)
+            assert 0 <= lag < stages
+            for tiles in (1, stages - 1, stages, stages + 1, 3 * stages + 2):
+                assert _ring_finishes(tiles, stages, lag, bool(flush)), (flush, stages, tiles, lag)
+    assert not _ring_finishes(9, 4, 3, flush=False)  # the old lag without FLUSH
+    assert _ring_finishes(9, 4, 3, flush=True)
