@@ -3,8 +3,8 @@
 # each owning one GPU (tests/harness/ray_nodes.py), against the local pool; a node lost mid-run.
 #
 # Here first, in the checkout the device call sends:  bash scripts/device/ray-wheels.sh
-# (.ray/: Ray's wheel cut to ~40 MB, and jsonschema's; it travels in one call with the repo and .whl).
-# Then each device call carries [".whl", ".ray"] and runs, from the repository root:
+# (.ray/: Ray's wheel cut to ~40 MB, and jsonschema's; with .whl as well a call exceeds 64 MiB: carry .whl in the lease's first call).
+# Then each device call carries [".ray"] (after one that carried [".whl"] on the same warm machine) and runs:
 #   source scripts/device/setup.sh && bash scripts/device/i38.sh PART
 # PART (a call each; send the next as soon as one returns: the machine stays warm 30 s, and then
 # the same GPUs serve every part, Ray is installed once under /tmp and the table compares them all):
