@@ -43,6 +43,10 @@ TESTS = {
 EQUIVALENT: dict[tuple[str, str, int], str] = {
     ("buffers", "core/ReplaceBinaryOperator_Sub_Pow", 158): "ceil(n / B) -> n // B + 1: one more loop turn, "
     "over an empty slice with an empty block",
+    ("buffers", "core/ReplaceBinaryOperator_Sub_BitXor", 158): "(n + B - 1) -> (n + B) ^ 1: ceil(n / B) or one "
+    "more loop turn, over an empty slice with an empty block",
+    ("evaluate", "core/NumberReplacer", 37): "ROTATE_SETS 3 -> 4: one more input set to rotate over (memory, no "
+    "verdict): any count from 2 defeats a kernel that caches by pointer or content; the memory plan still caps it",
     ("check", "core/ReplaceComparisonOperator_Is_Eq", 236): "`failed is CheckFailure.input_mutated` -> `==`: "
     "failed is a member of the enum or None, and a member equals only itself",
     ("check", "core/ReplaceComparisonOperator_Eq_LtE", 311): "`a.device.type == \"cpu\"` -> `<= \"cpu\"`: no "

@@ -148,3 +148,18 @@ def test_a_float64_output_is_held_to_float64_precision():
     assert compare(ref * (1 + 1e-12), ref, atol=1e-4, rtol=1e-4).ok
     c = compare(ref * (1 + 1e-7), ref, atol=1e-4, rtol=1e-4)
     assert not c.ok and c.failed is CheckFailure.precision_loss
+
+
+def test_a_random_poison_covers_every_block_of_a_large_output(monkeypatch):
+    """Killed: ``(n + B - 1) // B`` -> ``% B`` in poison()'s loop over blocks (an output of 5 blocks and a byte got
+    no block at all: its bytes kept what was there before, which a kernel could leave as its answer)."""
+    import kerngen.harness.gpu.buffers as buffers
+    from kerngen.harness.gpu.buffers import alloc_guarded, poison, still_poisoned
+
+    monkeypatch.setattr(buffers, "POISON_BLOCK_BYTES", 64)
+    gen = torch.Generator().manual_seed(4)
+    for n in (5 * 64 + 1, 7 * 64, 3 * 64 + 63):
+        buf = alloc_guarded("out", (n,), torch.uint8, torch.device("cpu"), gen)
+        buf.view.zero_()
+        p = poison(buf, "random", gen)
+        assert torch.equal(buf.view, p.flat(0, n)) and bool(still_poisoned(buf.view, p).all()), n
