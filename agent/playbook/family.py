@@ -38,10 +38,18 @@ class FamilyMatch:
     facts: Any = None  # the family's Facts
     message: str = ""
     graph: Graph | None = field(default=None, repr=False)
+    # what the kernels are checked against (``--precision``): None true fp32; "tf32" PyTorch's TF32 with a measured
+    # tolerance, where the tensor-core variants offer plain TF32 (TERMS 1, their default there)
+    precision: str | None = None
 
     @classmethod
     def of(cls, g: Graph, facts: Facts, message: str = "") -> "FamilyMatch":
         return cls("", list(g.inputs), list(g.params), [g.out], facts, message, g)
+
+    @property
+    def tf32(self) -> bool:
+        """Checked at ``--precision tf32``: plain TF32 is admissible."""
+        return self.precision == "tf32"
 
     @property
     def x(self) -> Tensor:

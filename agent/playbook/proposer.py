@@ -19,6 +19,7 @@ from kerngen.agent.playbook.family import Family, FamilyMatch
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.regions import REGIONS, explain, family_of, offer_regions
 from kerngen.agent.playbook.render import COOP_NB
+from kerngen.agent.playbook.terms import idea_text
 
 
 class PlaybookProposer:
@@ -139,9 +140,16 @@ class PlaybookProposer:
             out.append(Branch(spec=spec, notes=f"playbook {entry.id}: {entry.variant} with {spec.default_config()}"))
         return out
 
-    def _idea(self, e: Entry) -> Idea:
-        idea = Idea(text=e.text, category=e.category, expected_effect=e.effect)
-        self._by_text[e.text] = e
+    def text_of(self, e: Entry, ctx: SearchContext | None = None) -> str:
+        """The idea's text as proposed (and as ``kerngen playbook`` lists it): a round-0 idea says so where its
+        kernel starts as plain TF32 (``--precision tf32``)."""
+        offered = self._offer(ctx).get(e.variant) if e.round0 else None
+        return idea_text(e.text, offered.spec if offered is not None else None)
+
+    def _idea(self, e: Entry, ctx: SearchContext | None) -> Idea:
+        text = self.text_of(e, ctx)
+        idea = Idea(text=text, category=e.category, expected_effect=e.effect)
+        self._by_text[text] = e
         return idea
 
     # ----- Protocol ----------------------------------------------------------------------------
@@ -152,7 +160,7 @@ class PlaybookProposer:
         pvar = variant_of_spec(parent.spec) if parent is not None else None
         picks: list[Entry] = []
         for e in self._entries():
-            if e.id in self._proposed or e.text in tried:
+            if e.id in self._proposed or e.text in tried or self.text_of(e, ctx) in tried:
                 continue
             if parent is None:
                 if not e.round0:
@@ -169,12 +177,13 @@ class PlaybookProposer:
                 break
         for e in picks:
             self._proposed.add(e.id)
-        return [self._idea(e) for e in picks]
+        return [self._idea(e, ctx) for e in picks]
 
     def implement(self, ctx: SearchContext, parent: NodeSummary | None, idea: Idea, m: int) -> list[Branch]:
         if self.match is None:
             return [Branch(error=f"playbook has nothing for this problem: {self.reason}")]
-        entry = self._by_text.get(idea.text) or next((e for e in self._entries() if e.text == idea.text), None)
+        entry = self._by_text.get(idea.text) or next((e for e in self._entries() if idea.text in (e.text, self.text_of(e, ctx))),
+                                                     None)
         if entry is None:
             return [Branch(error="playbook does not know this idea (it implements its own catalogue only)")]
         branches = self._render(entry, ctx, max(1, m), parent)

@@ -212,7 +212,12 @@ def explain(problem: Any) -> FamilyMatch:
     part = partition(trace(problem))
     if not part.covered:
         raise NotCovered(part.why)
+    precision = getattr(getattr(problem, "ref", None), "precision", None)  # --precision: what the builders may offer
+    for r in part.regions:
+        r.match.precision = precision
     if len(part.regions) == 1:
         return part.regions[0].match
     info = getattr(problem, "info", None)
-    return regions_match(part, dict(getattr(info, "sizes", None) or {}))
+    m = regions_match(part, dict(getattr(info, "sizes", None) or {}))
+    m.precision = precision
+    return m

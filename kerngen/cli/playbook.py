@@ -6,6 +6,7 @@ resolution as ``kerngen check``: :func:`kerngen.harness.tune.admissible.admissib
 of ``--arch``, sm_90 by default); the others are listed with why. ``-o`` writes the first offered
 variant (or ``--variant``'s, an error when that one admits nothing), its default configuration
 admissible; a problem none of whose variants admits anything is an error with the reason.
+``--precision tf32`` (as generate's): the tensor-core variants offer plain TF32 (TERMS 1, their default there).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ def playbook(
     problem: str = typer.Argument(..., help="built-in problem name, KernelBench-format .py file, or a folder of them"),
     shape: Optional[str] = typer.Option(None, "--shape", help="built-ins: shape, e.g. 8192x1024"),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="built-ins: fp32 | fp16 | bf16"),
+    precision: Optional[str] = typer.Option(None, "--precision", help="fp32 (true fp32, the default) | tf32 "
+                                            "(PyTorch's TF32 reference: plain TF32 kernels offered)"),
     variant: Optional[str] = typer.Option(None, "--variant", help="the template variant to write out"),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="write the variant's kernel spec (JSON) here"),
     arch: Optional[str] = typer.Option(None, "--arch", help="count configurations for this target's limits "
@@ -53,6 +56,7 @@ def playbook(
     tunables, an admissible default) for kerngen bench / kerngen tune. For a folder: one line per
     file (its family and offered variants, or why none) and the count covered."""
     from rich.console import Console
+    from rich.markup import escape
 
     from kerngen.problems.load import load_problem
     from kerngen.problems.ref import parse_problem_ref
@@ -60,6 +64,7 @@ def playbook(
     from kerngen.agent.playbook import family_of
     from kerngen.agent.playbook.coverage import DEFAULT_ARCH
     from kerngen.agent.playbook.proposer import PlaybookProposer
+    from kerngen.agent.playbook.terms import terms_line
     from kerngen.cli.check import ARCH_RE
     from kerngen.harness.tune.admissible import limits_for
 
@@ -67,11 +72,11 @@ def playbook(
     if not ARCH_RE.match(arch):
         raise KerngenError(f"bad --arch {arch!r}: expected sm_XY, e.g. sm_90")
     if Path(problem).is_dir():
-        if variant is not None or out is not None or shape is not None or dtype is not None:
-            raise KerngenError("--variant, --out, --shape and --dtype are for one problem, not a folder")
+        if variant is not None or out is not None or shape is not None or dtype is not None or precision is not None:
+            raise KerngenError("--variant, --out, --shape, --dtype and --precision are for one problem, not a folder")
         _folder(Path(problem), limits_for(arch), as_json, cached=not no_cache, jobs=jobs or os.cpu_count() or 1)
         return
-    ref = parse_problem_ref(problem, shape=shape, dtype=dtype)
+    ref = parse_problem_ref(problem, shape=shape, dtype=dtype, precision=precision)
     prob = load_problem(ref)
     prop = PlaybookProposer(prob, gpu=limits_for(arch))
     if (prop.match is None or not prop.offer or not prop.offer.offered) and out is None and variant is None:
@@ -90,7 +95,7 @@ def playbook(
     offered = [v.variant for v in off.offered]
     console = Console(highlight=False, soft_wrap=True)
     if out is None and as_json:
-        ideas = [{"id": e.id, "category": e.category.value, "variant": e.variant, "text": e.text,
+        ideas = [{"id": e.id, "category": e.category.value, "variant": e.variant, "text": prop.text_of(e),
                   "offered": e.variant in offered} for e in fam.ideas]
         typer.echo(json.dumps({"problem": ref.label(), "family": family, "limits": off.limits, "shape": off.where,
                                "variants": offered, "not_offered": {v.variant: v.why for v in off.dropped},
@@ -99,18 +104,19 @@ def playbook(
         return
     if out is None:
         dropped = f"; not offered: {', '.join(v.variant for v in off.dropped)}" if off.dropped else ""
-        console.print(f"[bold]{ref.label()}[/]: family {family}; variants: {', '.join(offered)}{dropped}")
+        console.print(f"[bold]{escape(ref.label())}[/]: family {family}; variants: {', '.join(offered)}{dropped}")
         if family == "regions":  # what each region is and which family serves it
             console.print(f"  {prop.recognised.message}", markup=False)
         for v in off.offered:
             sample = f" (a sample of {v.counted.enumerated})" if v.counted.sampled else ""
             console.print(f"  {v.variant}: {v.count} of {v.total} configurations{sample} admissible at {off.where} "
-                          f"({off.limits}){_moved_text(v)}", markup=False)
+                          f"({off.limits}){_moved_text(v)}{terms_line(v.spec)}", markup=False)
         for v in off.dropped:
             console.print(f"  {v.variant} not offered: {v.why}", markup=False)
         for entry in fam.ideas:
             if entry.variant in offered:
-                console.print(f"  {entry.id} [{entry.category.value}] ({entry.variant}): {entry.text}", markup=False)
+                console.print(f"  {entry.id} [{entry.category.value}] ({entry.variant}): "
+                              f"{prop.text_of(entry)}", markup=False)
         return
     name = variant or offered[0]
     vo = off.get(name)
@@ -138,6 +144,7 @@ def _model(label: str, problem: Any, reason: str, as_json: bool) -> None:
     the family and variant of each that a kernel computes, what runs as PyTorch and why. An error (exit 1) when no
     region gets a kernel."""
     from rich.console import Console
+    from rich.markup import escape
 
     from kerngen.agent.playbook import NotCovered
     from kerngen.agent.playbook.model_plan import plan_model
@@ -155,7 +162,7 @@ def _model(label: str, problem: Any, reason: str, as_json: bool) -> None:
             for r in mp.regions], "views": list(mp.views)}, indent=2))
         return
     console = Console(highlight=False, soft_wrap=True)
-    console.print(f"[bold]{label}[/]: a model plan of {len(mp.regions)} regions, {len(mp.kernels)} as kerngen "
+    console.print(f"[bold]{escape(label)}[/]: a model plan of {len(mp.regions)} regions, {len(mp.kernels)} as kerngen "
                   f"kernels, {len(mp.fallbacks)} as PyTorch (not one spec: {reason[:200]})")
     for line in mp.lines():
         console.print(f"  {line}", markup=False)

@@ -148,7 +148,7 @@ def conv_nd_tf32x3(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
         ocg=f"(({oc}) // {g})", k_=f"({x}.shape[1] // {g}) * {kvol}", positions=positions, defines=defines,
         args=tensor_args(m, x, "wt", "ktab"), weight=w, vol=vol, flip=f.transposed and not phased, phases=phases,
         checks=[*_checks(m), f"{x}.shape[1] // {g} >= 2"],  # one channel a group: the direct kernel's
-        ktab_limits=limits)
+        ktab_limits=limits, tf32=m.tf32)
 
 
 def conv_nd_wgmma(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
@@ -173,4 +173,4 @@ def conv_nd_wgmma(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
                  template_vars(m), defines, _checks(m), x, f.weight, f.bias,
                  tuple(p.name for p in f.epilogue.params), g, f.C // g, f.OC // g, oc, f.K[0] * f.K[1] * f.K[2],
                  f"({dout}) * ({hout}) * ({wout})", flip=f.transposed)
-    return conv_wgmma_spec(c, "float32", defaults, f"playbook-conv-nd-{WGMMA}")
+    return conv_wgmma_spec(c, "float32", defaults, f"playbook-conv-nd-{WGMMA}", m.tf32)

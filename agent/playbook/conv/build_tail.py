@@ -91,7 +91,8 @@ class _Kernel:
 def _conv_match(m: FamilyMatch) -> FamilyMatch:
     """The match conv_epi's builders read: the conv and its epilogue, its output being domain 0."""
     d0 = m.facts.tail.domains[0]
-    return FamilyMatch("conv_epi", m.inputs, m.params, [Tensor("out", d0.values, "float32")], m.facts)
+    return FamilyMatch("conv_epi", m.inputs, m.params, [Tensor("out", d0.values, "float32")], m.facts,
+                      precision=m.precision)
 
 
 def _what(s: Stage) -> str:

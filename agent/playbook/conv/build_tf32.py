@@ -12,9 +12,10 @@ m16n8k8 products per fp32 product, per-k-tile fp32 flush, cp.async ring) is the 
 
 Tunables: BM x BN block tile, BK k tile (16 or 32: the padded rows keep the fragment loads and the
 gather's copies conflict-free), WM x WN warp tile (WM % 16, WN % 8), STAGES, FLUSH (as the GEMM's)
-and TERMS. TERMS 3 is the only value offered. TERMS 1 (plain TF32) exists to show that the fp32
-check rejects it: build with ``{"TERMS": 1}`` (tests/agent/test_gpu_conv_tf32.py does, on
-``conv2d_wide``); no idea or default ever asks for it. Two terms are not offered either: dropping a
+and TERMS. At the default precision TERMS 3 is the only value offered; TERMS 1 (plain TF32) exists there to
+show that the fp32 check rejects it: build with ``{"TERMS": 1}`` (tests/agent/test_gpu_conv_tf32.py does, on
+``conv2d_wide``). At ``--precision tf32`` TERMS is tunable over 1 and 3 and 1 is the default (:mod:`..terms`).
+Two terms are never offered: dropping a
 cross term (a_lo*b_hi or a_hi*b_lo) leaves one operand rounded to TF32, a relative error of up to
 2**-11 per product, as far from the 1e-5 check as plain TF32 (tests/agent/test_fam_conv_tf32.py
 models it).
@@ -25,13 +26,13 @@ from __future__ import annotations
 from kerngen.harness.spec.spec import KernelSpec
 
 from kerngen.agent.playbook.conv.build_epi import SPEC_PREFIX, frame
-from kerngen.agent.playbook.gemm.build_matmul_tf32 import (ACC_FLOATS, MAX_ACC_FLOATS, MAX_REGS, REGS_EST, REGS_PER_SM, TERMS_PLAIN,
-                                               TERMS_SPLIT)
+from kerngen.agent.playbook.gemm.build_matmul_tf32 import ACC_FLOATS, MAX_ACC_FLOATS, MAX_REGS, REGS_EST, REGS_PER_SM
 from kerngen.agent.playbook.chain_ir import INPUT, Chain
 from kerngen.agent.playbook.entry import A, P, PAR, Entry
 from kerngen.agent.playbook.epilogue import Epilogue
 from kerngen.agent.playbook.family import FamilyMatch
 from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
+from kerngen.agent.playbook.terms import TERMS_SPLIT, TERMS_VALUES, offer_terms
 
 __all__ = ["CONV2D_IDEAS", "CONV2D_SPEC_NAME", "CONV_EPI_IDEAS", "DEFAULTS", "VARIANT", "as_conv_epi", "conv2d_tf32x3",
            "conv_epi_tf32x3", "igemm_spec", "ideas", "smem_bytes"]
@@ -40,7 +41,6 @@ VARIANT = "tf32x3"
 CONV2D_SPEC_NAME = "playbook-conv2d-tf32x3"
 TEMPLATE = "conv_tf32x3_igemm.cu.j2"
 KERNEL_PACK, KERNEL_MAIN = "conv_tf32x3_pack", "conv_tf32x3_igemm"
-TERMS_VALUES = (TERMS_PLAIN, TERMS_SPLIT)
 
 THREADS = "32 * (BM // WM) * (BN // WN)"
 # STAGES slots of A's tile (BM rows) and B's (BN rows) of BK + 8 floats, and the rows' table (16 bytes a row)
@@ -85,21 +85,25 @@ def conv_epi_tf32x3(m: FamilyMatch, defaults: dict[str, int], name: str = SPEC_P
         checks=fr.checks + [f"{w}.shape[1] >= 2"],  # one input channel per group (depthwise): the depthwise kernel's
         # the k table packs (kh*DH) << 16 | kw*DW; its padding rows sit at kh*DH = 0x7fff, outside the image
         ktab_limits=[f"({fr.in_h}) + {f.PH} < 32767", f"{(f.KH - 1) * f.DH} < 32767",
-                     f"{(f.KW - 1) * f.DW} < 65536"])
+                     f"{(f.KW - 1) * f.DW} < 65536"], tf32=m.tf32)
 
 
 def igemm_spec(name: str, what: str, template_vars: dict, defaults: dict[str, int], *, x: str, g: int, ocg_n: int,
                ocg: str, k_: str, positions: str, defines: dict[str, str | int], args: list[dict], weight: str,
-               vol: bool, flip: bool, phases: int, checks: list[str], ktab_limits: list[str]) -> KernelSpec:
+               vol: bool, flip: bool, phases: int, checks: list[str], ktab_limits: list[str],
+               tf32: bool = False) -> KernelSpec:
     """The 3xTF32 implicit GEMM's spec for any convolution the template covers: ``positions`` output
     positions an image (an expression), ``k_`` the GEMM's K and ``ocg`` the channels of a group
     (expressions), ``ocg_n`` the latter's value (the tile), ``vol`` the 3-D gather, ``flip`` a
     transposed conv's weights, ``phases`` > 1 a strided transposed conv's phases (one GEMM each;
     ``positions`` then the largest phase's; see the template); ``checks`` the caller's constraints on
-    the tensors, ``ktab_limits`` what the k table's packing needs of the geometry."""
+    the tensors, ``ktab_limits`` what the k table's packing needs of the geometry; ``tf32``: checked at
+    ``--precision tf32`` (TERMS 1 offered, the default)."""
     src = render(TEMPLATE, kernel_pack=KERNEL_PACK, kernel_main=KERNEL_MAIN, vol=vol, flip=flip, phased=phases > 1,
                  **template_vars)
     d = pick(defaults, {**DEFAULTS, **_tile(ocg_n)})
+    tunables = dict(TUNABLES, BN=_bns(ocg_n))
+    terms = offer_terms(tunables, d, defaults, tf32)
     defs = dict(defines, K_=k_, KP=f"round_up({k_}, BK)", OCGP=f"round_up({ocg}, BN)")
     m_tot = f"{x}.shape[0] * {positions}"
     blocks = f"cdiv({m_tot}, BM) * (round_up({ocg}, BN) // BN)"
@@ -112,9 +116,9 @@ def igemm_spec(name: str, what: str, template_vars: dict, defaults: dict[str, in
         "and streamed with 16-byte cp.async through a STAGES-deep ring, operands split into tf32 hi + lo, "
         + (f"one GEMM per stride phase ({phases} of them, each a stride-1 convolution of its taps), " if phases > 1 else "")
         + "lo*hi + hi*lo + hi*hi per k8 step with mma.sync m16n8k8, per-k-tile fp32 partial sums (FLUSH), the "
-        "bias and epilogue applied in registers before the store",
+        "bias and epilogue applied in registers before the store" + terms,
         src,
-        dict(TUNABLES, BN=_bns(ocg_n)),
+        tunables,
         d,
         defines=defs,
         scratch=[dict(name="wt", dtype="float32", size=wt_size),
@@ -139,7 +143,7 @@ def as_conv_epi(m: FamilyMatch) -> FamilyMatch:
     f = m.facts
     lead = f.weight.rsplit(".", 1)[0]
     facts = f.model_copy(update=dict(x=m.x.name, dims=2, G=1, DH=1, DW=1, epilogue=Epilogue(lead, Chain((), INPUT), ())))
-    return FamilyMatch("conv_epi", m.inputs, m.params, m.outputs, facts)
+    return FamilyMatch("conv_epi", m.inputs, m.params, m.outputs, facts, precision=m.precision)
 
 
 def conv2d_tf32x3(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:

@@ -23,7 +23,9 @@ from kerngen.agent.playbook.conv.build_tf32 import as_conv_epi
 from kerngen.agent.playbook.entry import A, P, PAR, Entry
 from kerngen.agent.playbook.family import FamilyMatch
 from kerngen.agent.playbook.gemm.build_wgmma import (BM, ELEMENT_BYTES, MAX_PREP_ELEMENTS, PAD, REG_BUDGET, REGS,
-                                                     SMEM, STAGE_BYTES, TERMS_SPLIT, TUNABLES, Mode, mode_of)
+                                                     SMEM, STAGE_BYTES, TF32_TERMS_TEXT, TUNABLES, Mode, mode_of,
+                                                     planes_of)
+from kerngen.agent.playbook.terms import TERMS_SPLIT, offer_terms
 from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
 
 __all__ = ["FLAT_3D", "ConvGemm", "conv_gemm", "CONV16_IDEAS", "CONV2D_IDEAS", "CONV2D_SPEC_NAME", "CONV_EPI_IDEAS", "CONV_EPI_SPEC_NAME", "VARIANT",
@@ -107,15 +109,16 @@ def conv_gemm(m: FamilyMatch) -> ConvGemm:
                     f.KH * f.KW, f"({oh}) * ({ow})")
 
 
-def conv_wgmma_spec(c: ConvGemm, dtype: str, defaults: dict[str, int], name: str) -> KernelSpec:
-    """The wgmma implicit GEMM of convolution ``c`` in ``dtype``."""
+def conv_wgmma_spec(c: ConvGemm, dtype: str, defaults: dict[str, int], name: str, tf32: bool = False) -> KernelSpec:
+    """The wgmma implicit GEMM of convolution ``c`` in ``dtype``; ``tf32``: checked at ``--precision tf32`` (fp32:
+    TERMS 1 and 3 offered, 1 by default)."""
     terms = defaults.get("TERMS", TERMS_SPLIT)
     if dtype != "float32" and terms != TERMS_SPLIT:
         raise ValueError(f"TERMS {terms}: 3 (3xTF32) or, for fp32 problems, 1 (plain TF32)")
-    mode = mode_of(dtype, terms)
+    mode = mode_of(dtype, terms, tf32)
     half = mode in (Mode.bf16, Mode.f16)
     esize = ELEMENT_BYTES[mode]
-    planes = 2 if mode is Mode.tf32x3 else 1
+    planes = planes_of(mode)
     x, w, g = c.x, c.weight, c.g
     ocg, cg = f"(({c.oc}) // {g})", f"({x}.shape[1] // {g})"
     cgp = f"round_up({cg}, VEC)"
@@ -135,6 +138,7 @@ def conv_wgmma_spec(c: ConvGemm, dtype: str, defaults: dict[str, int], name: str
     tunables.update(BN=list(CONV_BNS), BK=[64, 128] if half else [32, 64], FLUSH=[0] if half else [1],
                     TERMS=[terms], VEC=vec_values(esize))
     d = pick(defaults, {**_defaults(half, c.ocg), "VEC": vec})
+    offer_terms(tunables, d, defaults, mode is Mode.tf32_terms)
     smem = SMEM.format(stage=STAGE_BYTES.format(planes=planes, bm=BM, esize=esize))
     xs_size = f"{planes} * {x}.shape[0] * {sp} * {g} * {cgp}"
     ws_size = f"{planes} * ({c.oc}) * {kpad}"
@@ -148,7 +152,7 @@ def conv_wgmma_spec(c: ConvGemm, dtype: str, defaults: dict[str, int], name: str
     ]
     what = {Mode.bf16: "bf16", Mode.f16: "fp16", Mode.tf32x3: "fp32 at fp32 accuracy (3xTF32: x and the weights "
             "split into big + small tf32 planes by the pre-passes, small*big + big*small + big*big per k8 step)",
-            Mode.tf32: "fp32 as plain TF32 (one term: NOT fp32 accurate)"}[mode]
+            Mode.tf32: "fp32 as plain TF32 (one term: NOT fp32 accurate)", Mode.tf32_terms: TF32_TERMS_TEXT}[mode]
     return make_spec(
         name,
         f"{c.what} as an implicit GEMM per group on Hopper (sm_90a), {what}: pre-passes write x channels-last "
@@ -175,11 +179,11 @@ def conv_wgmma_spec(c: ConvGemm, dtype: str, defaults: dict[str, int], name: str
 
 
 def conv_epi_wgmma(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
-    return conv_wgmma_spec(conv_gemm(m), "float32", defaults, CONV_EPI_SPEC_NAME)
+    return conv_wgmma_spec(conv_gemm(m), "float32", defaults, CONV_EPI_SPEC_NAME, m.tf32)
 
 
 def conv2d_wgmma(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
-    return conv_wgmma_spec(conv_gemm(as_conv_epi(m)), "float32", defaults, CONV2D_SPEC_NAME)
+    return conv_wgmma_spec(conv_gemm(as_conv_epi(m)), "float32", defaults, CONV2D_SPEC_NAME, m.tf32)
 
 
 def conv16_wgmma(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:

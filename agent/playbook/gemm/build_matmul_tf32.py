@@ -9,7 +9,8 @@ shared-memory layout. ``TF32_IDEAS`` are the ideas of the ``matmul`` family's va
 Tunables: BM x BN block tile, BK k tile, WM x WN warp tile (WM % 16, WN % 32), STAGES cp.async
 ring depth, GROUP_M block grouping, FLUSH (1: a fresh mma accumulator per k tile, summed in fp32
 with round-to-nearest; 0: accumulate in the mma accumulator, half the registers) and TERMS
-(3 = 3xTF32; 1 = plain TF32, offered only when asked for: it must fail the fp32 check).
+(3 = 3xTF32; 1 = plain TF32: at ``--precision tf32`` tunable over both and 1 by default, else offered only
+when asked for, as it must fail the fp32 check; :mod:`..terms`).
 
 Split-K: asked for with ``SPLIT_K`` > 1 in ``defaults``, the spec is the two-launch plan of
 :func:`split_k_plan` (the k tiles divided among SPLIT_K blocks per output tile, their partial tiles
@@ -25,6 +26,7 @@ from kerngen.harness.spec.spec import KernelSpec
 from kerngen.agent.playbook.entry import A, M, P, PAR, Entry
 from kerngen.agent.playbook.family import FamilyMatch
 from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
+from kerngen.agent.playbook.terms import TERMS_PLAIN, TERMS_SPLIT, TERMS_VALUES, offer_terms
 
 __all__ = ["DEFAULTS", "NO_FLUSH", "PADDED_SPEC_NAME", "PADDED_VARIANT", "SPEC_NAME", "SPLIT_VALUES", "TERMS_PLAIN", "TERMS_SPLIT",
            "TF32_IDEAS", "VARIANT", "sgemm_tf32x3", "sgemm_tf32x3_padded", "smem_bytes", "split_k_of", "split_k_plan"]
@@ -33,9 +35,6 @@ VARIANT = "tf32x3"
 SPEC_NAME = "playbook-matmul-tf32x3"
 TEMPLATE = "tf32x3_sgemm.cu.j2"
 KERNEL = "sgemm_tf32x3"
-TERMS_SPLIT = 3  # a_lo*b_hi + a_hi*b_lo + a_hi*b_hi: fp32 accuracy
-TERMS_PLAIN = 1  # a_hi*b_hi: plain TF32, only to show that the check rejects it
-TERMS_VALUES = (TERMS_PLAIN, TERMS_SPLIT)
 
 # shared memory of one block: STAGES slots of A's tile (BM rows of BK + 8 floats) and B's tile
 # (BK rows of BN + 4 floats); the pads make the fragment loads conflict-free (see the template)
@@ -132,11 +131,12 @@ def sgemm_tf32x3(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
                       {"kind": "int32", "value": cols}, {"kind": "int32", "value": inner}])
     plan = dict(steps=[step], constraints=[])
     tunables = {k: list(v) for k, v in TUNABLES.items()}
+    terms = offer_terms(tunables, d, defaults, m.tf32)
     if split > 1:
         plan = split_k_plan(step, rows, cols, inner, "1")
         tunables["SPLIT_K"], d["SPLIT_K"] = list(SPLIT_VALUES), split
     return make_spec(
-        SPEC_NAME, DESCRIPTION + (SPLIT_DESCRIPTION if split > 1 else ""), src, tunables, d,
+        SPEC_NAME, DESCRIPTION + (SPLIT_DESCRIPTION if split > 1 else "") + terms, src, tunables, d,
         scratch=plan.get("scratch", []),
         constraints=[f"{inner} == {b}.shape[0]", *_tile_constraints(rows, cols, inner), *plan["constraints"]],
         steps=plan["steps"],
@@ -181,9 +181,11 @@ def sgemm_tf32x3_padded(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     scratch = [dict(name="a_pad", dtype="float32", size=f"{mp} * {kp}"),
                dict(name="b_pad", dtype="float32", size=f"{kp} * {np_}"),
                dict(name="c_pad", dtype="float32", size=f"{mp} * {np_}")]
+    tunables, d = {k: list(v) for k, v in TUNABLES.items()}, pick(defaults, DEFAULTS)
+    terms = offer_terms(tunables, d, defaults, m.tf32)
     return make_spec(
-        PADDED_SPEC_NAME, DESCRIPTION + "; A and B zero-padded to whole tiles in scratch, the product copied out",
-        src, {k: list(v) for k, v in TUNABLES.items()}, pick(defaults, DEFAULTS), scratch=scratch,
+        PADDED_SPEC_NAME, DESCRIPTION + "; A and B zero-padded to whole tiles in scratch, the product copied out" + terms,
+        src, tunables, d, scratch=scratch,
         constraints=[
             f"{inner} == {b}.shape[0]",
             f"{rows} % {PAD_MN} != 0 or {cols} % {PAD_MN} != 0 or {inner} % {PAD_K} != 0",  # else the plain kernel

@@ -117,7 +117,7 @@ def _gemm_match(m: FamilyMatch, tail: RowTail, ep: Epilogue | None) -> FamilyMat
     facts = GemmFacts(kind="gemm", a=x, b=w, trans_a=False, trans_b=ld.trans_b, M=f"{x}.shape[0]", N=ld.n_expr,
                       K=f"{x}.shape[1]", LDA=f"{x}.shape[1]", LDB=f"{w}.shape[1]", BATCH="1", SA="0", SB="0",
                       bias=ld.bias, ep=ep, mask="", diag=0, what=tail.lead.what, shape=(1, ld.m, ld.n, ld.k))
-    return FamilyMatch("gemm", m.inputs, m.params, m.outputs, facts=facts)
+    return FamilyMatch("gemm", m.inputs, m.params, m.outputs, facts=facts, precision=m.precision)
 
 
 def _block(n: int) -> int:

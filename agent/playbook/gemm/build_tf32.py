@@ -3,7 +3,8 @@ batched and transposed-B products) on the tensor cores at fp32 accuracy, from th
 as the matmul family's (``templates/tf32x3_sgemm.cu.j2``, whose header explains the split and the
 layouts). It serves the layouts whose tiles divide the shape: A row-major and contiguous, B
 either [K][N] or [N][K] (nn.Linear's weight), no triangle mask; the others stay with the FFMA
-``tiled`` variant. Tunables, register and shared-memory limits are the matmul variant's, and so is
+``tiled`` variant. Tunables (TERMS 1 and 3 at ``--precision tf32``: :mod:`..terms`), register and shared-memory
+limits are the matmul variant's, and so is
 split-K (``SPLIT_K`` > 1 in ``defaults``: :func:`.gemm.build_matmul_tf32.split_k_plan`; grid z spans batch and slice,
 the epilogue moves to the second kernel)."""
 
@@ -18,6 +19,7 @@ from kerngen.agent.playbook.gemm.build_matmul_tf32 import (ACC_FLOATS, DEFAULTS,
 from kerngen.agent.playbook.entry import A, M, P, PAR, Entry
 from kerngen.agent.playbook.family import FamilyMatch
 from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
+from kerngen.agent.playbook.terms import TERMS_VALUES, offer_terms
 
 __all__ = ["IDEAS", "VARIANT", "gemm_tf32x3"]
 
@@ -52,12 +54,14 @@ def gemm_tf32x3(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
         "STAGES >= 2", f"{smem} <= {MAX_SMEM}",
         f"{ACC_FLOATS} <= {MAX_ACC_FLOATS}",
         f"{REGS_EST} <= {MAX_REGS}", f"({THREADS}) * ({REGS_EST}) <= {REGS_PER_SM}",
-        "TERMS == 3", "FLUSH == 0 or FLUSH == 1",  # plain TF32 fails the fp32 check: never offered here
+        # plain TF32 fails the fp32 check: offered at --precision tf32 only
+        " or ".join(f"TERMS == {v}" for v in TERMS_VALUES) if m.tf32 else "TERMS == 3", "FLUSH == 0 or FLUSH == 1",
         f"{M_} < 2**31 and {N_} < 2**31 and {K_} < 2**31",
         f"({M_} // BM) * ({N_} // BN) < 2**31", f"{batch} <= 65535",
     ]
     tunables = {k: list(v) for k, v in TUNABLES.items()}
     d = pick(defaults, DEFAULTS)
+    terms = offer_terms(tunables, d, defaults, m.tf32)
     args = ([{"name": f.a}, {"name": f.b}] + ([{"name": f.bias}] if f.bias else []) + ep_args
             + [{"name": "out"}, {"kind": "int32", "value": M_}, {"kind": "int32", "value": N_},
                {"kind": "int32", "value": K_}])
@@ -73,7 +77,7 @@ def gemm_tf32x3(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
         f"fp32 GEMM {f.what}{epi} on the tensor cores at fp32 accuracy (3xTF32): operands split into tf32 "
         "hi + lo, lo*hi + hi*lo + hi*hi per k8 step with mma.sync m16n8k8, per-k-tile fp32 partial sums, "
         "cp.async STAGES-deep ring, conflict-free fragment loads, the epilogue applied before each store"
-        + (SPLIT_DESCRIPTION if split > 1 else ""),
+        + (SPLIT_DESCRIPTION if split > 1 else "") + terms,
         src, tunables, d,
         defines=dict(TRANS_B=int(trans_b), SA=_p(f.SA), SB=_p(f.SB)),
         constraints=constraints + plan["constraints"], scratch=plan.get("scratch", []),

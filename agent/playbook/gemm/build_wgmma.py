@@ -8,7 +8,8 @@ the two operands' layouts, the dtype, the epilogue) into a :class:`KernelSpec`; 
 facts into one. Modes (:class:`Mode`): bf16 / f16 (fp32 accumulation) for 16-bit problems; fp32 problems run
 3xTF32 (fp32 accuracy: the pre-pass kernel splits both operands into big + small tf32 planes in scratch, and the
 core multiplies small*big + big*small + big*big), or plain TF32 (``TERMS`` 1 asked for in ``defaults``: only to
-show that the fp32 check rejects it).
+show that the fp32 check rejects it). At ``--precision tf32`` (``GemmProblem.tf32``) one source serves both: TERMS
+is tunable over 1 and 3 (the planes, the shared memory and the scratch follow it), 1 by default (:mod:`..terms`).
 
 The plan: [pre-pass of A] [pre-pass of B] main [split-K sum]. An operand goes through the pre-pass (written K-major,
 its rows padded to 16 bytes) in the tf32 modes always, and in the 16-bit modes when its rows are not a multiple of
@@ -27,14 +28,15 @@ from kerngen.harness.spec.spec import KernelSpec
 
 from kerngen.agent.playbook.epilogue import Epilogue
 from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
+from kerngen.agent.playbook.terms import PLAIN_TF32, TERMS_PLAIN, TERMS_SPLIT, offer_terms
 
-__all__ = ["BNS", "DEFAULTS", "MAX_SPLIT_OUTPUTS", "Mode", "Operand", "GemmProblem", "REGS", "SMEM", "SPLIT_VALUES",
-           "TERMS_PLAIN", "TERMS_SPLIT", "TUNABLES", "VARIANT", "gemm_wgmma_spec", "mode_of", "smem_bytes"]
+__all__ = ["BNS", "DEFAULTS", "MAX_SPLIT_OUTPUTS", "Mode", "Operand", "GemmProblem", "PLANES_BY_TERMS", "REGS", "SMEM",
+           "SPLIT_VALUES", "TERMS_PLAIN", "TERMS_SPLIT", "TF32_MODES", "TF32_TERMS_TEXT", "TUNABLES", "VARIANT",
+           "gemm_wgmma_spec", "mode_of", "planes_of", "smem_bytes"]
 
 VARIANT = "wgmma"
 TEMPLATE = "gemm_wgmma.cu.j2"
 KERNEL, PREP_KERNEL, SUM_KERNEL = "gemm_wgmma", "gemm_wgmma_prep", "gemm_wgmma_sum"
-TERMS_SPLIT, TERMS_PLAIN = 3, 1
 
 
 class Mode(str, Enum):
@@ -44,16 +46,20 @@ class Mode(str, Enum):
     f16 = "f16"
     tf32x3 = "tf32x3"  # fp32 accuracy: small*big + big*small + big*big
     tf32 = "tf32"  # big*big alone: plain TF32 (fails an fp32 check; only when asked for)
+    tf32_terms = "tf32_terms"  # TERMS picks at compile time: 3 as tf32x3, 1 as tf32 (--precision tf32)
 
 
 _MODES = {"bfloat16": Mode.bf16, "float16": Mode.f16}
-ELEMENT_BYTES = {Mode.bf16: 2, Mode.f16: 2, Mode.tf32x3: 4, Mode.tf32: 4}
+ELEMENT_BYTES = {Mode.bf16: 2, Mode.f16: 2, Mode.tf32x3: 4, Mode.tf32: 4, Mode.tf32_terms: 4}
+TF32_MODES = (Mode.tf32x3, Mode.tf32, Mode.tf32_terms)
+PLANES_BY_TERMS = "((TERMS + 1) // 2)"  # tf32_terms: 2 planes (big, small) at TERMS 3, 1 at TERMS 1
 
 
-def mode_of(dtype: str, terms: int = TERMS_SPLIT) -> Mode:
-    """The mode of a problem in ``dtype``; ValueError for a dtype the core does not take."""
+def mode_of(dtype: str, terms: int = TERMS_SPLIT, tf32: bool = False) -> Mode:
+    """The mode of a problem in ``dtype`` (``tf32``: checked at --precision tf32, TERMS tunable); ValueError for a
+    dtype the core does not take."""
     if dtype == "float32":
-        return Mode.tf32x3 if terms == TERMS_SPLIT else Mode.tf32
+        return Mode.tf32_terms if tf32 else Mode.tf32x3 if terms == TERMS_SPLIT else Mode.tf32
     if dtype not in _MODES:
         raise ValueError(f"the wgmma GEMM takes bf16, fp16 or fp32 (as 3xTF32) operands, not {dtype}")
     return _MODES[dtype]
@@ -76,7 +82,8 @@ class GemmProblem:
     over the bound tensors (so the spec follows the tensors it is resolved against); ``shape`` is (batch, M, N, K)
     now (it picks the plan: which operands go through the pre-pass, whether split-K is offered). The epilogue:
     ``bias`` (a per-column tensor), ``ep`` (the traced elementwise chain), ``mask`` ("upper" | "lower": triu/tril
-    with ``diag``). ``checks``: constraints the caller's layout needs (expressions)."""
+    with ``diag``). ``checks``: constraints the caller's layout needs (expressions). ``tf32``: checked at
+    ``--precision tf32`` (fp32 only: TERMS 1 and 3 offered, 1 by default)."""
 
     a: Operand
     b: Operand
@@ -92,6 +99,7 @@ class GemmProblem:
     diag: int = 0
     what: str = ""
     checks: tuple[str, ...] = ()
+    tf32: bool = False
 
 
 BNS = (64, 128, 192, 256)  # the wgmma n of a consumer (a multiple of 64: MN-major B is loaded in 64-column slabs)
@@ -121,13 +129,24 @@ MAX_PREP_ELEMENTS = 2**31  # the pre-pass's scratch, both operands together (8 G
 PAD = {2: 8, 4: 4}  # elements of 16 bytes: the pre-pass pads a row to a multiple of this
 
 
+# the tf32_terms mode's "what" (the conv core's too)
+TF32_TERMS_TEXT = (f"fp32 as TF32 products, TERMS of them per k8 step (pre-passes write TERMS 3's big + small tf32 "
+                   f"planes, TERMS 1's big plane alone): 1 = {PLAIN_TF32}, big*big alone, the default here; 3 = "
+                   "3xTF32, small*big + big*small + big*big, fp32 accuracy")
+
+
 def _p(e: object) -> str:
     return f"({e})"
 
 
+def planes_of(mode: Mode) -> int | str:
+    """The planes of each operand: 2 for 3xTF32 (big, small), else 1; an expression of TERMS in the tf32_terms mode."""
+    return 2 if mode is Mode.tf32x3 else PLANES_BY_TERMS if mode is Mode.tf32_terms else 1
+
+
 def smem_bytes(cfg: dict[str, int], mode: Mode) -> int:
     """Dynamic shared memory of the main kernel at ``cfg`` (the spec's expression, in Python)."""
-    planes = 2 if mode is Mode.tf32x3 else 1
+    planes = 2 if mode is Mode.tf32x3 or (mode is Mode.tf32_terms and cfg["TERMS"] == TERMS_SPLIT) else 1
     stage = planes * (64 * cfg["WGM"] * cfg["CWG"] + cfg["BN"]) * cfg["BK"] * ELEMENT_BYTES[mode]
     return 1024 + cfg["STAGES"] * stage + 16 * cfg["STAGES"]
 
@@ -138,7 +157,7 @@ def _inner(op: Operand, rows: str, k: str) -> str:
 
 
 def _needs_prep(op: Operand, rows: int, k: int, mode: Mode) -> bool:
-    if mode in (Mode.tf32x3, Mode.tf32):
+    if mode in TF32_MODES:
         return True
     return (rows if op.mn_major else k) % PAD[2] != 0
 
@@ -166,7 +185,7 @@ def _side(op: Operand, which: str, rows: str, k: str, batch: str, mode: Mode, pr
         tmap = {"kind": "tensormap", "name": op.name, **box, "swizzle": 128, "full_width": False, "view": view}
         inner = _inner(op, rows, k)
         return _Side(tmap, None, None, op.mn_major, [f"{inner} % {PAD[esize]} == 0"])
-    planes = 2 if mode is Mode.tf32x3 else 1
+    planes = planes_of(mode)
     kp = f"round_up({k}, {PAD[esize]})"
     name = f"{which}_prep"
     scratch = dict(name=name, dtype="float32" if esize == 4 else dtype, size=f"{planes} * {outer} * {rows} * {kp}")
@@ -197,7 +216,7 @@ def gemm_wgmma_spec(p: GemmProblem, defaults: dict[str, int], name: str) -> Kern
     terms = defaults.get("TERMS", TERMS_SPLIT)
     if terms not in (TERMS_SPLIT, TERMS_PLAIN) or (terms == TERMS_PLAIN and p.dtype != "float32"):
         raise ValueError(f"TERMS {terms}: 3 (3xTF32) or, for fp32 problems, 1 (plain TF32)")
-    mode = mode_of(p.dtype, terms)
+    mode = mode_of(p.dtype, terms, p.tf32)
     split = defaults.get("SPLIT_K", 1)
     if split != 1 and split not in SPLIT_VALUES:
         raise ValueError(f"SPLIT_K {split} is not one of 1, {', '.join(map(str, SPLIT_VALUES))}")
@@ -213,8 +232,7 @@ def gemm_wgmma_spec(p: GemmProblem, defaults: dict[str, int], name: str) -> Kern
                  out_dtype=p.dtype, a_mn=a.mn_major, b_mn=b.mn_major, prep=bool(a.prep or b.prep), split_k=split > 1,
                  bns=BNS, **ep_vars)
     esize = ELEMENT_BYTES[mode]
-    planes = 2 if mode is Mode.tf32x3 else 1
-    smem = SMEM.format(stage=STAGE_BYTES.format(planes=planes, bm=BM, esize=esize))
+    smem = SMEM.format(stage=STAGE_BYTES.format(planes=planes_of(mode), bm=BM, esize=esize))
     sk = "SPLIT_K" if split > 1 else "1"
     units = f"{batch} * cdiv({M}, {BM}) * cdiv({N}, BN) * {sk}"
     tunables = {k: list(v) for k, v in TUNABLES.items()}
@@ -224,6 +242,7 @@ def gemm_wgmma_spec(p: GemmProblem, defaults: dict[str, int], name: str) -> Kern
     tunables["FLUSH"] = [0] if half else [1]
     tunables["TERMS"] = [terms]
     d = pick(defaults, DEFAULTS["16" if half else "32"])
+    offer_terms(tunables, d, defaults, mode is Mode.tf32_terms)
     out = "out"
     main_args = [a.tmap, b.tmap, *ep_args, {"name": out}, _i32(M), _i32(N), _i32(K), _i32(batch)]
     kt = f"cdiv({K}, BK)"
@@ -252,7 +271,7 @@ def gemm_wgmma_spec(p: GemmProblem, defaults: dict[str, int], name: str) -> Kern
         steps.append(main)
     what = {Mode.bf16: "bf16", Mode.f16: "fp16", Mode.tf32x3: "fp32 at fp32 accuracy (3xTF32: both operands split "
             "into big + small tf32 planes by a pre-pass, small*big + big*small + big*big per k8 step)",
-            Mode.tf32: "fp32 as plain TF32 (one term: NOT fp32 accurate)"}[mode]
+            Mode.tf32: "fp32 as plain TF32 (one term: NOT fp32 accurate)", Mode.tf32_terms: TF32_TERMS_TEXT}[mode]
     epi = f", then {formula}" if formula else ""
     masked = f", {p.mask} triangle kept" if p.mask else ""
     return make_spec(

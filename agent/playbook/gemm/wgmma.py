@@ -24,17 +24,18 @@ __all__ = ["GEMM16_IDEAS", "GEMM_IDEAS", "MATMUL_IDEAS", "VARIANT", "gemm16_wgmm
            "matmul_wgmma"]
 
 
-def gemm_problem(f: GemmFacts, dtype: str) -> GemmProblem:
-    """The GEMM of the gemm family's facts (:mod:`.gemm.build`'s layout expressions) in ``dtype``."""
+def gemm_problem(f: GemmFacts, dtype: str, tf32: bool = False) -> GemmProblem:
+    """The GEMM of the gemm family's facts (:mod:`.gemm.build`'s layout expressions) in ``dtype`` (``tf32``: checked
+    at --precision tf32)."""
     a = Operand(f.a, mn_major=f.trans_a, batched=f.SA != "0")  # A^T is stored [K][M]
     b = Operand(f.b, mn_major=not f.trans_b, batched=f.SB != "0")  # B is stored [K][N] unless transposed
     checks = (f"({f.N}) > 1",) if not f.trans_a and not f.mask else ()  # N == 1: the gemv kernel's
     return GemmProblem(a=a, b=b, M=f.M, N=f.N, K=f.K, batch=f.BATCH, dtype=dtype, shape=f.shape, bias=f.bias,
-                       ep=f.ep, mask=f.mask, diag=f.diag, what=f.what, checks=checks)
+                       ep=f.ep, mask=f.mask, diag=f.diag, what=f.what, checks=checks, tf32=tf32)
 
 
 def gemm_wgmma(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
-    return gemm_wgmma_spec(gemm_problem(gemm_facts(m), "float32"), defaults, f"playbook-gemm-{VARIANT}")
+    return gemm_wgmma_spec(gemm_problem(gemm_facts(m), "float32", m.tf32), defaults, f"playbook-gemm-{VARIANT}")
 
 
 def gemm16_wgmma(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
@@ -49,7 +50,7 @@ def matmul_wgmma(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     p = GemmProblem(a=Operand(a.name, False, False), b=Operand(b.name, True, False), M=f"{a.name}.shape[0]",
                     N=f"{b.name}.shape[1]", K=f"{a.name}.shape[1]", batch="1", dtype="float32",
                     shape=(1, a.shape[0], b.shape[1], a.shape[1]), what=f"{a.name} @ {b.name}",
-                    checks=(f"{a.name}.shape[1] == {b.name}.shape[0]",))
+                    checks=(f"{a.name}.shape[1] == {b.name}.shape[0]",), tf32=m.tf32)
     return gemm_wgmma_spec(p, defaults, f"playbook-matmul-{VARIANT}")
 
 
