@@ -25,7 +25,7 @@ from kerngen.errors import KerngenError
 from kerngen.expr import TensorFacts
 from kerngen.harness.results import GpuFacts
 from kerngen.harness.spec.spec import KernelSpec
-from kerngen.harness.tune.admissible import Admissible, admissible, limits_for
+from kerngen.harness.tune.admissible import Admissible, admissible, closest, limits_for
 from kerngen.text import one_line
 
 from kerngen.agent.playbook.family import Family, FamilyMatch
@@ -74,6 +74,8 @@ class VariantOffer:
             out["default"] = self.spec.default_config()
             if self.moved_from is not None:
                 out["builder_default"] = self.moved_from
+        if c is not None and c.stopped:  # not counted: at least this many
+            out["admissible_at_least"] = out.pop("admissible")
         if c is not None and c.pruned:
             out["pruned"] = c.report()["pruned"]
         if self.why:
@@ -126,19 +128,6 @@ def _where(match: FamilyMatch, tensors: Mapping[str, TensorFacts]) -> str:
     return ", ".join(parts)
 
 
-def closest(default: Mapping[str, int], configs: list[dict[str, int]], tunables: Mapping[str, list[int]]) -> dict[str, int]:
-    """The configuration of ``configs`` nearest ``default``: fewest tunables changed, then the
-    fewest steps along the tunables' value lists, then the first in order."""
-    def distance(item: tuple[int, dict[str, int]]) -> tuple[int, int, int]:
-        i, cfg = item
-        changed = [k for k in cfg if cfg[k] != default.get(k)]
-        steps = sum(abs(tunables[k].index(cfg[k]) - tunables[k].index(default[k])) for k in changed
-                    if k in default and default[k] in tunables[k])
-        return len(changed), steps, i
-
-    return min(enumerate(configs), key=distance)[1]
-
-
 def _pins_text(pins: Mapping[str, int]) -> str:
     return ", ".join(f"{k}={v}" for k, v in pins.items())
 
@@ -150,11 +139,16 @@ def offer(
     tensors: Mapping[str, TensorFacts],
     gpu: GpuFacts | None = None,
     pinned: Mapping[str, Mapping[str, int]] | None = None,
+    exhaustive: bool = True,
 ) -> Offer:
     """Build every variant of ``match``'s family at the problem's shape and count its admissible
     configurations for ``gpu``'s limits (default: sm_90's). ``pinned``: per variant, tunables the
     device fixes (the cooperative grid's NB, one block per SM): those are built in as defaults and
-    only admissible configurations with those values count as usable."""
+    only admissible configurations with those values count as usable. Not ``exhaustive``: each
+    variant's judging stops at its first usable configuration, nearest its default
+    (:func:`kerngen.harness.tune.admissible.admissible`'s ``usable``): the same variants offered,
+    dropped with the same reasons and built with the same defaults, but an offered variant's count
+    is a lower bound (``counted.stopped``); what ``kerngen playbook DIR`` lists."""
     gpu = gpu or default_limits()
     family: Family = match.facts.family if match.family == "regions" else by_name(match.family)
     out = Offer(match.family, _where(match, tensors), gpu.name)
@@ -170,8 +164,11 @@ def offer(
             why = f"a Hopper kernel (sm_90a: wgmma, TMA), not offered for {gpu.arch}"
             out.variants.append(VariantOffer(name, spec, None, why=why, brief=why))
             continue
-        counted = admissible(spec, sizes=sizes, tensors=tensors, gpu=gpu)
-        usable = [c for c in counted.configs if all(c.get(k) == v for k, v in pins.items())]
+        def fits(c: Mapping[str, int], pins: dict[str, int] = pins) -> bool:
+            return all(c.get(k) == v for k, v in pins.items())
+
+        counted = admissible(spec, sizes=sizes, tensors=tensors, gpu=gpu, usable=None if exhaustive else fits)
+        usable = [c for c in counted.configs if fits(c)]
         if not counted.configs:
             out.variants.append(VariantOffer(name, spec, counted, why=counted.why(), brief=counted.brief()))
             continue

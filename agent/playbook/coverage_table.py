@@ -51,10 +51,12 @@ def problem_files(folder: Path) -> list[Path]:
     return sorted(found, key=_order)
 
 
-def coverage_row(path: Path, folder: Path, gpu: GpuFacts | None = None) -> CoverageRow:
+def coverage_row(path: Path, folder: Path, gpu: GpuFacts | None = None, exhaustive: bool = False) -> CoverageRow:
+    """``path``'s row. Its offers stop at each variant's first usable configuration unless ``exhaustive``
+    (:func:`kerngen.agent.playbook.coverage.offer`): the same row, without counting what the row does not show."""
     name = path.relative_to(folder).as_posix()
     try:
-        prop = PlaybookProposer(load_problem(str(path)), gpu=gpu)
+        prop = PlaybookProposer(load_problem(str(path)), gpu=gpu, exhaustive=exhaustive)
     except KerngenError as exc:
         return CoverageRow(name, "-", (), one_line(f"does not load: {exc}", 300))
     family = prop.recognised.family if prop.recognised is not None else "-"

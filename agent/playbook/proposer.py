@@ -29,12 +29,15 @@ class PlaybookProposer:
     configuration at the problem's shape for the GPU's limits (the search context's GPU, else
     ``gpu``, else sm_90's); ideas of a dropped variant are never proposed. When no variant of the
     family admits anything, ``match`` is None and ``reason`` says which variants were tried and why
-    each admits nothing (``kerngen generate`` stops there, before any GPU work)."""
+    each admits nothing (``kerngen generate`` stops there, before any GPU work). Not ``exhaustive``:
+    the offers stop at each variant's first usable configuration (:func:`.coverage.offer`), enough to
+    list what is offered and why not (``kerngen playbook DIR``), not to count it."""
 
     name = "playbook"
 
-    def __init__(self, problem: Any, gpu: GpuFacts | None = None) -> None:
+    def __init__(self, problem: Any, gpu: GpuFacts | None = None, exhaustive: bool = True) -> None:
         self.problem = problem
+        self._exhaustive = exhaustive
         self._gpu = gpu or default_limits()
         self._offers: dict[tuple, Offer] = {}
         self._proposed: set[str] = set()
@@ -43,7 +46,7 @@ class PlaybookProposer:
         self.recognised: FamilyMatch | None = None  # the family read from the problem, offered or not
         self.offer: Offer | None = None  # what is offered for the GPU's limits known so far
         try:
-            self.recognised = explain(problem)
+            self.recognised = explain(problem, exhaustive)
         except NotCovered as exc:
             self.reason = str(exc)
             return
@@ -87,9 +90,10 @@ class PlaybookProposer:
                tuple(sorted((v, tuple(sorted(d.items()))) for v, d in pinned.items())))
         if key not in self._offers:
             if self.recognised.family == REGIONS:
-                self._offers[key] = offer_regions(self.recognised, sizes, gpu)
+                self._offers[key] = offer_regions(self.recognised, sizes, gpu, self._exhaustive)
             else:
-                self._offers[key] = offer(self.recognised, sizes=sizes, tensors=tensors, gpu=gpu, pinned=pinned)
+                self._offers[key] = offer(self.recognised, sizes=sizes, tensors=tensors, gpu=gpu, pinned=pinned,
+                                          exhaustive=self._exhaustive)
         off = self._offers[key]
         if ctx is not None and not off.offered and off.reason:
             self.reason = off.reason  # why this search gets nothing on its GPU

@@ -78,22 +78,23 @@ def _tensors(g: Graph) -> dict[str, TensorFacts]:
     return d
 
 
-def region_offer(region: Region, sizes: dict[str, Any], gpu: GpuFacts | None = None) -> Offer:
+def region_offer(region: Region, sizes: dict[str, Any], gpu: GpuFacts | None = None, exhaustive: bool = True) -> Offer:
     m = family_for(region)
-    return offer(m, sizes=sizes, tensors=_tensors(region.graph), gpu=gpu)
+    return offer(m, sizes=sizes, tensors=_tensors(region.graph), gpu=gpu, exhaustive=exhaustive)
 
 
 SAMPLE = 200  # joined configurations listed as admissible (each region's own are counted in its offer)
 
 
-def offer_regions(m: FamilyMatch, sizes: dict[str, Any], gpu: GpuFacts | None = None) -> Offer:
+def offer_regions(m: FamilyMatch, sizes: dict[str, Any], gpu: GpuFacts | None = None, exhaustive: bool = True) -> Offer:
     """What a regions problem offers for ``gpu``'s limits: a choice (variant) is offered when every region's
     variant is offered at the region's shapes; its admissible configurations are the regions' admissible ones
-    side by side (the regions' tunables and constraints are their own), a seeded sample of them listed."""
+    side by side (the regions' tunables and constraints are their own), a seeded sample of them listed (of
+    those judged, when a region's offer is not ``exhaustive``: :func:`.coverage.offer`)."""
     f: RegionsFacts = m.facts
     gpu = gpu or default_limits()
     same = gpu == default_limits()  # the regions' offers made with the match are for sm_90's limits
-    offers = list(f.offers) if same else [region_offer(r, sizes, gpu) for r in f.partition.regions]
+    offers = list(f.offers) if same else [region_offer(r, sizes, gpu, exhaustive) for r in f.partition.regions]
     fam = f.family
     out = Offer(REGIONS, ", ".join(f"{t.name} {'x'.join(map(str, t.shape))}" for t in m.inputs), gpu.name)
     for k, choice in enumerate(f.choices):
@@ -125,7 +126,8 @@ def offer_regions(m: FamilyMatch, sizes: dict[str, Any], gpu: GpuFacts | None = 
             cfg = {key: v for key, v in cfg.items() if key in spec.tunables}
             if cfg not in configs:
                 configs.append(cfg)
-        counted = Admissible(total=spec.space_size(), enumerated=len(configs), configs=configs)
+        counted = Admissible(total=spec.space_size(), enumerated=len(configs), configs=configs,
+                             stopped=any(vo.counted.stopped for vo in vos))
         out.variants.append(VariantOffer(name, spec, counted, defaults=spec.default_config()))
     return out
 
@@ -189,9 +191,10 @@ def _ideas(regions: tuple[Region, ...], choices: list[tuple[str, ...]]) -> tuple
     return tuple(ideas)
 
 
-def regions_match(part: Partition, sizes: dict[str, Any]) -> FamilyMatch:
-    """The ``regions`` family's match of a partition whose every region is covered."""
-    offers = [region_offer(r, sizes) for r in part.regions]
+def regions_match(part: Partition, sizes: dict[str, Any], exhaustive: bool = True) -> FamilyMatch:
+    """The ``regions`` family's match of a partition whose every region is covered (``exhaustive``: of
+    :func:`.coverage.offer`)."""
+    offers = [region_offer(r, sizes, exhaustive=exhaustive) for r in part.regions]
     bare = [i for i, o in enumerate(offers) if not o.offered]
     if bare:
         raise NotCovered(f"region {bare[0]} ({part.regions[bare[0]].match.family}): {offers[bare[0]].reason}")
@@ -206,9 +209,9 @@ def regions_match(part: Partition, sizes: dict[str, Any]) -> FamilyMatch:
     return m
 
 
-def explain(problem: Any) -> FamilyMatch:
-    """The problem's match: one family's where one region covers it, else the regions family's; or
-    :class:`NotCovered` naming what no family takes."""
+def explain(problem: Any, exhaustive: bool = True) -> FamilyMatch:
+    """The problem's match: one family's where one region covers it, else the regions family's (its regions'
+    offers ``exhaustive`` or not: :func:`.coverage.offer`); or :class:`NotCovered` naming what no family takes."""
     part = partition(trace(problem))
     if not part.covered:
         raise NotCovered(part.why)
@@ -218,6 +221,6 @@ def explain(problem: Any) -> FamilyMatch:
     if len(part.regions) == 1:
         return part.regions[0].match
     info = getattr(problem, "info", None)
-    m = regions_match(part, dict(getattr(info, "sizes", None) or {}))
+    m = regions_match(part, dict(getattr(info, "sizes", None) or {}), exhaustive)
     m.precision = precision
     return m

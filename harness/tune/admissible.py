@@ -16,15 +16,17 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from kerngen.expr import TensorFacts
 from kerngen.harness.results import GpuFacts
 from kerngen.harness.spec.spec import KernelSpec
-from kerngen.harness.tune.prune import PrunedConfig, enumerate_configs, examples, static_prune, summarize
+from kerngen.harness.tune.prune import (PrunedConfig, enumerate_configs, examples, static_prune, static_reason,
+                                        summarize)
 from kerngen.text import one_line
 
-__all__ = ["CONFIG_LIMIT", "SMEM_OPTIN", "Admissible", "admissible", "compile_stage", "count_configs", "limits_for"]
+__all__ = ["CONFIG_LIMIT", "SMEM_OPTIN", "Admissible", "admissible", "closest", "compile_stage", "count_configs",
+           "limits_for", "nearest_first"]
 
 CONFIG_LIMIT = 10_000  # larger spaces are counted on a seeded sample of this many configurations
 
@@ -68,6 +70,9 @@ class Admissible:
     configs: list[dict[str, int]]  # the admissible ones, in enumeration order
     pruned: list[PrunedConfig] = field(default_factory=list)
     compiled: bool = False
+    # judging stopped at the first usable admissible configuration (:func:`admissible`'s ``usable``): ``configs``
+    # are the admissible ones judged before it, nearest the default first, and it; ``count`` is a lower bound
+    stopped: bool = False
 
     @property
     def count(self) -> int:
@@ -116,11 +121,21 @@ def admissible(
     gpu: GpuFacts,
     arch: str | None = None,
     compile_all: bool = False,
+    usable: Callable[[dict[str, int]], bool] | None = None,
 ) -> Admissible:
     """The admissible configurations of ``spec``: static pruning (constraints, plans that do not
     resolve, threads, dynamic shared memory), and with ``compile_all`` the compile, argument and
-    resource checks of every survivor for ``arch`` (default: ``gpu.arch``)."""
+    resource checks of every survivor for ``arch`` (default: ``gpu.arch``).
 
+    With ``usable`` (static pruning only), the same configurations are judged nearest the spec's
+    default first (:func:`nearest_first`) and judging stops at the first admissible one for which
+    ``usable`` holds (``stopped``): whether one exists and which is :func:`closest` to the default,
+    as the full count would say, without counting (most defaults are admissible: one configuration
+    judged instead of thousands). Where none is usable every configuration was judged: the result
+    is the full one, in enumeration order."""
+
+    if usable is not None:
+        return _first_usable(spec, sizes, tensors, gpu, usable)
     configs = enumerate_configs(spec, seed=0, limit=CONFIG_LIMIT)
     survivors, pruned = static_prune(spec, configs, sizes=sizes, tensors=tensors, gpu=gpu)
     out = Admissible(total=spec.space_size(), enumerated=len(configs), configs=[c for c, _ in survivors],
@@ -129,6 +144,46 @@ def admissible(
         out.configs = _compiled(spec, survivors, pruned, gpu, arch or gpu.arch)
         out.compiled = True
     return out
+
+
+def _first_usable(spec: KernelSpec, sizes: Mapping[str, int | float], tensors: Mapping[str, TensorFacts],
+                  gpu: GpuFacts, usable: Callable[[dict[str, int]], bool]) -> Admissible:
+    total = spec.space_size()
+    default = spec.default_config()  # always among the enumerated (a sample keeps it), and first in their order
+    if usable(default) and static_reason(spec, default, sizes=sizes, tensors=tensors, gpu=gpu)[0] is not None:
+        return Admissible(total=total, enumerated=min(total, CONFIG_LIMIT), configs=[default], stopped=True)
+    configs = enumerate_configs(spec, seed=0, limit=CONFIG_LIMIT)
+    order = sorted(range(len(configs)), key=nearest_first(default, configs, spec.tunables))
+    survivors, pruned = static_prune(spec, [configs[i] for i in order], sizes=sizes, tensors=tensors, gpu=gpu,
+                                     until=usable)
+    out = Admissible(total=total, enumerated=len(configs), configs=[c for c, _ in survivors], pruned=pruned)
+    if len(survivors) + len(pruned) < len(configs):
+        out.stopped = True
+        return out
+    at = {tuple(configs[i].values()): i for i in order}  # all judged: back in enumeration order, as the full count
+    out.configs.sort(key=lambda c: at[tuple(c.values())])
+    out.pruned.sort(key=lambda p: at[tuple(p.config.values())])
+    return out
+
+
+def nearest_first(default: Mapping[str, int], configs: list[dict[str, int]],
+                  tunables: Mapping[str, list[int]]) -> Callable[[int], tuple[int, int, int]]:
+    """A sort key over the indices of ``configs``: fewest tunables changed from ``default``, then
+    the fewest steps along the tunables' value lists, then the first in order."""
+    pos = {k: {v: i for i, v in reversed(list(enumerate(values)))} for k, values in tunables.items()}
+    home = {k: pos[k][v] for k, v in default.items() if k in pos and v in pos[k]}
+
+    def key(i: int) -> tuple[int, int, int]:
+        cfg = configs[i]
+        changed = [k for k in cfg if cfg[k] != default.get(k)]
+        return len(changed), sum(abs(pos[k][cfg[k]] - home[k]) for k in changed if k in home), i
+
+    return key
+
+
+def closest(default: Mapping[str, int], configs: list[dict[str, int]], tunables: Mapping[str, list[int]]) -> dict[str, int]:
+    """The configuration of ``configs`` nearest ``default`` (:func:`nearest_first`)."""
+    return configs[min(range(len(configs)), key=nearest_first(default, configs, tunables))]
 
 
 def _compiled(spec: KernelSpec, survivors: list, pruned: list[PrunedConfig], gpu: GpuFacts, arch: str) -> list[dict[str, int]]:

@@ -159,9 +159,11 @@ def static_prune(
     tensors: Mapping[str, TensorFacts],
     gpu: GpuFacts,
     deadline: float | None = None,
+    until: Callable[[dict[str, int]], bool] | None = None,
 ) -> tuple[list[tuple[dict[str, int], ResolvedPlan]], list[PrunedConfig]]:
     """Split configs into survivors (with their resolved plans) and pruned ones; with a
-    ``deadline`` (``time.monotonic()``), the configs not examined by then are in neither list."""
+    ``deadline`` (``time.monotonic()``), the configs not examined by then are in neither list;
+    with ``until``, none after the first survivor for which ``until(config)`` holds."""
     survivors: list[tuple[dict[str, int], ResolvedPlan]] = []
     pruned: list[PrunedConfig] = []
     memo = Memo(spec, sizes, tensors)
@@ -172,8 +174,10 @@ def static_prune(
         plan, kind, reason = static_reason(spec, cfg, sizes=sizes, tensors=tensors, gpu=gpu, memo=memo)
         if plan is None:
             pruned.append(PrunedConfig(config=cfg, kind=kind, reason=reason))
-        else:
-            survivors.append((cfg, plan))
+            continue
+        survivors.append((cfg, plan))
+        if until is not None and until(cfg):
+            break
     return survivors, pruned
 
 
