@@ -46,8 +46,10 @@ import kerngen
 from kerngen.agent.tree import load_run
 from kerngen.harness.compile.nvrtc_info import arch_for_capability
 from kerngen.harness.gpu.buffers import torch_dtype
+from kerngen.harness.gpu.clocks import ClockMonitor
 from kerngen.harness.gpu.launcher import LoadedModule, PlanRunner
 from kerngen.problems.info import default_tolerance
+from kerngen.problems.load import load_problem
 from kerngen.results.export import export_run
 from kerngen.results.manifest import read_manifest
 
@@ -60,7 +62,8 @@ rows, started = [], time.monotonic()
 for folder in sorted(p for p in runs.iterdir() if p.is_dir() and p.name != "batches") if runs.is_dir() else []:  # batches: a directory run's state, no run
     if time.monotonic() - started > 95:
         break
-    row = {"problem": folder.name, "kernel": None, "host": None, "loaded": None, "direct": None, "same": None, "note": ""}
+    row = {"problem": folder.name, "kernel": None, "host": None, "loaded": None, "direct": None, "same": None, "note": "",
+           "run_mhz": None, "bench_mhz": None, "direct_p": None}
     try:
         run = load_run(folder, runs)
         row["problem"] = run.started.problem.source.split("/")[-1].removesuffix(".py")
@@ -70,6 +73,8 @@ for folder in sorted(p for p in runs.iterdir() if p.is_dir() and p.name != "batc
             rows.append(row)
             continue
         row["kernel"] = best.ms
+        clocks = best.best_result.timing.clocks if best.best_result and best.best_result.timing else None
+        row["run_mhz"] = clocks.sm_mhz_after if clocks else None  # the SM clock as the run timed its kernel
         res = export_run(run, exports / folder.name)
         man = read_manifest(res.manifest)
         fn = kerngen.load(res.dir)
@@ -91,7 +96,20 @@ for folder in sorted(p for p in runs.iterdir() if p.is_dir() and p.name != "batc
         held |= {s.name: torch.empty((s.size,), dtype=torch_dtype(s.dtype), device="cuda") for s in v.plan.scratch}
         direct = PlanRunner(LoadedModule(cubin, sorted({s.kernel for s in v.plan.launches})), v.plan, held,
                             torch.cuda.current_stream())
+        mon = ClockMonitor(torch.cuda.current_device())
+        mon.start()
         row["direct"] = triton.testing.do_bench(direct, warmup=25, rep=200, return_mode="median")
+        row["bench_mhz"] = mon.stop().sm_mhz_after  # ... and as do_bench timed the same launch
+        # the same launch on the problem's own inputs (the run's data: randn above may draw other power)
+        try:
+            own = load_problem(run.started.problem).make_inputs("cuda", 0)
+            own = [a for a in own if isinstance(a, torch.Tensor)]
+            if [tuple(a.shape) for a in own] == [tuple(t.shape) for t in v.arguments]:
+                for t, a in zip(v.arguments, own):
+                    held[t.name].copy_(a)  # the argument tensors themselves: the comparison below uses them too
+                row["direct_p"] = triton.testing.do_bench(direct, warmup=25, rep=200, return_mode="median")
+        except Exception:  # noqa: BLE001 - a diagnosis column: left empty
+            pass
         # the loaded op's outputs against the launcher's on the same inputs (the tolerance the kernel was checked at)
         got = fn(*args)
         direct()
@@ -117,8 +135,10 @@ print("kernel: the run's own timing of its best kernel; loaded: kerngen export +
 print("L2 cleared); direct: the same kernel through the harness's launcher on buffers bound once, the same do_bench;")
 print("host us: 200 back-to-back calls without sync; before: scripts/device/i33.sh on one H100, 2026-11-28;")
 print("every loaded op's output is compared with the launcher's (a note says where it differs)")
+print("run MHz / bench MHz: the SM clock after the run's timing and after do_bench's (NVML); direct@own: the launcher")
+print("under do_bench on the problem's own inputs (make_inputs, seed 0) instead of randn")
 print(" | ".join(("problem", "kernel ms", "loaded ms", "loaded/kernel", "before", "direct ms", "loaded/direct",
-                  "host us", "before", "note")))
+                  "host us", "before", "run MHz", "bench MHz", "direct@own ms", "note")))
 ratios = []
 for r in rows:
     ratio = r["loaded"] / r["kernel"] if r["loaded"] and r["kernel"] else None
@@ -131,7 +151,8 @@ for r in rows:
     same = r["loaded"] / r["direct"] if r["loaded"] and r["direct"] else None
     print(" | ".join([r["problem"][:30], f(r["kernel"], ".4f"), f(r["loaded"], ".4f"), f(ratio, ".3f"),
                       f(ratio_before, ".3f"), f(r["direct"], ".4f"), f(same, ".3f"), f(r["host"], ".1f"),
-                      f(host_before, "d"), note]))
+                      f(host_before, "d"), f(r["run_mhz"], "d"), f(r["bench_mhz"], "d"), f(r["direct_p"], ".4f"),
+                      note]))
 print(f"outputs compared: {sum(r['same'] is not None for r in rows)}, differing: {sum(r['same'] is False for r in rows)}")
 if ratios:
     print(f"{len(ratios)} loaded ops timed; within 3% of the kernel: {sum(g <= 1.03 for g in ratios)}; "
