@@ -81,6 +81,10 @@ def test_correct_kernel_is_ok_checked_and_timed(name, ref):
     assert not r.timing.l2_flushed
     assert device.module.calls == 11
     assert r.message.startswith("ok: 0.2500 ms")
+    # memory to spare: every set rotated, everything on the device, so the message names no plan given up
+    # (killed: `timed_sets < ROTATE_SETS` -> `is ROTATE_SETS`, which named it exactly when nothing was given up)
+    m = r.memory
+    assert m is not None and m.timed_sets == 3 and m.refs_on_gpu and m.pristine_on_gpu and "memory:" not in r.message
 
 
 def test_correct_kernel_not_timed_when_bench_is_off():
