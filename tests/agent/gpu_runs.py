@@ -31,3 +31,14 @@ def fp64_errors(y: torch.Tensor, exact: torch.Tensor) -> tuple[float, float]:
     """(max |y - exact|, ||y - exact|| / ||exact||) against the fp64 result."""
     d = y.double() - exact
     return float(d.abs().max()), float(torch.linalg.vector_norm(d) / torch.linalg.vector_norm(exact))
+
+
+def conv_fp64_errors(p, run) -> tuple[tuple[float, float], tuple[float, float]]:
+    """The fp64 errors (:func:`fp64_errors`) of ``run(model, x)`` and of PyTorch's fp32 conv (TF32 off) on a
+    conv2d problem ``p`` (its model holds ``conv``), seed 7: (ours, PyTorch's)."""
+    model = p.build_model("cuda", 7)
+    (x,) = p.make_inputs("cuda", 7)
+    (torch32,) = p.run_reference(model, [x])  # cuDNN fp32, TF32 off (strict_fp32)
+    conv = model.conv
+    exact = torch.nn.functional.conv2d(x.double(), conv.weight.double(), conv.bias.double(), conv.stride, conv.padding)
+    return fp64_errors(run(model, x), exact), fp64_errors(torch32, exact)

@@ -20,7 +20,7 @@ from kerngen.harness.evaluator import Candidate, EvalOptions
 from kerngen.harness.results import Verdict
 from kerngen.problems.load import load_problem
 from kerngen.problems.ref import ProblemRef
-from tests.agent.gpu_runs import fp64_errors, run_spec
+from tests.agent.gpu_runs import conv_fp64_errors, run_spec
 from tests.resources import kernelbench
 
 pytestmark = pytest.mark.gpu
@@ -103,13 +103,8 @@ def _run(spec, model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("ref", [SUITE, WIDE], ids=["conv2d", "conv2d_wide"])
 def test_error_against_fp64_is_at_most_twice_pytorch_fp32(ref):
-    p = load_problem(ref)
-    model = p.build_model("cuda", 7)
-    (x,) = p.make_inputs("cuda", 7)
-    (torch32,) = p.run_reference(model, [x])  # cuDNN fp32, TF32 off (strict_fp32)
-    conv = model.conv
-    exact = torch.nn.functional.conv2d(x.double(), conv.weight.double(), conv.bias.double(), conv.stride, conv.padding)
-    ours, theirs = fp64_errors(_run(_spec(ref), model, x), exact), fp64_errors(torch32, exact)
+    spec = _spec(ref)
+    ours, theirs = conv_fp64_errors(load_problem(ref), lambda model, x: _run(spec, model, x))
     print(f"\n{ref.label()} vs fp64: tf32x3 max {ours[0]:.3g} rel {ours[1]:.3g}; "
           f"torch fp32 max {theirs[0]:.3g} rel {theirs[1]:.3g}")
     assert ours[1] <= 2 * theirs[1] and ours[0] <= 2 * theirs[0]

@@ -25,7 +25,7 @@ from kerngen.problems.dtype_copy import dtype_copy, dtype_copy_name
 from kerngen.problems.load import load_problem
 from kerngen.problems.ref import ProblemRef
 from tests.agent.family_checks import forward_problem, resized_copy
-from tests.agent.gpu_runs import fp64_errors
+from tests.agent.gpu_runs import conv_fp64_errors
 from tests.agent.test_gpu_conv_tf32 import _run
 from tests.agent.test_gpu_gemm_wgmma import CHECK, _all_pass, _candidates
 from tests.resources import kernelbench
@@ -153,13 +153,8 @@ def test_gemm_rows_wgmma_at_odd_sizes(pool, tmp_path, name, sizes):
 def test_error_against_fp64_is_at_most_twice_pytorch_fp32(source):
     p = load_problem(ProblemRef(source=source))
     m = explain(p)
-    model = p.build_model("cuda", 7)
-    (x,) = p.make_inputs("cuda", 7)
-    (torch32,) = p.run_reference(model, [x])  # cuDNN fp32, TF32 off (strict_fp32)
-    conv = model.conv
-    exact = torch.nn.functional.conv2d(x.double(), conv.weight.double(), conv.bias.double(), conv.stride, conv.padding)
-    out = _run(family_of(m).build(m, "wgmma"), model, x)
-    ours, theirs = fp64_errors(out, exact), fp64_errors(torch32, exact)
+    spec = family_of(m).build(m, "wgmma")
+    ours, theirs = conv_fp64_errors(p, lambda model, x: _run(spec, model, x))
     print(f"\n{source} vs fp64: wgmma 3xTF32 max {ours[0]:.3g} rel {ours[1]:.3g}; torch fp32 max {theirs[0]:.3g} "
           f"rel {theirs[1]:.3g}")
     assert ours[1] <= 2 * theirs[1] and ours[0] <= 2 * theirs[0]
