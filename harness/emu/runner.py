@@ -330,6 +330,8 @@ def _job_text(plan: ResolvedPlan, names: list[str], stores: list["torch.Tensor"]
 
 
 def _launch_line(step: ResolvedLaunch, index: dict[str, tuple[int, int, int]]) -> str:
+    if step.cluster > 1:
+        raise EmuError(f"kernel {step.kernel}: thread-block clusters (cluster {step.cluster}) are not emulated")
     words = ["launch", step.kernel, *map(str, step.grid), *map(str, step.block), str(step.shared_mem),
              str(int(step.cooperative)), str(len(step.args))]
     for arg in step.args:

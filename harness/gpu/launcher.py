@@ -19,6 +19,7 @@ from kerngen.harness.spec.plan import ResolvedLaunch, ResolvedMemset, ResolvedPl
 
 DEFAULT_SMEM_LIMIT = 48 * 1024  # above this a kernel must opt in to more dynamic shared memory
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH = 11
 
 _SCALARS = {"int32": np.int32, "int64": np.int64, "float32": np.float32}
 
@@ -41,6 +42,17 @@ def check_cooperative_fits(fn: Any, step: ResolvedLaunch) -> None:
             f"cooperative launch of {step.kernel}: {blocks} blocks of {threads} threads, but at most "
             f"{per_sm * sms} can be resident at once ({sms} SMs x {per_sm})"
         )
+
+
+def check_cluster(fn: Any, step: ResolvedLaunch) -> None:
+    """A plan's cluster is the kernel's own ``__cluster_dims__`` (cupy launches through cuLaunchKernel, which takes
+    it from the cubin): the two must agree, or the harness refuses the launch as declared."""
+    import cupy
+
+    width = max(1, cupy.cuda.driver.funcGetAttribute(CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, fn.ptr))
+    if width != step.cluster:
+        raise LaunchRefused(f"launch of {step.kernel}: the plan says cluster {step.cluster}, the kernel declares "
+                            f"__cluster_dims__ width {width}")
 
 
 class Launcher(Protocol):
@@ -118,6 +130,8 @@ class PlanRunner:
         fn = module.function(step.kernel, step.shared_mem)
         if step.cooperative:
             check_cooperative_fits(fn, step)
+        if step.cluster > 1:
+            check_cluster(fn, step)
         return ("launch", fn, step.grid, step.block, tuple(args), step.shared_mem, step.cooperative)
 
     def _tensormap(self, step: ResolvedLaunch, tensor: torch.Tensor, arg: Any, index: int, pos: int) -> int:

@@ -294,7 +294,7 @@ class CudaBinder:
         import cupy
         import torch
 
-        from kerngen.harness.gpu.launcher import DEFAULT_SMEM_LIMIT, check_cooperative_fits
+        from kerngen.harness.gpu.launcher import DEFAULT_SMEM_LIMIT, check_cluster, check_cooperative_fits
 
         with torch.cuda.device(device), cupy.cuda.Device(device):
             module, key = self.module(plan, device)
@@ -313,6 +313,8 @@ class CudaBinder:
                     self._smem[(*key, step.kernel)] = step.shared_mem
                 if step.cooperative:
                     check_cooperative_fits(fn, step)
+                if step.cluster > 1:
+                    check_cluster(fn, step)
                 steps.append(_bind_launch(fn, step, index, number))
         return _CudaRunner(steps, device, self.descriptors)
 

@@ -32,6 +32,7 @@ MAX_GRID = (2**31 - 1, 65535, 65535)
 MAX_BLOCK = (1024, 1024, 64)
 MAX_SHARED_MEM = 2**31 - 1  # bytes of dynamic shared memory (a GPU allows far less; prune checks that)
 MAX_SCRATCH_ELEMENTS = 2**40  # elements of one scratch buffer (no GPU holds more)
+MAX_CLUSTER = 8  # blocks of a thread-block cluster (the portable limit on sm_90)
 MAX_TMA_BOX = 256  # rows or columns of a tensormap argument's box (the TMA's limit per dimension)
 FLOAT32_MAX = 3.4028234663852886e38
 _RESERVED = re.compile(r"^(__|_[A-Z])")  # names of the compiler and the CUDA headers
@@ -54,6 +55,7 @@ class ResolvedLaunch(BaseModel):
     shared_mem: int
     args: list[ResolvedArg]
     cooperative: bool = False
+    cluster: int = 1  # blocks of a thread-block cluster along x (the kernel's __cluster_dims__)
 
 
 class ResolvedMemset(BaseModel):
@@ -207,6 +209,10 @@ def _resolve_launch(step: Launch, env: Mapping[str, object], known: _Bindable, i
         raise SpecError(f"step {index}: shared memory {smem} < 0")
     if smem > MAX_SHARED_MEM:
         raise SpecError(f"step {index}: shared memory {smem} bytes is more than any GPU has")
+    cluster = expr.evaluate_int(step.cluster, env)
+    if not 1 <= cluster <= MAX_CLUSTER or grid[0] % cluster or (cluster > 1 and step.cooperative):
+        raise SpecError(f"step {index}: cluster {cluster} must be 1..{MAX_CLUSTER}, divide the grid's x ({grid[0]}) "
+                        "and not be cooperative")
     args: list[ResolvedArg] = []
     for pos, arg in enumerate(step.args):
         if isinstance(arg, TensorArg):
@@ -221,9 +227,8 @@ def _resolve_launch(step: Launch, env: Mapping[str, object], known: _Bindable, i
                                     full_width=arg.full_width, view=view))
         else:
             args.append(_resolve_scalar(arg, env, index))
-    return ResolvedLaunch(
-        kernel=step.kernel, grid=grid, block=block, shared_mem=smem, args=args, cooperative=step.cooperative
-    )
+    return ResolvedLaunch(kernel=step.kernel, grid=grid, block=block, shared_mem=smem, args=args,
+                          cooperative=step.cooperative, cluster=cluster)
 
 
 def _box(text: object, what: str, env: Mapping[str, object], where: str) -> int:

@@ -24,7 +24,7 @@ import itertools
 import json
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import (
     BaseModel,
@@ -63,6 +63,18 @@ INT_MIN, INT_MAX = -(2**63), 2**64 - 1  # a literal integer (it may end up as a 
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class _Later(_Model):
+    """Fields added later (``LATER``: field -> default) are left out at their defaults: old specs hash as before."""
+
+    LATER: ClassVar[dict[str, Any]] = {}
+
+    @model_serializer(mode="wrap")
+    def _compact(self, handler: Any) -> Any:
+        data = handler(self)
+        drop = {key for key, default in self.LATER.items() if getattr(self, key) == default}
+        return {k: v for k, v in data.items() if k not in drop} if isinstance(data, dict) else data
 
 
 def _integer(value: Any, need: str) -> int:
@@ -122,7 +134,7 @@ class ScalarArg(_Model):
     value: Expr
 
 
-class TensorMapArg(_Model):
+class TensorMapArg(_Later):
     """A TMA descriptor (``CUtensorMap``) of a tensor, built by the harness: the kernel gets an 8-byte pointer to the
     128-byte map in device memory (64-byte aligned, alive as long as the plan's runner; declare the parameter ``const
     void*`` or ``const CUtensorMap*``). The map was written by a copy, so execute
@@ -141,6 +153,7 @@ class TensorMapArg(_Model):
     of 16 or (with a swizzle) above the swizzle, cols * element size not a multiple of 16, a dim of 2**32 or more.
     ``full_width: false`` and ``view`` (a GEMM's k tiles of a reshaped tensor): harness/gpu/tensormap.py."""
 
+    LATER: ClassVar[dict[str, Any]] = {"full_width": True, "view": None}
     kind: Literal["tensormap"]
     name: str = Field(pattern=_TENSOR_NAME.pattern, description="the tensor mapped (as for a tensor argument)")
     box_rows: Expr = Field(description="rows of one box, 1..256 (an expression)")
@@ -159,15 +172,6 @@ class TensorMapArg(_Model):
         if isinstance(value, bool):  # JSON false is no number of bytes, though Python counts it 0
             raise ValueError(f"swizzle must be 0, 32, 64 or 128 (bytes), got {value}")
         return value
-
-    @model_serializer(mode="wrap")
-    def _compact(self, handler: Any) -> Any:
-        """Fields added later are left out at their defaults: older specs dump and hash as before."""
-        data = handler(self)
-        for key, unused in (("full_width", self.full_width), ("view", self.view is None)):
-            if unused and isinstance(data, dict):
-                data.pop(key, None)
-        return data
 
 
 _ARG_TAGS = {"tensor": "tensor", "tensormap": "tensormap"}
@@ -189,20 +193,20 @@ Arg = Annotated[
 ]
 
 
-class Launch(_Model):
+class Launch(_Later):
     """One kernel launch. ``grid`` and ``block`` have 1 to 3 expressions (x, y, z)."""
 
+    LATER: ClassVar[dict[str, Any]] = {"cluster": 1}
     op: Literal["launch"] = "launch"
     kernel: str = Field(pattern=_IDENT.pattern, description="extern \"C\" __global__ function name")
     grid: list[Expr] = Field(min_length=1, max_length=3)
     block: list[Expr] = Field(min_length=1, max_length=3)
     shared_mem: Expr = Field(default=0, description="dynamic shared memory in bytes")
     args: list[Arg] = Field(default_factory=list)
-    cooperative: bool = Field(
-        default=False,
-        description="launch with cuLaunchCooperativeKernel: every block of the grid is resident at once "
-        "(or the launch fails), which a grid-wide barrier needs",
-    )
+    cooperative: bool = Field(default=False, description="launch with cuLaunchCooperativeKernel: every block of the "
+                              "grid is resident at once (or the launch fails), which a grid-wide barrier needs")
+    cluster: Expr = Field(default=1, description="blocks of a thread-block cluster along x, 1..8 (sm_90; the kernel "
+                          "declares the same __cluster_dims__(n, 1, 1)); the grid's x must be a multiple of it")
 
     @field_validator("grid", "block", mode="before")
     @classmethod
@@ -252,22 +256,17 @@ class KernelSpec(_Model):
     name: str = "candidate"
     description: str = ""
     source: str = Field(description='CUDA-C with extern "C" __global__ kernels; no host code')
-    tunables: dict[str, TunableValues] = Field(
-        default_factory=dict, description="name -> allowed values; each enters the source as -DNAME=value"
-    )
+    tunables: dict[str, TunableValues] = Field(default_factory=dict, description="name -> allowed values; each enters "
+                                               "the source as -DNAME=value")
     defaults: dict[str, DefaultValue] = Field(default_factory=dict, description="default config (else first values)")
-    constraints: list[str] = Field(
-        default_factory=list, description="boolean expressions over tunables and sizes a config must satisfy"
-    )
-    defines: dict[str, Expr] = Field(
-        default_factory=dict, description="extra -DNAME=value, values are expressions over sizes and tunables"
-    )
+    constraints: list[str] = Field(default_factory=list, description="boolean expressions over tunables and sizes a "
+                                   "config must satisfy")
+    defines: dict[str, Expr] = Field(default_factory=dict, description="extra -DNAME=value, values are expressions "
+                                     "over sizes and tunables")
     fast_math: bool = Field(default=False, description="compile with -use_fast_math")
-    arch_specific: bool = Field(
-        default=False,
-        description="compile for the arch-specific target sm_XXa of the device (e.g. sm_90a on an H100/H200: "
-        "wgmma, setmaxnreg); the cubin runs only on that exact compute capability",
-    )
+    arch_specific: bool = Field(default=False, description="compile for the arch-specific target sm_XXa of the "
+                                "device (e.g. sm_90a on an H100/H200: wgmma, setmaxnreg); the cubin runs only on that "
+                                "exact compute capability")
     scratch: list[Scratch] = Field(default_factory=list)
     steps: list[Step] = Field(min_length=1, description="ordered launches and memsets of one call")
     origin: Origin | None = Field(default=None, description="who built it (provenance, not part of the candidate)")
@@ -376,7 +375,7 @@ class KernelSpec(_Model):
                 at = f"steps.{index}"
                 out += [(f"{at}.grid.{i}", g) for i, g in enumerate(step.grid)]
                 out += [(f"{at}.block.{i}", b) for i, b in enumerate(step.block)]
-                out.append((f"{at}.shared_mem", step.shared_mem))
+                out += [(f"{at}.shared_mem", step.shared_mem), (f"{at}.cluster", step.cluster)]
                 out += [(f"{at}.args.{i}.value", a.value) for i, a in enumerate(step.args) if isinstance(a, ScalarArg)]
                 for i, a in enumerate(step.args):
                     if isinstance(a, TensorMapArg):

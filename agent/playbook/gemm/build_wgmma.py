@@ -16,6 +16,8 @@ its rows padded to 16 bytes) in the tf32 modes always, and in the 16-bit modes w
 16 bytes at the problem's shape (TMA maps only such rows; a constraint keeps the direct path to shapes that have
 them). Split-K (``SPLIT_K`` > 1 in ``defaults``, for outputs of too few tiles to fill the GPU): the main kernel
 writes fp32 partial tiles to scratch and a second kernel adds them in slice order and applies the epilogue.
+``PINGPONG`` (ping-pong consumers) and ``CLUSTER`` (pairs of blocks sharing B by TMA multicast) are in a spec only
+when ``defaults`` name them (docs/gemm-wgmma.md).
 """
 
 from __future__ import annotations
@@ -114,6 +116,10 @@ DEFAULTS = {
     "32": dict(BN=128, WGM=1, CWG=2, BK=32, STAGES=3, GROUP_M=8, CTAS=132, FLUSH=1, TERMS=TERMS_SPLIT),
 }
 BM = "(64 * WGM * CWG)"
+BM_PINGPONG = "(64 * WGM * (CWG - PINGPONG))"  # PINGPONG 1 (CWG 2): each consumer's own tile of 64 WGM rows
+# PINGPONG and CLUSTER exist in a spec only when ``defaults`` name them (any value): the specs built without them are
+# those of before (byte for byte); a spec with them offers both values to the tuner
+PINGPONG_VALUES, CLUSTER_VALUES = (0, 1), (1, 2)
 STAGE_BYTES = "({planes} * ({bm} + BN) * BK * {esize})"
 # the ring, the 1 KB the kernel may skip to align its base to 1024 bytes, the mbarriers
 SMEM = "(1024 + STAGES * {stage} + 16 * STAGES)"
@@ -174,11 +180,12 @@ class _Side:
     constraints: list[str]
 
 
-def _side(op: Operand, which: str, rows: str, k: str, batch: str, mode: Mode, prep: bool, dtype: str) -> _Side:
+def _side(op: Operand, which: str, rows: str, k: str, batch: str, mode: Mode, prep: bool, dtype: str,
+          bm: str = BM) -> _Side:
     esize = ELEMENT_BYTES[mode]
     swe = 128 // esize  # elements of a 128-byte swizzled row: box_cols of a K-major k tile
     outer = _p(batch) if op.batched else "1"
-    box_rows = BM if which == "a" else "BN"
+    box_rows = bm if which == "a" else "BN"
     if not prep:
         view = [outer, k, rows] if op.mn_major else [outer, rows, k]
         box = {"box_rows": "BK", "box_cols": 64} if op.mn_major else {"box_rows": box_rows, "box_cols": swe}
@@ -222,19 +229,24 @@ def gemm_wgmma_spec(p: GemmProblem, defaults: dict[str, int], name: str) -> Kern
         raise ValueError(f"SPLIT_K {split} is not one of 1, {', '.join(map(str, SPLIT_VALUES))}")
     if p.mask and split > 1:
         raise ValueError("split-K and a triangle mask: not offered together")
+    pingpong, cluster = "PINGPONG" in defaults, "CLUSTER" in defaults
+    if defaults.get("PINGPONG", 0) not in PINGPONG_VALUES or defaults.get("CLUSTER", 1) not in CLUSTER_VALUES:
+        raise ValueError(f"PINGPONG {defaults.get('PINGPONG')} / CLUSTER {defaults.get('CLUSTER')}: PINGPONG is 0 or 1, "
+                         "CLUSTER 1 or 2")
+    bm = BM_PINGPONG if pingpong else BM
     half = mode in (Mode.bf16, Mode.f16)
     M, N, K, batch = _p(p.M), _p(p.N), _p(p.K), _p(p.batch)
     _, m_now, n_now, k_now = p.shape
-    a = _side(p.a, "a", M, K, batch, mode, _needs_prep(p.a, m_now, k_now, mode), p.dtype)
+    a = _side(p.a, "a", M, K, batch, mode, _needs_prep(p.a, m_now, k_now, mode), p.dtype, bm)
     b = _side(p.b, "b", N, K, batch, mode, _needs_prep(p.b, n_now, k_now, mode), p.dtype)
     ep_vars, ep_args, formula = _epilogue(p)
     src = render(TEMPLATE, kernel=KERNEL, prep_kernel=PREP_KERNEL, sum_kernel=SUM_KERNEL, mode=mode.value,
                  out_dtype=p.dtype, a_mn=a.mn_major, b_mn=b.mn_major, prep=bool(a.prep or b.prep), split_k=split > 1,
-                 bns=BNS, **ep_vars)
+                 bns=BNS, pingpong=pingpong, cluster=cluster, **ep_vars)
     esize = ELEMENT_BYTES[mode]
-    smem = SMEM.format(stage=STAGE_BYTES.format(planes=planes_of(mode), bm=BM, esize=esize))
+    smem = SMEM.format(stage=STAGE_BYTES.format(planes=planes_of(mode), bm=bm, esize=esize))
     sk = "SPLIT_K" if split > 1 else "1"
-    units = f"{batch} * cdiv({M}, {BM}) * cdiv({N}, BN) * {sk}"
+    units = f"{batch} * cdiv({M}, {f'({bm} * CLUSTER)' if cluster else bm}) * cdiv({N}, BN) * {sk}"
     tunables = {k: list(v) for k, v in TUNABLES.items()}
     tunables["BK"] = [64, 128] if half else [32, 64]
     # fp32 at 1e-4 needs FLUSH: without it the tensor core's own accumulation of 3xTF32 products failed the check
@@ -243,6 +255,9 @@ def gemm_wgmma_spec(p: GemmProblem, defaults: dict[str, int], name: str) -> Kern
     tunables["TERMS"] = [terms]
     d = pick(defaults, DEFAULTS["16" if half else "32"])
     offer_terms(tunables, d, defaults, mode is Mode.tf32_terms)
+    for knob, values, on in (("PINGPONG", PINGPONG_VALUES, pingpong), ("CLUSTER", CLUSTER_VALUES, cluster)):
+        if on:
+            tunables[knob], d[knob] = list(values), defaults[knob]
     out = "out"
     main_args = [a.tmap, b.tmap, *ep_args, {"name": out}, _i32(M), _i32(N), _i32(K), _i32(batch)]
     kt = f"cdiv({K}, BK)"
@@ -253,8 +268,10 @@ def gemm_wgmma_spec(p: GemmProblem, defaults: dict[str, int], name: str) -> Kern
         f"({sk} - 1) * cdiv({kt}, {sk}) < {kt}",  # every k slice has a k tile
         *a.constraints, *b.constraints, *p.checks,
     ]
-    main = dict(kernel=KERNEL, grid=[f"min({units}, CTAS)"], block=["128 * (CWG + 1)"], shared_mem=smem,
-                args=main_args)
+    main = dict(kernel=KERNEL, grid=[f"CLUSTER * min({units}, CTAS // CLUSTER)" if cluster else f"min({units}, CTAS)"],
+                block=["128 * (CWG + 1)"], shared_mem=smem, args=main_args, **({"cluster": "CLUSTER"} if cluster else {}))
+    if pingpong:
+        constraints.append("PINGPONG == 0 or CWG == 2")
     steps = [s for s in (a.prep, b.prep) if s is not None]
     scratch = [s for s in (a.scratch, b.scratch) if s is not None]
     if scratch:
@@ -285,7 +302,12 @@ def gemm_wgmma_spec(p: GemmProblem, defaults: dict[str, int], name: str) -> Kern
         + ("; with FLUSH each k tile's products in fresh registers added into the sum (round to nearest)"
            if not half else "")
         + ("; split-K: SPLIT_K k slices per tile write fp32 partials that a second kernel adds in order before the "
-           "epilogue" if split > 1 else ""),
+           "epilogue" if split > 1 else "")
+        + ("; PINGPONG 1: the two consumers each own a whole (64 * WGM) x BN tile, taking the block's units in turns "
+           "(named barriers order their main loops, so one's epilogue overlaps the other's wgmma)" if pingpong else "")
+        + ("; CLUSTER 2: pairs of blocks (a thread-block cluster) take vertically adjacent tiles of one unit and share "
+           "B's k tiles (each block loads half of B's boxes and multicasts them to both; a slot is released in both)"
+           if cluster else ""),
         src, tunables, d, arch_specific=True, scratch=scratch, constraints=constraints, steps=steps,
         defines=dict(A_BATCHED=int(p.a.batched), B_BATCHED=int(p.b.batched), EVEN_N=f"{N} % 2 == 0",
                      DIAG=int(p.diag)),

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from kerngen.harness.spec.spec import KernelSpec
 
-from kerngen.agent.playbook.entry import A, C, P, PAR, Entry
+from kerngen.agent.playbook.entry import A, C, M, P, PAR, Entry
 from kerngen.agent.playbook.family import FamilyMatch
 from kerngen.agent.playbook.gemm.build import GemmFacts, gemm_facts
 from kerngen.agent.playbook.gemm.build_wgmma import VARIANT, GemmProblem, Operand, gemm_wgmma_spec
@@ -65,6 +65,20 @@ _TF32 = (" fp32 stays fp32-accurate: a pre-pass splits A and B into big + small 
          "are added into the fp32 sum (FLUSH), so the tensor core's accumulation rounding stays local.")
 
 
+_PINGPONG = ("Run the GEMM core with ping-pong consumers (PINGPONG 1): each of the two consumer warpgroups owns a whole "
+             "(64 * WGM) x BN tile and they take the persistent schedule's tiles in turns, named barriers ordering "
+             "their main loops, so one's epilogue (bias, activation, the stores) runs while the other's wgmma keep "
+             "the tensor cores busy; the producer feeds both in tile order.")
+_CLUSTER = ("Run the GEMM core in thread-block clusters of 2 (CLUSTER 2, along M): the two blocks of a cluster take "
+            "vertically adjacent tiles of one column and share B's k tiles, each loading half of B's TMA boxes and "
+            "multicasting them into both blocks' rings (a slot is freed once the consumers of both blocks released "
+            "it), which halves B's L2 traffic.")
+_CLUSTER_EFFECT = ("aimed at large GEMMs, where B's L2 reads bound the main loop (bf16 4096^3 0.93x cuBLAS without "
+                   "clusters, H100, 2026-11-28); not yet measured on a GPU")
+_NOT_MEASURED = ("aimed at the bf16 Linear + bias + GELU (0.85x torch.compile with cooperative consumers, H100, "
+                 "2026-11-28: the epilogue not overlapped); not yet measured on a GPU")
+
+
 def _ideas(prefix: str, first: str, effect: str, tf32: bool) -> tuple[Entry, ...]:
     """The round-0 entry and the refinements of the wgmma variant of one family."""
     tile_branches: tuple[dict, ...] = (({"BN": 256, "FLUSH": 0, "STAGES": 2}, {"WGM": 2, "FLUSH": 0, "STAGES": 2},
@@ -89,6 +103,12 @@ def _ideas(prefix: str, first: str, effect: str, tf32: bool) -> tuple[Entry, ...
               "sum every run) before the epilogue.", PAR, "up to SPLIT_K x where most SMs would idle", VARIANT,
               ({"SPLIT_K": 4}, {"SPLIT_K": 16}), after=_AFTER),
     ]
+    out.append(Entry(f"{prefix}-wgmma-pingpong", _PINGPONG, C, _NOT_MEASURED, VARIANT,
+                     ({"PINGPONG": 1}, {"PINGPONG": 1, "WGM": 2, "BN": 128}, {"PINGPONG": 1, "STAGES": 5}),
+                     round0=not tf32, after=frozenset() if not tf32 else _AFTER))
+    out.append(Entry(f"{prefix}-wgmma-cluster", _CLUSTER, M, _CLUSTER_EFFECT, VARIANT,
+                     ({"CLUSTER": 2}, {"CLUSTER": 2, "PINGPONG": 1}, {"CLUSTER": 2, "GROUP_M": 16}),
+                     round0=not tf32, after=frozenset() if not tf32 else _AFTER))
     if tf32:
         out.append(Entry(f"{prefix}-wgmma-accumulate", "Accumulate the 3xTF32 products straight in the wgmma "
                          "accumulator (no per-k-tile partial sums): half the registers, so 128 x 256 tiles, and no "
