@@ -9,7 +9,9 @@ region where one is correct and faster than PyTorch, checked and timed end to en
    (a short tune). Each kernel step is run on the eager run's own intermediate values (outputs poisoned),
    compared with PyTorch's value of the region (the harness's comparison and tolerance), timed alone. The fastest
    correct one is kept when it beats the region's PyTorch time; else the region stays PyTorch, and the table
-   says why. A progress line per region and per configuration.
+   says why. A progress line per region and per configuration. With ``propose`` (the LLM per region,
+   :mod:`.model_llm`), its candidates come after the tune, tried the same way, and the regions no family covers
+   that it wants are searched too.
 3. The assembled plan checked end to end (:func:`kerngen.harness.model.check.check_plan`) and timed against the
    model in eager mode and under torch.compile, and as an ``nn.Module`` under torch.compile; the record
    (:mod:`.model_run`) lands in the run folder.
@@ -32,6 +34,7 @@ from kerngen.harness.model.module import PlanModule
 from kerngen.harness.model.plan import KernelStep
 from kerngen.harness.results import GpuFacts
 
+from kerngen.agent.model_llm import RegionAsk, RegionProposer, ask_region
 from kerngen.agent.model_run import ModelRun, RegionRow, VariantTry, write_model_run
 from kerngen.agent.model_tune import RegionBudget, region_floor, tune_configs, weight
 from kerngen.agent.playbook import NotCovered
@@ -46,7 +49,9 @@ TUNE = 8  # configurations of a region's best variant tried after its variants
 
 def search_model(problem: Any, run_dir: Path, *, device: Any, launcher: Launcher, timer: Timer,
                  minutes: float = 5.0, compile: bool = True, log: Callable[[str], None] = print,
-                 facts: GpuFacts | None = None, tune: int = TUNE) -> ModelRun:
+                 facts: GpuFacts | None = None, tune: int = TUNE, propose: RegionProposer | None = None) -> ModelRun:
+    """``propose``: more candidates per region beside the playbook's (the LLM per region, :mod:`.model_llm`),
+    also for the regions no family covers that it wants."""
     import torch
 
     from kerngen.harness.gpu.compare import compare
@@ -79,9 +84,11 @@ def search_model(problem: Any, run_dir: Path, *, device: Any, launcher: Launcher
     atol, rtol = default_tolerance(problem.info.dtype)
     if facts is None and dev.type == "cuda":
         facts = GpuFacts(name=torch.cuda.get_device_name(dev))
+    searched = planning.kernels + [rp for rp in planning.fallbacks
+                                   if propose is not None and propose.wants(rp.region, rows[rp.region.index].share)]
     weights: dict[int, float] = {}
     with torch.no_grad():
-        for rp in planning.kernels:
+        for rp in searched:
             row = rows[rp.region.index]
             fl = region_floor(base, row.region, env, dev, facts, str(problem.info.dtype))
             row.floor_ms = fl.ms
@@ -92,12 +99,12 @@ def search_model(problem: Any, run_dir: Path, *, device: Any, launcher: Launcher
     try_one = lambda step, label, config=None: _try(step, label, config, eager_plan, env, dev, launcher, timer,  # noqa: E731
                                                     compare, atol, rtol)
     chosen: dict[int, KernelStep] = {}
-    for n, rp in enumerate(sorted(planning.kernels, key=lambda rp: -weights[rp.region.index]), 1):
+    for n, rp in enumerate(sorted(searched, key=lambda rp: -weights[rp.region.index]), 1):
         row = rows[rp.region.index]
         began_r = time.monotonic()
         until = budget.deadline(row.region)
         row.budget_s = max(0.0, until - began_r)
-        log(f"[{n}/{len(planning.kernels)}] r{row.region} {row.family}: {100 * row.share:.1f}% of eager, floor "
+        log(f"[{n}/{len(searched)}] r{row.region} {row.family or 'no family'}: {100 * row.share:.1f}% of eager, floor "
             f"{_floor(row.floor_ms)}, weight {row.weight:.3f}, {row.budget_s:.1f} s")
         best: tuple[float, KernelStep] | None = None
         for k, variant in enumerate(rp.offered):
@@ -113,6 +120,8 @@ def search_model(problem: Any, run_dir: Path, *, device: Any, launcher: Launcher
                 best = (got[0].kernel_ms, got[1])
         if best is not None and tune > 0 and time.monotonic() < until:
             best = _tune(row, best, tune, try_one, until, sizes, env, facts, log)
+        if propose is not None:
+            best = ask_region(propose, RegionAsk(rp.region, row, best, env, sizes, facts, until), try_one, log)
         if best is not None and best[0] < row.eager_ms:
             chosen[row.region] = best[1]
             row.chosen, row.variant, row.kernel_ms, row.why = "kernel", best[1].variant, best[0], ""

@@ -43,7 +43,20 @@ _TINY = {
                                ("return [768, 12, 3072]", "return [32, 2, 64]"))),
     "tiny_lstm": ("lstm", (("return [torch.randn(64, 64, 256)]", "return [torch.randn(4, 5, 8)]"),
                            ("return [256, 512, 2, 10]", "return [8, 16, 1, 4]"))),
+    "tiny_mlp": ("mlp", (("return [torch.randn(1024, 4096)]", "return [torch.randn(4, 16)]"),
+                         ("return [4096, 4096, 1024]", "return [16, 16, 8]"))),
+    "tiny_resnet_block": ("resnet_block", (("return [torch.randn(32, 64, 56, 56)]", "return [torch.randn(1, 8, 6, 6)]"),
+                                           ("return [64]", "return [8]"))),
+    "tiny_resnet18": ("resnet18", (("return [torch.randn(16, 3, 224, 224)]", "return [torch.randn(1, 3, 32, 32)]"),
+                                   ("return [1000]", "return [10]"))),
+    "tiny_vgg_stack": ("vgg_stack", (("return [torch.randn(16, 3, 112, 112)]", "return [torch.randn(1, 3, 8, 8)]"),)),
+    "tiny_mobilenetv2_block": ("mobilenetv2_block", (("return [torch.randn(32, 32, 56, 56)]",
+                                                      "return [torch.randn(1, 8, 6, 6)]"),
+                                                     ("return [32, 6]", "return [8, 2]"))),
+    "tiny_vit_block": ("vit_block", (("return [torch.randn(32, 197, 768)]", "return [torch.randn(2, 5, 32)]"),
+                                     ("return [768, 12, 3072]", "return [32, 2, 64]"))),
 }
+TINY_MODELS = {name: model for name, (model, _) in sorted(_TINY.items())}  # one per file of problems/models
 _TINY_DIR: list[Path] = []
 
 

@@ -35,7 +35,7 @@ from kerngen.errors import ExprError
 from kerngen.expr import TensorFacts
 from kerngen.harness.spec.plan import build_env
 
-TEMPLATES = ("system", "ideas", "implement", "repair", "repair_answer")
+TEMPLATES = ("system", "ideas", "implement", "repair", "repair_answer", "region")
 LOG_LIMIT = 4000  # characters of a compile / runtime log a prompt shows
 SOURCE_LIMIT = 24_000  # characters of one source a prompt shows (a kernel spec's is a few thousand)
 

@@ -207,6 +207,13 @@ class LLMProposer:
         branches = self._spec_call(ctx, build, purpose="repair", siblings=False)
         return branches[0] if branches else None
 
+    def ask_spec(self, ctx: SearchContext, template: str, **variables: Any) -> Branch | None:
+        """One kernel question of ``prompts/<template>.j2`` (a model run's region: ``region``) under the system
+        prompt of ``ctx``, read as the op questions are: a Branch with the spec, or with why there is none (an
+        unreadable answer, a failed call); None when nothing was sent (a budget, the deadline)."""
+        got = self._spec_call(ctx, self.messages_for(ctx, template, **variables), purpose=template, siblings=False)
+        return got[0] if got else None
+
     # ----- prompts ----------------------------------------------------------------------------
     def system_prompt(self, ctx: SearchContext, structured: bool = False) -> str:
         b = ctx.baseline

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from kerngen.errors import KerngenError
 
@@ -31,10 +31,14 @@ def wants_model(ref: Any) -> bool:
         return False
 
 
-def generate_model(ref: Any, runs_dir: Path, minutes: float | None, compile: bool = True) -> None:
+def generate_model(ref: Any, runs_dir: Path, minutes: float | None, compile: bool = True,
+                   llm: Callable[[], Any] | None = None) -> None:
+    """``llm``: makes the LLM proposer (after the GPU is found: no request is spent where none runs) whose
+    kernels each region gets beside the playbook's (:mod:`kerngen.agent.model_llm`)."""
     import torch
     from rich.console import Console
 
+    from kerngen.agent.model_llm import RegionLLM
     from kerngen.agent.model_search import search_model
     from kerngen.agent.problem_data import remember
     from kerngen.harness.model.bench import cuda_timer
@@ -52,9 +56,12 @@ def generate_model(ref: Any, runs_dir: Path, minutes: float | None, compile: boo
     out = Console(highlight=False, soft_wrap=True)
     out.print(f"[bold]model run[/] {run_dir}")
     dev = torch.device("cuda", torch.cuda.current_device())
+    propose = RegionLLM(llm(), run_dir, problem) if llm is not None else None
     run = search_model(problem, run_dir, device=dev, launcher=cuda_launcher(), timer=cuda_timer(dev),
                        minutes=5.0 if minutes is None else minutes, compile=compile,
-                       log=lambda line: out.print(f"  {line}", markup=False))
+                       log=lambda line: out.print(f"  {line}", markup=False), propose=propose)
+    if propose is not None and propose.stopped:
+        out.print(f"the LLM stopped: {propose.stopped}", markup=False)
     out.print(render_model_run(run))
     out.print(f"record: {run_dir / 'model.json'}; kerngen.load('{run_dir}') gives the model as an nn.Module")
 
