@@ -17,7 +17,7 @@ from kerngen.agent.playbook.entry import Entry
 from kerngen.agent.playbook.graph import Graph, Tensor
 from kerngen.agent.playbook.leads import Lead
 
-__all__ = ["Builder", "Facts", "Family", "FamilyMatch", "param_for"]
+__all__ = ["Builder", "Facts", "Family", "FamilyMatch"]
 
 
 class Facts(BaseModel):
@@ -103,7 +103,3 @@ class Family(BaseModel):
         if m.graph is not None and m.graph.scalars:  # the trace took a Python number passed to forward as a constant
             update["constraints"] = [*spec.constraints, *(f"{k} == {v!r}" for k, v in sorted(m.graph.scalars.items()))]
         return spec.model_copy(update=update)
-
-
-def param_for(params: list[Tensor], prefix: str, leaf: str) -> Tensor | None:
-    return next((p for p in params if p.name == f"{prefix}.{leaf}"), None)

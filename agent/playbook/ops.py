@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-__all__ = ["BINARY_C", "COMPARE_C", "FORMULAS", "Kind", "OPS", "Op", "PARAM_C", "UNARY_C", "kind_of", "why"]
+__all__ = ["BINARY_C", "COMPARE_C", "FORMULAS", "Kind", "OPS", "Op", "PARAM_C", "UNARY_C", "dim_text", "kind_of", "why"]
 
 
 class Kind(str, Enum):
@@ -165,3 +165,8 @@ def why(op: str, where: str) -> str:
         return f"dtype cast .{op}() is not covered by {where}"
     what = _WHAT.get(kind_of(op))  # type: ignore[arg-type]
     return f"{what} {op} is not covered by {where}" if what else f"op {op} is not covered by {where}"
+
+
+def dim_text(dim: object) -> object:
+    """A reduction's ``dim`` argument for a message: a one-element list as its element."""
+    return dim[0] if isinstance(dim, (list, tuple)) and len(dim) == 1 else dim

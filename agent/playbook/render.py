@@ -55,3 +55,13 @@ def pick(defaults: dict[str, int], base: dict[str, int]) -> dict[str, int]:
 
 def shape_prod(x: str, dims: range) -> str:
     return " * ".join(f"{x}.shape[{i}]" for i in dims) or "1"
+
+
+def paren(e: object) -> str:
+    """An expression parenthesised, to splice into a longer one."""
+    return f"({e})"
+
+
+def three(t: tuple[int, ...], fill: int) -> tuple[int, int, int]:
+    """A 1-D or 2-D per-dim tuple as 3-D (depth, height, width): the missing leading dims are ``fill``."""
+    return (fill,) * (3 - len(t)) + tuple(t)  # type: ignore[return-value]

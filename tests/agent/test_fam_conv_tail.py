@@ -10,7 +10,7 @@ import pytest
 import torch
 from kerngen.agent.playbook import family_of, PlaybookProposer, explain
 from kerngen.agent.playbook.conv.build_tail import SPEC_PREFIX, TAIL_TUNABLES, VARIANT_NAMES
-from kerngen.agent.playbook.conv.tail_ir import Reduce
+from kerngen.agent.playbook.conv.tail_ir import Reduction
 from kerngen.agent.playbook.coverage import offer
 from kerngen.agent.playbook.conv.tail import CONV_TAIL as FAMILY
 from kerngen.agent.playbook.graph import trace
@@ -155,7 +155,7 @@ def test_leaves_or_refuses_what_is_not_its_own(problems, name):
 def test_a_norm_is_a_statistics_stage_applied_in_the_next_prologue(problems):
     tail = explain(problems["groupnorm_residual_logsumexp"]).facts.tail
     stats, chan = tail.stages
-    assert (stats.groups, stats.eps, chan.op) == (4, 1e-5, Reduce.logsumexp)
+    assert (stats.groups, stats.eps, chan.op) == (4, 1e-5, Reduction.logsumexp)
     assert tail.conv.nodes == ()  # the conv's output itself is stored (the norm's input and the residual)
     body = " ".join(chan.pro.statements())
     assert "tanhf" in body and chan.epi.nodes == () and not chan.store
@@ -166,7 +166,7 @@ def test_the_epilogue_before_the_first_stage_goes_to_the_convolution(problems):
     ep = m.facts.epilogue
     assert [p.name for p in ep.params] == ["bias", "scale"] and "expf" in " ".join(ep.statements)
     pool = explain(problems["avg_pool_sigmoid_sum"]).facts.tail
-    assert pool.stages[0].store and pool.stages[1].per_sample and pool.stages[1].op == Reduce.sum
+    assert pool.stages[0].store and pool.stages[1].per_sample and pool.stages[1].op == Reduction.sum
 
 
 def test_a_tensor_constant_is_a_literal(problems):

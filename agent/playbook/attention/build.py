@@ -22,7 +22,7 @@ from typing import Any
 from kerngen.harness.spec.spec import KernelSpec
 
 from kerngen.agent.playbook.family import FamilyMatch
-from kerngen.agent.playbook.render import make_spec, pick, render
+from kerngen.agent.playbook.render import paren, make_spec, pick, render
 
 __all__ = ["FA2_DEFAULTS", "MAX_SMEM_SM80", "MAX_SMEM_SM90", "SIMT_DEFAULTS", "SPEC_NAMES", "TENSOR_CORE_DTYPES",
            "TENSOR_CORE_HEAD_DIMS", "WGMMA_DEFAULTS", "attention_fa2", "attention_simt", "attention_wgmma",
@@ -92,14 +92,10 @@ SIMT_O_FLOATS = "16 * HEAD_DIM // (32 * WARPS)"  # O accumulators of one thread
 MAX_SIMT_O_FLOATS = 128
 
 
-def _p(e: object) -> str:
-    return f"({e})"
-
-
 def _at(constraints: list[str], d: str) -> list[str]:
     """Constraints written over HEAD_DIM, made over the problem's expression for it (a spec's defines are
     known to its launch steps, not to its constraints)."""
-    return [c.replace("HEAD_DIM", _p(d)) for c in constraints]
+    return [c.replace("HEAD_DIM", paren(d)) for c in constraints]
 
 
 def _facts(m: FamilyMatch) -> Any:
@@ -118,7 +114,7 @@ def _shapes(f: Any) -> dict[str, str]:
 def _scale_log2(f: dict[str, Any], d: str) -> str:
     """scale * log2(e): the kernel's exp2 argument factor (an fp32 argument)."""
     if f.scale is None:
-        return f"{_p(d)} ** -0.5 * {LOG2E!r}"
+        return f"{paren(d)} ** -0.5 * {LOG2E!r}"
     return repr(float(f.scale) * LOG2E)
 
 

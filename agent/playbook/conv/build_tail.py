@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from kerngen.agent.playbook.conv import build_epi as build_conv_epi
 from kerngen.agent.playbook.conv.build_wgmma import conv_epi_wgmma
-from kerngen.agent.playbook.conv.tail_ir import LeafKind, Reduce, Stage, StageKind, Tail
+from kerngen.agent.playbook.conv.tail_ir import LeafKind, Reduction, Stage, StageKind, Tail
 from kerngen.agent.playbook.family import FamilyMatch
 from kerngen.agent.playbook.graph import Tensor
 from kerngen.agent.playbook.render import make_spec, pick, render
@@ -40,7 +40,7 @@ TAIL_TUNABLES: dict[str, tuple[list[int], int]] = {"TAIL_BLOCK": ([128, 256, 512
 _TEMPLATES = {StageKind.stats: "conv_tail_segment.cu.j2", StageKind.segment: "conv_tail_segment.cu.j2",
               StageKind.channels: "conv_tail_channels.cu.j2", StageKind.window: "conv_tail_window.cu.j2",
               StageKind.map: "conv_tail_window.cu.j2"}
-_OPS = {Reduce.sum: 0, Reduce.mean: 0, Reduce.max: 1, Reduce.min: 2}  # the templates' fold: ct_combine<OP>
+_OPS = {Reduction.sum: 0, Reduction.mean: 0, Reduction.max: 1, Reduction.min: 2}  # the templates' fold: ct_combine<OP>
 
 
 def _buffer(d: int) -> str:

@@ -23,6 +23,7 @@ from kerngen.agent.playbook.family import Facts, Family, FamilyMatch
 from kerngen.agent.playbook.graph import Graph
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.leads import Lead
+from kerngen.agent.playbook.render import three
 
 __all__ = ["CONV_ND", "ConvNdFacts", "out_size"]
 
@@ -51,11 +52,6 @@ class ConvNdFacts(Facts):
     formula: str = ""
 
 
-def _three(t: tuple[int, ...], fill: int) -> tuple[int, int, int]:
-    """A 1-D or 2-D geometry as 3-D: the missing leading dims are of size 1 (``fill`` for them)."""
-    return (fill,) * (3 - len(t)) + tuple(t)  # type: ignore[return-value]
-
-
 def out_size(i: int, k: int, s: int, p: int, d: int, op: int, transposed: bool) -> int:
     """One spatial output size, as torch computes it."""
     if transposed:
@@ -72,8 +68,8 @@ def _recognise(g: Graph) -> FamilyMatch | None:
     if geo["padding_str"]:
         raise NotCovered(f"conv padding {n['padding']!r} is not covered by conv_nd")
     x = conv_input(g, n, NAME)
-    spatial = _three(tuple(x.shape[2:]), 1)
-    k, s, p, d, op = (_three(geo[a], f) for a, f in (("K", 1), ("S", 1), ("P", 0), ("D", 1), ("OP", 0)))
+    spatial = three(tuple(x.shape[2:]), 1)
+    k, s, p, d, op = (three(geo[a], f) for a, f in (("K", 1), ("S", 1), ("P", 0), ("D", 1), ("OP", 0)))
     out = tuple(out_size(i, *a, geo["transposed"]) for i, *a in zip(spatial, k, s, p, d, op))
     if min(out) < 1:
         raise NotCovered("the convolution's output is empty at this input size")

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from enum import Enum
 
 from kerngen.agent.playbook.chain_ir import Chain
+from kerngen.agent.playbook.row_program import Reduction
 
-__all__ = ["Domain", "Leaf", "LeafKind", "Reduce", "Stage", "StageKind", "Tail"]
+__all__ = ["Domain", "Leaf", "LeafKind", "Reduction", "Stage", "StageKind", "Tail"]
 
 _LEAF = re.compile(r"\bq(\d+)\b")
 
@@ -32,14 +33,6 @@ class LeafKind(str, Enum):
 class Leaf:
     kind: LeafKind
     ref: str | int = 0
-
-
-class Reduce(str, Enum):
-    min = "min"
-    max = "max"
-    sum = "sum"
-    mean = "mean"
-    logsumexp = "logsumexp"
 
 
 class StageKind(str, Enum):
@@ -82,7 +75,7 @@ class Stage:
     dst: int | None = None
     epi: Chain | None = None
     store: bool = False
-    op: Reduce | None = None
+    op: Reduction | None = None
     stats: int | None = None  # statistics index (stats)
     groups: int = 1  # stats: groups per sample
     eps: float = 0.0

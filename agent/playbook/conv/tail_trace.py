@@ -27,7 +27,7 @@ import math
 from typing import Any
 
 from kerngen.agent.playbook.chain_ir import Chain, Operand
-from kerngen.agent.playbook.conv.tail_ir import Domain, Leaf, LeafKind, Reduce, Stage, StageKind, Tail
+from kerngen.agent.playbook.conv.tail_ir import Domain, Leaf, LeafKind, Reduction, Stage, StageKind, Tail
 from kerngen.agent.playbook.graph import Graph, Node, Ref
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.pointwise import Translator, const, live_chain
@@ -36,11 +36,11 @@ __all__ = ["STAGE_OPS", "trace_tail"]
 
 
 # ---------------------------------------------------------------------------------------------
-_POOLS = {"max_pool2d": Reduce.max, "avg_pool2d": Reduce.mean}
-_ADAPTIVE = {"adaptive_avg_pool2d": Reduce.mean, "adaptive_max_pool2d": Reduce.max}
+_POOLS = {"max_pool2d": Reduction.max, "avg_pool2d": Reduction.mean}
+_ADAPTIVE = {"adaptive_avg_pool2d": Reduction.mean, "adaptive_max_pool2d": Reduction.max}
 _NORMS = ("instance_norm", "group_norm")
-_REDUCTIONS = {"min": Reduce.min, "amin": Reduce.min, "max": Reduce.max, "amax": Reduce.max, "sum": Reduce.sum,
-               "mean": Reduce.mean, "logsumexp": Reduce.logsumexp}
+_REDUCTIONS = {"min": Reduction.min, "amin": Reduction.min, "max": Reduction.max, "amax": Reduction.max, "sum": Reduction.sum,
+               "mean": Reduction.mean, "logsumexp": Reduction.logsumexp}
 # reductions of the tail this family has no kernel for: its own problems, refused with the op's name
 _REFUSED = ("argmax", "argmin", "prod", "var", "std", "norm", "linalg_vector_norm", "softmax", "log_softmax", "cumsum",
             "cumprod", "median", "layer_norm", "batch_norm")
@@ -221,7 +221,7 @@ class _TailTranslator(Translator):
         if axes == {1}:
             kind, per_sample = StageKind.channels, False
             dom = Domain(src.n, "1", src.h, src.w, (src.values[0], 1, *src.values[2:]))
-        elif axes and axes in (set(range(2, rank)), set(range(1, rank))) and op != Reduce.logsumexp:
+        elif axes and axes in (set(range(2, rank)), set(range(1, rank))) and op != Reduction.logsumexp:
             kind, per_sample = StageKind.segment, axes == set(range(1, rank))
             dom = Domain(src.n, "1" if per_sample else src.c, "1", "1",
                          (src.values[0], 1 if per_sample else src.values[1], 1, 1))
@@ -232,7 +232,7 @@ class _TailTranslator(Translator):
         self._new_domain(n, dom, dict(kind=kind, src=self.dom[x], pro=pro, op=op, per_sample=per_sample),
                          pair_out=name in ("min", "max"))
 
-    def _pool(self, n: Node, op: Reduce) -> None:
+    def _pool(self, n: Node, op: Reduction) -> None:
         what = f"{op.value} pooling"
         x = self._input(n, what)
         if n.get("ceil_mode") or _pair(n.get("dilation") or 1) != (1, 1) or n.get("divisor_override") is not None:
@@ -252,7 +252,7 @@ class _TailTranslator(Translator):
         self._new_domain(n, dom, dict(kind=StageKind.window, src=self.dom[x], pro=pro, op=op, kernel=k, stride=s,
                                       padding=p, count_include_pad=bool(n.get("count_include_pad", True))))
 
-    def _adaptive(self, n: Node, op: Reduce) -> None:
+    def _adaptive(self, n: Node, op: Reduction) -> None:
         what = f"adaptive {op.value} pooling"
         x = self._input(n, what)
         size = n["output_size"]

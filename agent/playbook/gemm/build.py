@@ -19,7 +19,7 @@ from kerngen.harness.spec.spec import KernelSpec
 
 from kerngen.agent.playbook.epilogue import Epilogue
 from kerngen.agent.playbook.family import Facts, FamilyMatch
-from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
+from kerngen.agent.playbook.render import paren, MAX_SMEM, make_spec, pick, render
 
 __all__ = ["GemmFacts", "epilogue_vars", "gemm_facts", "gemm_gemv", "gemm_rowscale", "gemm_tiled"]
 
@@ -80,10 +80,6 @@ def _bias_arg(f: Any) -> list[dict[str, str]]:
     return [{"name": f.bias}] if f.bias else []
 
 
-def _p(e: object) -> str:
-    return f"({e})"
-
-
 def gemm_facts(m: FamilyMatch) -> Any:
     """The facts of a GEMM match (the layout expressions above); ValueError for another kind."""
     return _facts(m, "gemm")
@@ -97,7 +93,7 @@ def _gemv_serves(f: Any) -> bool:
 # ---------------------------------------------------------------------------------------------
 def gemm_tiled(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     f = _facts(m, "gemm")
-    M, N, K, batch = _p(f.M), _p(f.N), _p(f.K), _p(f.BATCH)
+    M, N, K, batch = paren(f.M), paren(f.N), paren(f.K), paren(f.BATCH)
     ep_vars, ep_args, formula = epilogue_vars(f)
     mask = f.mask or ""
     kernel = "gemm_tiled"
@@ -116,7 +112,7 @@ def gemm_tiled(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     tri_skip_ok = bool(mask) and f.diag == 0
     d = pick(defaults, base)
 
-    vec_a, vec_b = f"{_p(f.LDA)} % 4 == 0", f"{_p(f.LDB)} % 4 == 0"
+    vec_a, vec_b = f"{paren(f.LDA)} % 4 == 0", f"{paren(f.LDB)} % 4 == 0"
     nt = "((BM // TM) * (BN // TN))"
     a_tile = "BK * (BM + 4)" if f.trans_a else "(BK * (BM + 4) if SMEM_T else BM * (BK + 4))"
     b_tile = "(BK * (BN + 4) if SMEM_T else BN * (BK + 4))" if f.trans_b else "BK * (BN + 4)"
@@ -130,7 +126,7 @@ def gemm_tiled(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
             " + 32)")
     ring = "CP_ASYNC == 1 and SMEM_T == 0" if k_contiguous else "CP_ASYNC == 1"  # every tile by cp.async
     defines: dict[str, str | int] = dict(
-        M_=M, N_=N, K_=K, LDA=_p(f.LDA), LDB=_p(f.LDB), SA=_p(f.SA), SB=_p(f.SB),
+        M_=M, N_=N, K_=K, LDA=paren(f.LDA), LDB=paren(f.LDB), SA=paren(f.SA), SB=paren(f.SB),
         TRANS_A=int(f.trans_a), TRANS_B=int(f.trans_b), VEC_A=vec_a, VEC_B=vec_b,
         EVEN=f"{M} % BM == 0 and {N} % BN == 0 and {K} % BK == 0", DIAG=int(f.diag))
     constraints = [
@@ -164,14 +160,14 @@ def gemm_gemv(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     f = _facts(m, "gemm")
     if not _gemv_serves(f):
         raise ValueError("the matrix-vector kernel reads a row-major A without a mask")
-    M, N, K, batch = _p(f.M), _p(f.N), _p(f.K), _p(f.BATCH)
+    M, N, K, batch = paren(f.M), paren(f.N), paren(f.K), paren(f.BATCH)
     ep_vars, ep_args, formula = epilogue_vars(f)
     kernel = "gemm_gemv"
     src = render("gemm_gemv.cu.j2", kernel=kernel, has_bias=bool(f.bias), dtype="float32", **ep_vars)
     k_now = f.shape[3]
     long_rows = k_now >= 8192  # a block per row keeps enough bytes in flight; short rows: a warp each
     d = pick(defaults, dict(BLOCK=512 if long_rows else 256, TPR=512 if long_rows else 32, UNROLL=4, CACHE_HINT=0))
-    vec = f"{_p(f.LDA)} % 4 == 0 and {K} % 4 == 0 and {_p(f.SB)} % 4 == 0"
+    vec = f"{paren(f.LDA)} % 4 == 0 and {K} % 4 == 0 and {paren(f.SB)} % 4 == 0"
     epi = f", then {formula}" if formula else ""
     return make_spec(
         _name("gemv"),
@@ -180,7 +176,7 @@ def gemm_gemv(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
         src,
         dict(BLOCK=[128, 256, 512, 1024], TPR=[32, 64, 128, 256, 512, 1024], UNROLL=[1, 2, 4, 8], CACHE_HINT=[0, 1]),
         d,
-        defines=dict(M_=M, K_=K, LDA=_p(f.LDA), SA=_p(f.SA), SB=_p(f.SB), VEC=vec),
+        defines=dict(M_=M, K_=K, LDA=paren(f.LDA), SA=paren(f.SA), SB=paren(f.SB), VEC=vec),
         constraints=[f"{N} == 1", f"{M} >= 1", "BLOCK % TPR == 0", f"cdiv({M}, BLOCK // TPR) < 2**31",
                      f"{batch} <= 65535"],
         steps=[dict(kernel=kernel, grid=[f"cdiv({M}, BLOCK // TPR)", batch], block=["BLOCK"],
@@ -190,7 +186,7 @@ def gemm_gemv(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
 
 def gemm_rowscale(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     f = _facts(m, "rowscale")
-    R, C = _p(f.R), _p(f.C)
+    R, C = paren(f.R), paren(f.C)
     kernel = "gemm_rowscale"
     src = render("gemm_rowscale.cu.j2", kernel=kernel)
     d = pick(defaults, dict(BLOCK=256, UNROLL=4, CACHE_HINT=0))

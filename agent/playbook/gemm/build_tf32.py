@@ -18,7 +18,7 @@ from kerngen.agent.playbook.gemm.build_matmul_tf32 import (ACC_FLOATS, DEFAULTS,
                                                TEMPLATE, THREADS, TUNABLES, split_k_of, split_k_plan)
 from kerngen.agent.playbook.entry import A, M, P, PAR, Entry
 from kerngen.agent.playbook.family import FamilyMatch
-from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
+from kerngen.agent.playbook.render import paren, MAX_SMEM, make_spec, pick, render
 from kerngen.agent.playbook.terms import TERMS_VALUES, offer_terms
 
 __all__ = ["IDEAS", "VARIANT", "gemm_tf32x3"]
@@ -27,15 +27,11 @@ VARIANT = "tf32x3"
 _AFTER = frozenset({VARIANT})
 
 
-def _p(e: object) -> str:
-    return f"({e})"
-
-
 def gemm_tf32x3(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     f = gemm_facts(m)
     if f.trans_a or f.mask:
         raise ValueError("the 3xTF32 GEMM reads a row-major A and writes every output (no triangle)")
-    M_, N_, K_, batch = _p(f.M), _p(f.N), _p(f.K), _p(f.BATCH)
+    M_, N_, K_, batch = paren(f.M), paren(f.N), paren(f.K), paren(f.BATCH)
     trans_b = bool(f.trans_b)
     ep_vars, ep_args, formula = epilogue_vars(f)
     split = split_k_of(defaults)
@@ -45,9 +41,9 @@ def gemm_tf32x3(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     # contiguous operands: the template's row strides are K (A, and B stored [N][K]) and N (B stored [K][N])
     ldb = K_ if trans_b else N_
     constraints = [
-        f"{_p(f.LDA)} == {K_}", f"{_p(f.LDB)} == {ldb}",
+        f"{paren(f.LDA)} == {K_}", f"{paren(f.LDB)} == {ldb}",
         f"{M_} % BM == 0", f"{N_} % BN == 0", f"{K_} % BK == 0",
-        f"{_p(f.SA)} % 4 == 0", f"{_p(f.SB)} % 4 == 0",  # every batch's operand 16-byte aligned
+        f"{paren(f.SA)} % 4 == 0", f"{paren(f.SB)} % 4 == 0",  # every batch's operand 16-byte aligned
         "BM % WM == 0", "BN % WN == 0", "WM % 16 == 0", "WN % 32 == 0", "BK % 8 == 0",
         f"{THREADS} <= 1024",
         f"(BM * BK // 4) % ({THREADS}) == 0", f"(BK * BN // 4) % ({THREADS}) == 0",
@@ -79,7 +75,7 @@ def gemm_tf32x3(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
         "cp.async STAGES-deep ring, conflict-free fragment loads, the epilogue applied before each store"
         + (SPLIT_DESCRIPTION if split > 1 else "") + terms,
         src, tunables, d,
-        defines=dict(TRANS_B=int(trans_b), SA=_p(f.SA), SB=_p(f.SB)),
+        defines=dict(TRANS_B=int(trans_b), SA=paren(f.SA), SB=paren(f.SB)),
         constraints=constraints + plan["constraints"], scratch=plan.get("scratch", []),
         steps=plan["steps"],
     )

@@ -29,7 +29,7 @@ from typing import Any
 from kerngen.harness.spec.spec import KernelSpec
 
 from kerngen.agent.playbook.epilogue import Epilogue
-from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
+from kerngen.agent.playbook.render import paren, MAX_SMEM, make_spec, pick, render
 from kerngen.agent.playbook.terms import PLAIN_TF32, TERMS_PLAIN, TERMS_SPLIT, offer_terms
 
 __all__ = ["BNS", "DEFAULTS", "MAX_SPLIT_OUTPUTS", "Mode", "Operand", "GemmProblem", "PLANES_BY_TERMS", "REGS", "SMEM",
@@ -141,10 +141,6 @@ TF32_TERMS_TEXT = (f"fp32 as TF32 products, TERMS of them per k8 step (pre-passe
                    "3xTF32, small*big + big*small + big*big, fp32 accuracy")
 
 
-def _p(e: object) -> str:
-    return f"({e})"
-
-
 def planes_of(mode: Mode) -> int | str:
     """The planes of each operand: 2 for 3xTF32 (big, small), else 1; an expression of TERMS in the tf32_terms mode."""
     return 2 if mode is Mode.tf32x3 else PLANES_BY_TERMS if mode is Mode.tf32_terms else 1
@@ -184,7 +180,7 @@ def _side(op: Operand, which: str, rows: str, k: str, batch: str, mode: Mode, pr
           bm: str = BM) -> _Side:
     esize = ELEMENT_BYTES[mode]
     swe = 128 // esize  # elements of a 128-byte swizzled row: box_cols of a K-major k tile
-    outer = _p(batch) if op.batched else "1"
+    outer = paren(batch) if op.batched else "1"
     box_rows = bm if which == "a" else "BN"
     if not prep:
         view = [outer, k, rows] if op.mn_major else [outer, rows, k]
@@ -235,7 +231,7 @@ def gemm_wgmma_spec(p: GemmProblem, defaults: dict[str, int], name: str) -> Kern
                          "CLUSTER 1 or 2")
     bm = BM_PINGPONG if pingpong else BM
     half = mode in (Mode.bf16, Mode.f16)
-    M, N, K, batch = _p(p.M), _p(p.N), _p(p.K), _p(p.batch)
+    M, N, K, batch = paren(p.M), paren(p.N), paren(p.K), paren(p.batch)
     _, m_now, n_now, k_now = p.shape
     a = _side(p.a, "a", M, K, batch, mode, _needs_prep(p.a, m_now, k_now, mode), p.dtype, bm)
     b = _side(p.b, "b", N, K, batch, mode, _needs_prep(p.b, n_now, k_now, mode), p.dtype)

@@ -26,7 +26,7 @@ from kerngen.agent.playbook.epilogue import trace_epilogue
 from kerngen.agent.playbook.family import Family, FamilyMatch
 from kerngen.agent.playbook.graph import Graph, Node, Ref
 from kerngen.agent.playbook.not_covered import NotCovered
-from kerngen.agent.playbook.ops import Kind, kind_of
+from kerngen.agent.playbook.ops import Kind, dim_text, kind_of
 from kerngen.agent.playbook.leads import Lead
 
 __all__ = ["GEMM", "GemmFacts", "operand_of", "read_gemm"]
@@ -53,13 +53,9 @@ def _refusal(g: Graph) -> str | None:
         if kind_of(n.op) in (Kind.reduction, Kind.softmax, Kind.scan) and not (n.op in ("max", "min")
                                                                                  and n.overload == "other"):
             dim = n.get("dim")
-            text = f"{n.op} over all elements" if dim in (None, []) else f"{n.op} over dim {_one(dim)}"
+            text = f"{n.op} over all elements" if dim in (None, []) else f"{n.op} over dim {dim_text(dim)}"
             return f"gemm followed by a row reduction ({text}): not covered by the playbook yet"
     return None
-
-
-def _one(dim: Any) -> Any:
-    return dim[0] if isinstance(dim, (list, tuple)) and len(dim) == 1 else dim
 
 
 # ---------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from kerngen.agent.playbook.entry import A, C, M, PAR, Entry
 from kerngen.agent.playbook.family import Facts, Family, FamilyMatch
 from kerngen.agent.playbook.graph import Graph, Node as GNode, Ref, Tensor
 from kerngen.agent.playbook.not_covered import NotCovered
+from kerngen.agent.playbook.ops import dim_text
 from kerngen.agent.playbook.pointwise import Translator, live_chain
 from kerngen.agent.playbook.leads import Lead
 
@@ -208,7 +209,7 @@ class LossTranslator(Translator):
         dims = tuple(dim) if isinstance(dim, (tuple, list)) else (dim,)
         if dim not in (None, []) and (not all(isinstance(d, int) for d in dims)
                                       or {d % max(1, len(shape)) for d in dims} != set(range(len(shape)))):
-            raise NotCovered(f"{name} over dim {_one(dim)} (not every dim): a per-row reduction before the loss is "
+            raise NotCovered(f"{name} over dim {dim_text(dim)} (not every dim): a per-row reduction before the loss is "
                              "not covered by the loss family")
         if n.get("keepdim") and shape:
             raise NotCovered(f"{name}(keepdim=True) is not covered by the loss family")
@@ -357,10 +358,6 @@ class LossTranslator(Translator):
 
 
 # ----------------------------------------------------------------------------------------------
-def _one(dim: Any) -> Any:
-    return dim[0] if isinstance(dim, (list, tuple)) and len(dim) == 1 else dim
-
-
 def _recognise(g: Graph) -> FamilyMatch | None:
     """A 0-d output reduced from the inputs by mean/sum or a loss call; None for anything else."""
     if g.out.shape != ():

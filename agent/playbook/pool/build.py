@@ -14,18 +14,12 @@ from typing import Any
 from kerngen.harness.spec.spec import KernelSpec
 
 from kerngen.agent.playbook.family import FamilyMatch
-from kerngen.agent.playbook.render import make_spec, pick, render
+from kerngen.agent.playbook.render import make_spec, pick, render, three
 
 __all__ = ["pool_window", "window_defaults"]
 
 MAX_OUTPUTS_PER_THREAD = 32  # accumulators in registers; past this the kernel spills
 MAX_ROW_SPAN = 64  # one input row's values a thread holds at once
-
-
-def _three(values: tuple[int, ...], fill: int) -> tuple[int, int, int]:
-    """Per-dim tuple of 1-3 spatial dims as (depth, height, width)."""
-    full = (fill,) * (3 - len(values)) + tuple(values)
-    return full[0], full[1], full[2]
 
 
 def _span(n_out: int, k: int, s: int, d: int) -> int:
@@ -41,9 +35,9 @@ def window_defaults(facts: Any) -> dict[str, int]:
     """Outputs per thread: wide along W where windows overlap there (a 1-D pool has only W), a few
     rows along H where they overlap in H; slices along D stay 1 (the L1/L2 catch those)."""
     nd = facts.nd
-    _, kh, kw = _three(facts.kernel, 1)
-    _, sh, sw = _three(facts.stride, 1)
-    _, dh, dw = _three(facts.dilation, 1)
+    _, kh, kw = three(facts.kernel, 1)
+    _, sh, sw = three(facts.stride, 1)
+    _, dh, dw = three(facts.dilation, 1)
     if _overlaps(kw, sw, dw):
         opt = 8 if nd == 1 else 4
     else:
@@ -57,8 +51,8 @@ def window_defaults(facts: Any) -> dict[str, int]:
 def pool_window(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     f = m.facts
     x, nd = m.x, f.nd
-    k, s = _three(f.kernel, 1), _three(f.stride, 1)
-    p, d = _three(f.padding, 0), _three(f.dilation, 1)
+    k, s = three(f.kernel, 1), three(f.stride, 1)
+    p, d = three(f.padding, 0), three(f.dilation, 1)
     rank = len(x.shape)
     lead = rank - nd
     # the input's and the output's spatial dims as (depth, height, width); missing outer dims are 1

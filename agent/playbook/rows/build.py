@@ -22,6 +22,11 @@ def _row_facts(m: FamilyMatch) -> tuple[str, str, str]:
     return ncols, nrows, x.dtype
 
 
+def _param_args(m: FamilyMatch) -> list[dict[str, str]]:
+    """The launch args of the row op's weight and bias, those it has."""
+    return [{"name": t} for t in (m.facts.weight, m.facts.bias) if t]
+
+
 def _row_defaults(ncols: int, ve: int) -> tuple[int, int]:
     """(TPR, BLOCK) so that each thread holds at most ~16-32 values."""
     nv = max(1, ncols // ve)
@@ -53,12 +58,7 @@ def rows_reg(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     log = bool(m.facts.log)  # softmax family: log_softmax
     src = render("rows_reg.cu.j2", dtype=dtype, mode=mode, eps=repr(float(m.facts.eps)),
                  has_weight=has_w, has_bias=has_b, wdtype=(m.facts.wdtype or dtype), kernel=kernel, log_softmax=log)
-    args = [{"name": x.name}]
-    if has_w:
-        args.append({"name": m.facts.weight})
-    if has_b:
-        args.append({"name": m.facts.bias})
-    args += [{"name": "out"}, {"kind": "int64", "value": nrows}]
+    args = [{"name": x.name}, *_param_args(m), {"name": "out"}, {"kind": "int64", "value": nrows}]
     per_thread = f"cdiv(({ncols}) // {ve}, TPR) * {ve}"
     bulk_smem = f"BULK * min(RITER, 2) * (BLOCK // TPR) * ({ncols}) * {16 // ve}"  # 16-byte vectors of ve
     return make_spec(
@@ -91,8 +91,7 @@ def rmsnorm_two_pass(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     kernel = "rmsnorm_two_pass"
     src = render("rmsnorm_two_pass.cu.j2", dtype=dtype, eps=repr(float(m.facts.eps)), has_weight=has_w,
                  wdtype=(m.facts.wdtype or dtype), kernel=kernel)
-    args = [{"name": x.name}] + ([{"name": m.facts.weight}] if has_w else [])
-    args += [{"name": "out"}, {"kind": "int64", "value": nrows}]
+    args = [{"name": x.name}, *_param_args(m), {"name": "out"}, {"kind": "int64", "value": nrows}]
     return make_spec(
         "playbook-rmsnorm-two-pass",
         "rmsnorm: a block per row, two loops over the row (sum of squares, then scale and store) with U "
@@ -140,12 +139,7 @@ def layernorm_split(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     src = render("layernorm_split.cu.j2", dtype=dtype, eps=repr(float(m.facts.eps)), has_weight=has_w, has_bias=has_b,
                  wdtype=(m.facts.wdtype or dtype), kernel_stats=ks, kernel_apply=ka)
     nch = f"cdiv(({ncols}) // {ve}, BLOCK * ITEMS)"
-    args = [{"name": x.name}, {"name": "part"}]
-    if has_w:
-        args.append({"name": m.facts.weight})
-    if has_b:
-        args.append({"name": m.facts.bias})
-    args.append({"name": "out"})
+    args = [{"name": x.name}, {"name": "part"}, *_param_args(m), {"name": "out"}]
     return make_spec(
         "playbook-layernorm-split",
         "layernorm over long rows: each row split over many blocks; kernel 1 writes per-chunk (mean, M2) "
@@ -182,12 +176,8 @@ def layernorm_coop(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     # bias slices in shared memory: BSL at most, and no more than the row has or the space left allows
     bs = f"min(BSL, {it}, max(0, ({MAX_SMEM - 1024} - 16 * {wsm}) // (16 * BLOCK * {wv})))" if has_b else "0"
     smem = f"({wsm} + ({bs}) * BLOCK * {wv}) * 16"
-    args = [{"name": x.name}, {"name": "part"}, {"name": "count"}]
-    if has_w:
-        args.append({"name": m.facts.weight})
-    if has_b:
-        args.append({"name": m.facts.bias})
-    args += [{"name": "out"}, {"kind": "int64", "value": nrows}]
+    args = [{"name": x.name}, {"name": "part"}, {"name": "count"}, *_param_args(m), {"name": "out"},
+            {"kind": "int64", "value": nrows}]
     return make_spec(
         "playbook-layernorm-coop",
         "layernorm over long rows in 2 DRAM passes: a cooperative persistent grid of NB blocks holds one row "
