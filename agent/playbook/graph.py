@@ -23,6 +23,7 @@ This is the one module that touches ``torch.export`` / ``torch.fx``.
 
 from __future__ import annotations
 
+import math
 import operator
 import threading
 import time
@@ -34,6 +35,9 @@ from kerngen.agent.playbook.not_covered import NotCovered
 # torch.export keeps process-wide state (its proxy dispatch mode slot, the module hierarchy being exported, the
 # warnings filter): two traces at once on two threads (a directory run on two GPUs) broke each other. One at a time.
 _TRACE_LOCK = threading.Lock()
+# real CPU example inputs, where get_inputs cannot run on the meta device, only below this many bytes
+_CPU_INPUT_BYTES = 256 << 20
+_ITEM_BYTES = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "bfloat16": 2, "float16": 2, "bool": 1}
 
 __all__ = ["Graph", "Node", "Ref", "Tensor", "trace", "trace_module"]
 
@@ -294,12 +298,24 @@ def _trace(problem: Any) -> Graph:
     start = time.perf_counter()
     try:
         model = problem.build_model("meta", 0)
-        args = problem.make_inputs("meta", 0)
+        args = _inputs(problem, inputs)
     except Exception as exc:  # the file's own code on the meta device
         first = " ".join(str(exc).split())[:160]
         raise NotCovered(f"cannot build the model on the meta device ({type(exc).__name__}: {first})") from None
     names = list(getattr(problem, "_names_for", lambda n: [f"in{i}" for i in range(n)])(len(args)))
     return _export(model, args, names, inputs, params, start)
+
+
+def _inputs(problem: Any, inputs: list[Tensor]) -> list:
+    """The forward's example inputs on the meta device; where the file's own get_inputs cannot run there (a
+    torch.distributions sampler calls .item()), real CPU ones when they are small, as the problem's own
+    description falls back (only their shapes and dtypes reach the trace: it makes fake copies)."""
+    try:
+        return problem.make_inputs("meta", 0)
+    except Exception:
+        if sum(math.prod(t.shape) * _ITEM_BYTES.get(t.dtype, 8) for t in inputs) > _CPU_INPUT_BYTES:
+            raise
+        return problem.make_inputs("cpu", 0)
 
 
 def trace_module(model: Any, args: list, names: list[str] | None = None) -> Graph:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kerngen.agent.playbook import PlaybookProposer
+from kerngen.agent.playbook import PlaybookProposer, seed_specs
 from kerngen.agent.playbook.graph import Ref, trace
 from kerngen.problems.load import load_problem
 from kerngen.problems.registry import builtin_names
@@ -121,3 +121,23 @@ def test_traces_on_several_threads_at_once_all_succeed():
     with ThreadPoolExecutor(4) as pool:
         counts = list(pool.map(one, names * 4))
     assert len(counts) == 4 * len(names) and all(c > 0 for c in counts)
+
+
+def test_inputs_a_sampler_cannot_make_on_meta_are_made_small_on_the_cpu(tmp_path):
+    """A get_inputs drawing from torch.distributions (.item() inside: no meta kernel) is traced from real CPU inputs
+    where they are small (the GPU tier's memory-plan test had no kernel for such a file), never where they are big."""
+    sampler = ("import torch\nimport torch.nn as nn\nfrom torch.distributions import Pareto\n\n\nclass Model(nn.Module):\n"
+               "    def forward(self, p, t):\n        return torch.mean(torch.clamp(1 - p * t, min=0))\n\n\n"
+               "def get_inputs():\n    return [Pareto(0.01, 1.5).sample((N, 64)), torch.randint(0, 2, (N, 1)).float() * 2 - 1]\n"
+               "\n\ndef get_init_inputs():\n    return []\n")
+    small = tmp_path / "small.py"
+    small.write_text("N = 128\n" + sampler)
+    g = trace(load_problem(str(small)))
+    assert [t.shape for t in g.inputs] == [(128, 64), (128, 1)]
+    assert seed_specs(load_problem(str(small))), "the loss family covers it"
+    big = tmp_path / "big.py"
+    big.write_text("N = 1 << 22\n" + sampler)  # 1 GiB of inputs: not made on the CPU to be traced
+    from kerngen.agent.playbook.not_covered import NotCovered
+
+    with pytest.raises(NotCovered, match="meta device"):
+        trace(load_problem(str(big)))
