@@ -20,7 +20,9 @@ FILES = [
     "level1/86_conv_depthwise_separable_2D.py",
     "level2/45_Gemm_Sigmoid_LogSumExp.py",
     "level2/23_Conv3d_GroupNorm_Mean.py",
-    "level2/34_ConvTranspose3d_LayerNorm_GELU_Scaling.py",
+    # every variant of a strided transposed 3-D convolution at its size took over 250 s on an H200 (2026-11-28):
+    # its own time limit, so that it concludes instead of timing out
+    pytest.param("level2/34_ConvTranspose3d_LayerNorm_GELU_Scaling.py", marks=pytest.mark.timeout(900)),
     "level2/6_Conv3d_Softmax_MaxPool_MaxPool.py",
     "level2/36_ConvTranspose2d_Min_Sum_GELU_Add.py",
 ]
