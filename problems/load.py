@@ -10,6 +10,8 @@ Built-ins take shape and dtype overrides through their module-level ``SHAPE`` / 
 
 from __future__ import annotations
 
+import os
+
 import hashlib
 import importlib.util
 import itertools
@@ -35,8 +37,8 @@ _cache: dict[tuple[ProblemRef, str, str], Problem] = {}  # (ref, resolved path, 
 _lock = threading.RLock()
 
 
-def load_problem(ref: ProblemRef | str) -> Problem:
-    """The problem ``ref`` names (str = built-in name or path), loaded once per process for each
+def load_problem(ref: ProblemRef | str | os.PathLike) -> Problem:
+    """The problem ``ref`` names (str = built-in name or path; a path object), loaded once per process for each
     (ref, file content). Raises :class:`ProblemError` (one line naming the file) for anything that
     cannot be loaded or described."""
     ref = normalize_ref(ref)
@@ -63,10 +65,10 @@ def clear_cache() -> None:
         _cache.clear()
 
 
-def normalize_ref(ref: ProblemRef | str) -> ProblemRef:
+def normalize_ref(ref: ProblemRef | str | os.PathLike) -> ProblemRef:
     """Canonical dtype names (``bf16`` -> ``bfloat16``); shapes stay as given until loaded."""
-    if isinstance(ref, str):
-        ref = ProblemRef(source=ref)
+    if isinstance(ref, (str, os.PathLike)):
+        ref = ProblemRef(source=os.fspath(ref))
     if ref.dtype is not None:
         ref = ref.model_copy(update={"dtype": canonical_dtype(ref.dtype)})
     return ref

@@ -148,6 +148,32 @@ def test_replay_from_the_cli_without_a_gpu_is_one_line(runs, record, monkeypatch
     assert res.exit_code != 0 and "CUDA GPU" in res.output and "Traceback" not in res.output
 
 
+def test_replay_from_the_cli_loads_the_recorded_problem_file(runs, record, monkeypatch, tmp_path):
+    """Past the GPU check, the recorded problem file (a path) is loaded and handed to the replay (on 4x H200 the
+    verb failed there: load_problem was given a Path, 2026-11-28). The GPU's parts are stood in for."""
+    import kerngen.agent.model_search as model_search
+    import kerngen.harness.model.bench as bench
+    import kerngen.harness.model.execute as execute
+    from kerngen.agent.problem_data import remember
+
+    monkeypatch.setenv("KERNGEN_CACHE_DIR", str(tmp_path))
+    remember(record.problem_sha256, Path(record.problem_path))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(bench, "cuda_timer", lambda dev: None)
+    monkeypatch.setattr(execute, "cuda_launcher", lambda: None)
+    seen = []
+
+    def replay(run, problem, run_dir, **kw):
+        seen.append(problem.sha256)
+        return run
+
+    monkeypatch.setattr(model_search, "replay_model", replay)
+    res = cli("replay", record.id, "--runs-dir", str(runs))
+    assert res.exit_code == 0, res.output
+    assert seen == [record.problem_sha256] and "Traceback" not in res.output
+
+
 def _bad(record: ModelRun, how: str) -> str:
     """The record's JSON made bad in one way."""
     d = json.loads(record.model_dump_json())
