@@ -31,7 +31,7 @@ try:
 except ImportError:  # not POSIX: no flock
     fcntl = None  # type: ignore[assignment]
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from kerngen.agent.budget import SearchBudget, SearchConfig, StopKind
 from kerngen.agent.problem_data import ProblemRecord
@@ -53,6 +53,16 @@ TREE = "tree.json"
 BEST = "best"
 
 
+def _plain_run_id(value: str) -> str:  # a run id becomes a folder name: never `../x`, `/x`, NUL
+    why = name_problem(value)
+    if why is not None:
+        raise ValueError(f"run id {why}")
+    return value
+
+
+RunId = Annotated[str, AfterValidator(_plain_run_id)]
+
+
 class _Event(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -65,7 +75,7 @@ DEMO_LABEL = "DEMO (scripted, not measured on a GPU)"  # what every view of a de
 
 class RunStarted(_Event):
     type: Literal["run_started"] = "run_started"
-    run_id: str
+    run_id: RunId
     problem: ProblemRef
     config: SearchConfig
     budget: SearchBudget
@@ -91,15 +101,6 @@ class RunStarted(_Event):
         if not self.demo and (self.proposer == "scripted" or scripted_gpu):
             self.demo = True
         return self
-
-    @field_validator("run_id")
-    @classmethod
-    def _plain_run_id(cls, value: str) -> str:  # a run id becomes a folder name: never `../x`, `/x`, NUL
-        why = name_problem(value)
-        if why is not None:
-            raise ValueError(f"run id {why}")
-        return value
-
 
 class RunResumed(_Event):
     type: Literal["run_resumed"] = "run_resumed"

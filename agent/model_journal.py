@@ -13,31 +13,22 @@ from its text. A bad one is a one-line :class:`~kerngen.errors.JournalError`.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+from pydantic import Field, TypeAdapter
 
-from kerngen.agent.journal import Journal, read_events, versions
+from kerngen.agent.journal import Journal, RunId, _Event, read_events, versions
 from kerngen.agent.model_run import MODEL_EVENTS, RegionRow, VariantTry
-from kerngen.agent.safe_paths import name_problem
 
 __all__ = ["JournalState", "ModelRunResumed", "ModelRunStarted", "RegionFinished", "RegionStarted", "RegionTried",
            "journal_state", "open_model_journal", "read_model_journal", "reopen_model_journal"]
 
 
-class _Event(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    seq: int = 0
-    t: float = Field(default_factory=time.time)
-
-
 class ModelRunStarted(_Event):
     type: Literal["model_run_started"] = "model_run_started"
-    run_id: str
+    run_id: RunId
     problem: str
     problem_path: str
     problem_sha256: str
@@ -46,14 +37,6 @@ class ModelRunStarted(_Event):
     tune: int
     replay_of: str = ""  # kerngen replay --tune: the run whose plan it tunes again
     versions: dict[str, str] = Field(default_factory=dict)
-
-    @field_validator("run_id")
-    @classmethod
-    def _plain_run_id(cls, value: str) -> str:  # a run id names a folder: never `../x`, `/x`, NUL
-        why = name_problem(value)
-        if why is not None:
-            raise ValueError(f"run id {why}")
-        return value
 
 
 class ModelRunResumed(_Event):
