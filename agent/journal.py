@@ -21,8 +21,6 @@ import itertools
 import json
 import math
 import os
-import platform
-import secrets
 import threading
 import time
 from pathlib import Path
@@ -33,19 +31,19 @@ try:
 except ImportError:  # not POSIX: no flock
     fcntl = None  # type: ignore[assignment]
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 
 from kerngen.agent.budget import SearchBudget, SearchConfig, StopKind
 from kerngen.agent.problem_data import ProblemRecord
 from kerngen.agent.safe_paths import name_problem
 from kerngen.agent.proposer import Branch, Idea, TriedIdea
 from kerngen.errors import JournalError
-from kerngen.version import __version__
 from kerngen.redact import redact
 from kerngen.harness.results import Baseline, EvalResult, GpuFacts, KernelProfile
 from kerngen.harness.spec.spec import KernelSpec
 from kerngen.harness.tune.outcome import TuneCurve, TuneOutcome, tune_seconds
 from kerngen.harness.atomic import write_atomic  # noqa: F401 - re-exported for the run folder writers
+from kerngen.agent.run_ids import new_run_id, versions  # noqa: F401 - re-exported: where run folders began
 from kerngen.problems.ref import ProblemRef
 
 EVENTS = "events.jsonl"
@@ -53,6 +51,16 @@ MAX_JOURNAL_BYTES = 256 << 20  # see max_journal_bytes()
 MAX_EVENT_BYTES = 32 << 20  # one line: a node with its clipped compile log is well under 1 MB
 TREE = "tree.json"
 BEST = "best"
+
+
+def _plain_run_id(value: str) -> str:  # a run id becomes a folder name: never `../x`, `/x`, NUL
+    why = name_problem(value)
+    if why is not None:
+        raise ValueError(f"run id {why}")
+    return value
+
+
+RunId = Annotated[str, AfterValidator(_plain_run_id)]
 
 
 class _Event(BaseModel):
@@ -67,7 +75,7 @@ DEMO_LABEL = "DEMO (scripted, not measured on a GPU)"  # what every view of a de
 
 class RunStarted(_Event):
     type: Literal["run_started"] = "run_started"
-    run_id: str
+    run_id: RunId
     problem: ProblemRef
     config: SearchConfig
     budget: SearchBudget
@@ -93,15 +101,6 @@ class RunStarted(_Event):
         if not self.demo and (self.proposer == "scripted" or scripted_gpu):
             self.demo = True
         return self
-
-    @field_validator("run_id")
-    @classmethod
-    def _plain_run_id(cls, value: str) -> str:  # a run id becomes a folder name: never `../x`, `/x`, NUL
-        why = name_problem(value)
-        if why is not None:
-            raise ValueError(f"run id {why}")
-        return value
-
 
 class RunResumed(_Event):
     type: Literal["run_resumed"] = "run_resumed"
@@ -256,20 +255,21 @@ def max_journal_bytes() -> int:
     return int(mb * (1 << 20)) if mb > 0 else MAX_JOURNAL_BYTES
 
 
-def read_events(run_dir: str | Path) -> tuple[list[Any], int]:
-    """All events of a run and the number of bytes of a truncated last line (0 if none).
+def read_events(run_dir: str | Path, *, file: str = EVENTS, parse: Callable[[dict[str, Any]], Any] = parse_event,
+                first: type = RunStarted) -> tuple[list[Any], int]:
+    """All events of a run and the number of bytes of a truncated last line (0 if none). ``file``, ``parse``,
+    ``first``: another journal of the same format (a model run's: :mod:`kerngen.agent.model_journal`).
 
     The journal is streamed, one line at a time: a file larger than :func:`max_journal_bytes`
     or a line longer than :data:`MAX_EVENT_BYTES` is refused before it is read whole, so a
     1 GB sparse ``events.jsonl`` costs no memory. Raises :class:`JournalError` for those, for a
     missing folder or file, or a bad line other than a partial last one."""
     path = Path(run_dir)
-    name = path.name
-    file = path / EVENTS
+    name, base, file = path.name, file, path / file
     if not path.is_dir():
         raise JournalError(f"run {name}: no such run folder {path}")
     if not file.is_file():
-        raise JournalError(f"run {name}: {EVENTS} is missing in {path}")
+        raise JournalError(f"run {name}: {base} is missing in {path}")
     limit = max_journal_bytes()
     events: list[Any] = []
     truncated = 0
@@ -298,33 +298,33 @@ def read_events(run_dir: str | Path) -> tuple[list[Any], int]:
                     bad = (bad[0], bad[1] + len(line))
                 elif line.strip():
                     try:
-                        events.append(_parse_line(name, n, line))
+                        events.append(_parse_line(name, n, line, base, parse))
                     except JournalError as exc:
                         if n == 1:
                             raise
                         bad = (exc, len(line))
     except OSError as exc:
-        raise JournalError(f"run {name}: cannot read {EVENTS}: {exc}") from None
+        raise JournalError(f"run {name}: cannot read {base}: {exc}") from None
     if bad is not None:  # a bad LAST line (a write cut short, then a newline): lost like a cut write
         truncated = bad[1]
-    if not events or not isinstance(events[0], RunStarted):
-        raise JournalError(f"run {name}: {EVENTS} does not start with a run_started event")
+    if not events or not isinstance(events[0], first):
+        raise JournalError(f"run {name}: {base} does not start with a {first.model_fields['type'].default} event")
     return events, truncated
 
 
-def _parse_line(name: str, n: int, line: bytes) -> Any:
+def _parse_line(name: str, n: int, line: bytes, base: str, parse: Callable[[dict[str, Any]], Any]) -> Any:
     try:
         data = json.loads(line)
     except (ValueError, UnicodeDecodeError, RecursionError):  # ValueError: bad JSON, a 5000-digit int
-        raise JournalError(f"run {name}: {EVENTS} line {n} is not valid JSON") from None
+        raise JournalError(f"run {name}: {base} line {n} is not valid JSON") from None
     if not isinstance(data, dict) or "type" not in data:
-        raise JournalError(f"run {name}: {EVENTS} line {n} is not an event (no type)")
+        raise JournalError(f"run {name}: {base} line {n} is not an event (no type)")
     try:
-        return parse_event(data)
+        return parse(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err.get("loc", ()))
-        raise JournalError(f"run {name}: {EVENTS} line {n} is not a valid {data.get('type')} event "
+        raise JournalError(f"run {name}: {base} line {n} is not a valid {str(data.get('type'))[:40]} event "
                            f"({where}: {err.get('msg')})") from None
 
 
@@ -402,10 +402,10 @@ class Journal:
 
     ``listeners`` see every event after it is on disk (the live view, the tree)."""
 
-    def __init__(self, run_dir: str | Path, *, next_seq: int = 0, _fh: Any = None) -> None:
+    def __init__(self, run_dir: str | Path, *, next_seq: int = 0, _fh: Any = None, file: str = EVENTS) -> None:
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.path = self.dir / EVENTS
+        self.path = self.dir / file
         self._lock = threading.Lock()
         self._seq = next_seq
         # one writer per run: the file stays locked (flock) while this Journal is open; the OS
@@ -414,15 +414,16 @@ class Journal:
         self.listeners: list[Callable[[Any], None]] = []
 
     @classmethod
-    def reopen(cls, run_dir: str | Path) -> tuple["Journal", list[Any], int]:
-        """Open an existing journal for appending: lock it, read its events and cut a partial
-        last line. :class:`JournalError` when another process has it open for appending."""
-        path = Path(run_dir) / EVENTS
+    def reopen(cls, run_dir: str | Path, *, file: str = EVENTS, read: Callable[..., tuple[list[Any], int]] = read_events
+               ) -> tuple["Journal", list[Any], int]:
+        """Open an existing journal (``read`` reads it) for appending: lock it, read its events and cut a
+        partial last line. :class:`JournalError` when another process has it open for appending."""
+        path = Path(run_dir) / file
         if not path.is_file():
-            read_events(run_dir)  # raises the missing folder's or file's error; nothing is created
+            read(run_dir)  # raises the missing folder's or file's error; nothing is created
         fh = _open_locked(path)
         try:
-            events, truncated = read_events(run_dir)  # what is on disk now that nobody else writes
+            events, truncated = read(run_dir)  # what is on disk now that nobody else writes
             if truncated:
                 size = path.stat().st_size
                 with open(path, "r+b") as cut:
@@ -430,7 +431,7 @@ class Journal:
                     cut.flush()
                     os.fsync(cut.fileno())
             nxt = max((e.seq for e in events), default=-1) + 1
-            return cls(run_dir, next_seq=nxt, _fh=fh), events, truncated
+            return cls(run_dir, next_seq=nxt, _fh=fh, file=file), events, truncated
         except BaseException:
             fh.close()
             raise
@@ -471,30 +472,3 @@ class Journal:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-# ----- run ids and versions -----------------------------------------------------------------
-def new_run_id(problem: ProblemRef, now: float | None = None) -> str:
-    """Like ``20261122-153000-softmax-ab12``."""
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now if now is not None else time.time()))
-    slug = Path(problem.source).stem if problem.source.endswith(".py") else problem.source
-    slug = "".join(c if c.isalnum() or c in "_-" else "-" for c in slug.lower()).strip("-")[:40] or "problem"
-    return f"{stamp}-{slug}-{secrets.token_hex(2)}"
-
-
-def versions() -> dict[str, str]:
-    out = {"kerngen": __version__, "python": platform.python_version()}
-    try:
-        import torch
-
-        out["torch"] = torch.__version__
-    except Exception:  # noqa: BLE001 - a version we cannot read is only a missing fact
-        out["torch"] = "unavailable"
-    try:
-        from cuda.bindings import nvrtc
-
-        err, major, minor = nvrtc.nvrtcVersion()
-        out["nvrtc"] = f"{major}.{minor}"
-    except Exception:  # noqa: BLE001
-        out["nvrtc"] = "unavailable"
-    return out

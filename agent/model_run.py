@@ -19,9 +19,10 @@ from kerngen.harness.model.check import ModelCheck
 from kerngen.harness.model.aten import PlanError
 from kerngen.harness.model.plan import ModelPlan
 
-__all__ = ["MODEL_FILE", "ModelRun", "RegionRow", "VariantTry", "is_model_run", "read_model_run", "write_model_run"]
+__all__ = ["MODEL_EVENTS", "MODEL_FILE", "ModelRun", "RegionRow", "VariantTry", "is_model_run", "read_model_run", "write_model_run"]
 
 MODEL_FILE = "model.json"
+MODEL_EVENTS = "model_events.jsonl"  # the run's journal (:mod:`.model_journal`): what a resume reads
 MAX_MODEL_BYTES = 64 << 20
 
 
@@ -31,6 +32,7 @@ class VariantTry(BaseModel):
     config: dict[str, int] | None = None  # a tune's configuration (None: the variant's default)
     kernel_ms: float | None = None
     message: str = ""
+    parent: int | None = None  # a tune's configuration: the index (in its region's tries) of the kernel it tunes
 
 
 class RegionRow(BaseModel):
@@ -46,6 +48,7 @@ class RegionRow(BaseModel):
     chosen: Literal["kernel", "pytorch"] = "pytorch"
     variant: str | None = None
     config: dict[str, int] | None = None  # the chosen kernel's configuration
+    chosen_try: int | None = None  # the chosen kernel's index in ``tried``
     kernel_ms: float | None = None
     why: str = ""  # why PyTorch runs it (no family, no variant correct, slower than PyTorch, no budget left)
 
@@ -71,6 +74,9 @@ class ModelRun(BaseModel):
     elapsed_s: float = 0.0
     stopped: str = ""
     replay_of: str = ""  # the run whose plan this one re-checked and re-timed (kerngen replay)
+    retuned: bool = False  # kerngen replay --tune: each kernel region tuned again on this device
+    changed: list[int] = []  # a re-tune: the regions whose variant or configuration differs from replay_of's
+    sessions: int = 1  # 1 + the times it was resumed (kerngen generate --as-model --resume)
 
     @property
     def kernel_share(self) -> float:
@@ -84,7 +90,8 @@ class ModelRun(BaseModel):
 
 
 def is_model_run(path: Path) -> bool:
-    return (Path(path) / MODEL_FILE).is_file()
+    """A model run's folder: its record, or (a run interrupted before its end) its journal."""
+    return (Path(path) / MODEL_FILE).is_file() or (Path(path) / MODEL_EVENTS).is_file()
 
 
 def write_model_run(run: ModelRun, folder: Path) -> Path:
@@ -99,6 +106,9 @@ def read_model_run(folder: Path) -> ModelRun:
     one, or one whose plan cannot run (a name read before it is made, an ATen op outside the allowlist or not
     functional)."""
     path = Path(folder) / MODEL_FILE
+    if not path.exists() and not path.is_symlink() and (Path(folder) / MODEL_EVENTS).is_file():
+        raise KerngenError(f"model run {Path(folder).name} was interrupted before its end (its journal holds the "
+                           f"regions searched): continue it with kerngen generate MODEL.py --as-model --resume {folder}")
     try:
         if path.is_symlink() or path.stat().st_size > MAX_MODEL_BYTES:
             raise KerngenError(f"{path}: not a regular model record of at most {MAX_MODEL_BYTES >> 20} MB")

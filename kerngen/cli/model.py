@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from kerngen.errors import KerngenError
 
-__all__ = ["generate_model", "wants_model"]
+__all__ = ["generate_model", "is_model_resume", "resume_model", "wants_model"]
 
 
 def wants_model(ref: Any) -> bool:
@@ -32,10 +32,12 @@ def wants_model(ref: Any) -> bool:
 
 
 def generate_model(ref: Any, runs_dir: Path, minutes: float | None, compile: bool = True,
-                   llm: Callable[[], Any] | None = None) -> None:
-    """``llm``: makes the LLM proposer (after the GPU is found: no request is spent where none runs) whose
-    kernels each region gets beside the playbook's (:mod:`kerngen.agent.model_llm`)."""
+                   resume_dir: Path | None = None, llm: Callable[[], Any] | None = None) -> None:
+    """A new model run, or (``resume_dir``) the interrupted one there continued (``minutes``: this session's).
+    ``llm``: makes the LLM proposer (after the GPU is found: no request is spent where none runs) whose kernels each
+    region gets beside the playbook's (:mod:`kerngen.agent.model_llm`)."""
     import torch
+    import typer
     from rich.console import Console
 
     from kerngen.agent.model_llm import RegionLLM
@@ -44,7 +46,7 @@ def generate_model(ref: Any, runs_dir: Path, minutes: float | None, compile: boo
     from kerngen.harness.model.bench import cuda_timer
     from kerngen.harness.model.execute import cuda_launcher
     from kerngen.problems.load import load_problem
-    from kerngen.results.model_run import render_model_run
+    from kerngen.results.model_run import plain, render_model_run, render_region_trees
 
     if not torch.cuda.is_available():
         raise KerngenError("a model run needs a CUDA GPU here (kerngen playbook MODEL.py lists its plan without one)")
@@ -52,18 +54,61 @@ def generate_model(ref: Any, runs_dir: Path, minutes: float | None, compile: boo
     if problem.path:  # a file this user ran: a later replay or load may read it again on the run's word
         remember(problem.sha256, Path(problem.path).resolve())
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    run_dir = Path(runs_dir) / f"{stamp}-{problem.name}-model"
+    run_dir = resume_dir or Path(runs_dir) / f"{stamp}-{problem.name}-model"
     out = Console(highlight=False, soft_wrap=True)
-    out.print(f"[bold]model run[/] {run_dir}")
+    out.print(f"[bold]model run[/] {plain(run_dir)}" + (" (resumed)" if resume_dir else ""))
     dev = torch.device("cuda", torch.cuda.current_device())
     propose = RegionLLM(llm(), run_dir, problem) if llm is not None else None
-    run = search_model(problem, run_dir, device=dev, launcher=cuda_launcher(), timer=cuda_timer(dev),
-                       minutes=5.0 if minutes is None else minutes, compile=compile,
-                       log=lambda line: out.print(f"  {line}", markup=False), propose=propose)
+    try:
+        run = search_model(problem, run_dir, device=dev, launcher=cuda_launcher(), timer=cuda_timer(dev),
+                           minutes=5.0 if minutes is None else minutes, compile=compile, resume=resume_dir is not None,
+                           log=lambda line: out.print(f"  {line}", markup=False), propose=propose)
+    except KeyboardInterrupt:
+        src = f" {problem.path}" if problem.path else ""
+        Console(stderr=True, highlight=False, soft_wrap=True).print(
+            f"interrupted: model run {run_dir.name} is saved in {run_dir} (every region searched is in its journal); "
+            f"continue it with: kerngen generate{src} --as-model --resume {run_dir}", markup=False)
+        raise typer.Exit(130) from None
     if propose is not None and propose.stopped:
         out.print(f"the LLM stopped: {propose.stopped}", markup=False)
     out.print(render_model_run(run))
-    out.print(f"record: {run_dir / 'model.json'}; kerngen.load('{run_dir}') gives the model as an nn.Module")
+    out.print(render_region_trees(run))
+    out.print(f"record: {run_dir / 'model.json'}; kerngen.load('{run_dir}') gives the model as an nn.Module",
+              markup=False)
+
+
+def is_model_resume(resume: str, runs_dir: Path) -> bool:
+    """Whether ``--resume RUN`` names a model run (its folder or id)."""
+    from kerngen.results.model_run import model_run_path
+
+    return model_run_path(resume, runs_dir) is not None
+
+
+def resume_model(resume: str, problem_file: str | None, runs_dir: Path, minutes: float | None) -> None:
+    """``kerngen generate [MODEL.py] --as-model --resume RUN``: the journal read (a bad one: one line) before any
+    GPU work; the problem file: MODEL.py, else the journal's own while kerngen ran it here, unchanged."""
+    from types import SimpleNamespace
+
+    from kerngen.agent.model_journal import read_model_journal
+    from kerngen.agent.model_run import MODEL_EVENTS, MODEL_FILE
+    from kerngen.agent.safe_paths import refuse_symlinks
+    from kerngen.problems.ref import parse_problem_ref
+    from kerngen.results.model_run import latest_model_run, model_run_path, recorded_problem_file
+
+    folder = latest_model_run(runs_dir) if resume == "latest" else model_run_path(resume, runs_dir)
+    if folder is None:
+        raise KerngenError(f"{resume}: not a model run (no {MODEL_EVENTS} there, nor under {runs_dir})")
+    if Path(folder).is_symlink():
+        raise KerngenError(f"{folder}: a symbolic link; a resume writes into the run folder, never through a link")
+    refuse_symlinks(folder, (MODEL_EVENTS, MODEL_FILE))
+    if (Path(folder) / MODEL_FILE).exists():
+        raise KerngenError(f"model run {Path(folder).name} is finished (its model.json is written): nothing to "
+                           "resume; kerngen replay RUN --tune searches it again")
+    started = read_model_journal(folder)[0][0]
+    rec = SimpleNamespace(id=started.run_id, problem_path=started.problem_path, problem_sha256=started.problem_sha256)
+    src = problem_file or str(recorded_problem_file(rec, Path(folder), "pass it: kerngen generate MODEL.py --as-model "
+                                                                        f"--resume {resume}"))
+    generate_model(parse_problem_ref(src, None, None, None), runs_dir, minutes, resume_dir=Path(folder))
 
 
 # ----- the other verbs on model runs: runs, report, export, replay, suite -----------------------
@@ -100,19 +145,23 @@ def export_model(folder: Path, out: Path) -> None:
                                         f"use it: module = kerngen.load({str(dest)!r}, model=my_model)"))
 
 
-def replay_model_run(folder: Path, runs_dir: Path, problem_file: str | None, compile: bool = True) -> None:
-    """``kerngen replay`` of a model run: its plan re-checked and re-timed end to end on this GPU, a new record.
+def replay_model_run(folder: Path, runs_dir: Path, problem_file: str | None, compile: bool = True,
+                     tune: bool = False, minutes: float | None = None) -> None:
+    """``kerngen replay`` of a model run: its plan re-checked and re-timed end to end on this GPU, a new record;
+    ``tune``: each kernel region tuned again here first (:func:`kerngen.agent.model_search.retune_model`).
     The problem file: ``--problem``, else the run's own while it is where the run read it, unchanged."""
     import torch
     from rich.console import Console
 
     from kerngen.agent.model_run import read_model_run
-    from kerngen.agent.model_search import replay_model
+    from kerngen.agent.model_search import replay_model, retune_model
     from kerngen.harness.model.bench import cuda_timer
     from kerngen.harness.model.execute import cuda_launcher
     from kerngen.problems.load import load_problem
-    from kerngen.results.model_run import recorded_problem_file, render_model_run
+    from kerngen.results.model_run import recorded_problem_file, render_model_run, render_region_trees
 
+    if minutes is not None and not minutes > 0:
+        raise KerngenError("--minutes must be more than 0")
     run = read_model_run(folder)  # before any GPU work: a record that cannot run is refused here
     src = problem_file or recorded_problem_file(run, Path(folder), "pass it: --problem MODEL.py")
     if not Path(src).is_file():
@@ -126,8 +175,14 @@ def replay_model_run(folder: Path, runs_dir: Path, problem_file: str | None, com
     run_dir = Path(runs_dir) / f"{stamp}-{problem.name}-model-replay"
     out = Console(highlight=False, soft_wrap=True)
     dev = torch.device("cuda", torch.cuda.current_device())
-    new = replay_model(run, problem, run_dir, device=dev, launcher=cuda_launcher(), timer=cuda_timer(dev),
-                       compile=compile, log=lambda line: out.print(f"  {line}", markup=False))
+    how = dict(device=dev, launcher=cuda_launcher(), timer=cuda_timer(dev), compile=compile,
+               log=lambda line: out.print(f"  {line}", markup=False))
+    if tune:
+        new = retune_model(run, problem, run_dir, minutes=2.0 if minutes is None else minutes, **how)
+        out.print(render_region_trees(new))
+        out.print("regions whose kernel changed: " + (", ".join(f"r{r}" for r in new.changed) or "none"))
+    else:
+        new = replay_model(run, problem, run_dir, **how)
     out.print(render_model_run(new))
     out.print(f"replay written to {run_dir / 'model.json'}", markup=False)
 

@@ -148,6 +148,8 @@ def generate(
             raise KerngenError("--precision and --export take one problem (several: one search each, then "
                                "kerngen export RUN)")
         return _generate_many(problems, asked, fresh=fresh, as_json=as_json, evaluator_kind=evaluator_kind)
+    if resume and evaluator_kind == "pool" and (as_model or model_path.is_model_resume(resume, runs_dir)):
+        return model_path.resume_model(resume, problem, runs_dir, minutes)
     if resume:
         rec = load_run(resume, runs_dir)  # JournalError for a missing or corrupt run, before anything else
         ensure_unlocked(rec.path)  # another process appending to it: refused now, before GPUs or an LLM
@@ -417,7 +419,7 @@ def show(
     as_json: bool = typer.Option(False, "--json", help="print the run as one JSON object"),
 ) -> None:
     """Print the search tree of a run: ideas, categories, verdicts, times, speedups, registers."""
-    from kerngen.results.model_run import model_run_json, model_run_path, read_model_run, render_model_run
+    from kerngen.results.model_run import model_run_json, model_run_path, read_model_run, render_model_run, render_region_trees
 
     folder = model_run_path(run, runs_dir)
     if folder is not None:  # a model run: its regions and the end-to-end figures
@@ -425,7 +427,7 @@ def show(
         if as_json:
             typer.echo(json.dumps(model_run_json(record), indent=2))
         else:
-            Console(highlight=False, width=width).print(render_model_run(record))
+            Console(highlight=False, width=width).print(render_model_run(record), render_region_trees(record))
         return
     loaded = load_run(run, runs_dir)
     warn_torn(loaded)
@@ -463,6 +465,9 @@ def replay(
     problem: Optional[str] = typer.Option(None, "--problem",
                                           help="the problem file to run (a run's own file runs only when built in "
                                                "or unchanged since the run started)"),
+    tune: bool = typer.Option(False, "--tune", help="a model run: tune each kernel region again on this GPU, from "
+                              "its recorded variant and configuration, then check and time end to end"),
+    minutes: Optional[float] = typer.Option(None, "--minutes", help="with --tune: the budget (default 2)"),
     evaluator_kind: str = typer.Option("pool", "--evaluator", hidden=True),
 ) -> None:
     """Re-run a recorded search with no LLM call, re-evaluating every node on this GPU."""
@@ -473,7 +478,10 @@ def replay(
 
     folder = model_run_path(run, runs_dir)
     if folder is not None:  # a model run: its plan re-checked and re-timed end to end on this GPU
-        return model_path.replay_model_run(folder, runs_dir, problem)
+        return model_path.replay_model_run(folder, runs_dir, problem, tune=tune, minutes=minutes)
+    if tune or minutes is not None:
+        raise KerngenError("--tune re-tunes a model run; an op run's kernel: kerngen tune PROBLEM --kernel "
+                           "runs/RUN/best/spec.json")
     orig = load_run(run, runs_dir)
     _, which = rerun_ref(orig.started, problem)  # before any GPU work: which file runs, or why none
     Console(highlight=False).print(which, markup=False, soft_wrap=True)

@@ -14,11 +14,12 @@ from rich.table import Table
 
 from kerngen.errors import KerngenError
 
-from kerngen.agent.model_run import ModelRun, is_model_run, read_model_run, write_model_run
+from kerngen.agent.model_run import MODEL_FILE, ModelRun, is_model_run, read_model_run, write_model_run
 from kerngen.agent.tree import resolve_run
 
-__all__ = ["EXPORT_README", "export_model_run", "load_model_run", "model_run_json", "model_run_path", "model_run_row",
-           "model_run_rows", "plain", "recorded_problem_file", "render_model_run", "render_model_runs"]
+__all__ = ["EXPORT_README", "export_model_run", "latest_model_run", "load_model_run", "model_run_json", "model_run_path", "model_run_row",
+           "model_run_rows", "plain", "recorded_problem_file", "render_model_run", "render_model_runs",
+           "render_region_trees"]
 
 EXPORT_README = "README.txt"
 
@@ -30,6 +31,12 @@ def model_run_path(run: str | Path, runs_dir: str | Path = "runs") -> Path | Non
         if cand.is_dir() and is_model_run(cand):
             return cand
     return None
+
+
+def latest_model_run(runs_dir: str | Path = "runs") -> Path | None:
+    """The newest model run folder under ``runs_dir`` (by name: its start stamp)."""
+    rows = model_run_rows(runs_dir)
+    return Path(rows[-1]["path"]) if rows else None
 
 
 def model_run_rows(runs_dir: str | Path = "runs") -> list[dict[str, Any]]:
@@ -49,6 +56,8 @@ def model_run_row(folder: Path) -> dict[str, Any]:
     try:
         r = read_model_run(folder)
     except KerngenError as exc:
+        if not (folder / MODEL_FILE).exists():  # a run stopped before its end: its journal holds what it searched
+            return row | {"status": f"interrupted: kerngen generate MODEL.py --as-model --resume {folder}"}
         return row | {"status": f"corrupt: {str(exc)[:200]}"}
     t = r.timing
     row.update(problem=r.problem, problem_path=r.problem_path, gpu=r.device, correct=bool(r.check and r.check.ok),
@@ -136,6 +145,41 @@ def render_model_run(run: ModelRun) -> Table:
     t.caption = plain("\n".join(lines))
     t.caption_justify = "left"
     return t
+
+
+def render_region_trees(run: ModelRun) -> Any:
+    """Each searched region's tries as a tree: its variants, and under the kernel a tune started from, the
+    configurations tried (what each changes from it); the chosen one marked."""
+    from rich.console import Group
+    from rich.tree import Tree
+
+    trees = []
+    for r in run.regions:
+        if not r.tried:
+            continue
+        head = f"r{r.region} {r.family or '-'}: " + (f"kernel {r.variant} {_ms(r.kernel_ms)} ms" if r.chosen == "kernel"
+                                                      else f"PyTorch ({r.why[:80]})")
+        tree = Tree(plain(head))
+        nodes: dict[int, Any] = {}
+        for i, t in enumerate(r.tried):
+            parent = r.tried[t.parent] if t.parent is not None and 0 <= t.parent < i else None
+            label = t.variant if t.config is None else _changes(t, parent, r.tried)
+            mark = " *" if r.chosen == "kernel" and i == r.chosen_try else ""
+            text = f"{label}: " + (f"{_ms(t.kernel_ms)} ms" if t.ok else t.message[:100]) + mark
+            nodes[i] = (nodes.get(t.parent, tree) if parent is not None else tree).add(plain(text))
+        trees.append(tree)
+    return Group(*trees)
+
+
+def _changes(t: Any, parent: Any, tried: list[Any]) -> str:
+    """What a tune's configuration changes from the kernel it tunes: from its configuration when recorded, else
+    (a variant at its default) the values its sibling configurations differ in."""
+    if parent is not None and parent.config is not None:
+        base = parent.config
+        return " ".join(f"{k}={v}" for k, v in t.config.items() if base.get(k) != v) or "the same configuration"
+    sibs = [s.config for s in tried if s.parent == t.parent and s.config is not None]
+    keys = {k for c in sibs for k in c if len({str(x.get(k)) for x in sibs}) > 1} or set(t.config)
+    return " ".join(f"{k}={v}" for k, v in t.config.items() if k in keys)
 
 
 def model_run_json(run: ModelRun) -> dict[str, Any]:

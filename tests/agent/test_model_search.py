@@ -95,7 +95,7 @@ def test_load_gives_the_model_as_a_module_in_eager_and_under_compile(resblock_ru
 
 
 def test_a_model_run_whose_region_kernel_is_wrong_is_never_reported_correct(tmp_path, monkeypatch):
-    import kerngen.agent.model_search as ms
+    import kerngen.agent.model_region as ms
 
     real = ms.kernel_step
 
