@@ -222,3 +222,16 @@ def print_model_suite(folders: list[Path], as_json: bool) -> None:
     t = render_model_runs(rows, "the suite's arguments")
     t.caption = "as recorded by each run; kerngen replay RUN re-checks and re-times one on this GPU"
     Console(highlight=False, soft_wrap=True).print(t)
+
+
+def model_llm(ref: Any, asked: Any) -> Any:
+    """The LLM of a model run (made once its GPU is known to be there): the op search's, its request and cost
+    budgets (--max-llm-calls, --max-cost) over the whole run."""
+    from kerngen.agent.budget import Usage
+    from kerngen.cli.compose import make_proposer
+
+    prop, _ = make_proposer("llm", ref, usage=Usage(), model=asked.model, base_url=asked.base_url,
+                            llm_knobs=asked.knobs)
+    prop.limit_requests(asked.given.get("max_llm_calls"))
+    prop.limit_cost(asked.given.get("max_cost_usd"))
+    return prop

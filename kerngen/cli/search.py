@@ -169,7 +169,7 @@ def generate(
         llm = as_model and (proposer == "llm" or (proposer == "auto" and (model is not None or base_url is not None)))
         if evaluator_kind == "pool" and (llm or proposer in ("auto", "playbook") and model is None and base_url is None
                                          and (as_model or model_path.wants_model(ref))):
-            return model_path.generate_model(ref, runs_dir, minutes, llm=(lambda: _model_llm(ref, asked)) if llm else None)
+            return model_path.generate_model(ref, runs_dir, minutes, llm=(lambda: model_path.model_llm(ref, asked)) if llm else None)
         _check_problem(ref, evaluator_kind)
         seed = KernelSpec.load(kernel) if kernel else None
     from kerngen.agent.search import Search
@@ -374,18 +374,6 @@ def _say_interrupted(run_dir: Path, runs_dir: Path) -> None:
         name, where = str(run_dir), ""
     err.print(one_line(f"interrupted: run {run_dir.name} is saved in {run_dir}; continue it with: "
                         f"kerngen generate --resume {shlex.quote(name)}{where}"), markup=False)
-
-
-def _model_llm(ref: Any, asked: "_Asked") -> Any:
-    """The LLM of a model run (made once its GPU is known to be there): the op search's, its request and cost
-    budgets (--max-llm-calls, --max-cost) over the whole run."""
-    from kerngen.cli.compose import make_proposer
-
-    prop, _ = make_proposer("llm", ref, usage=Usage(), model=asked.model, base_url=asked.base_url,
-                            llm_knobs=asked.knobs)
-    prop.limit_requests(asked.given.get("max_llm_calls"))
-    prop.limit_cost(asked.given.get("max_cost_usd"))
-    return prop
 
 
 def _extra_fields(text: str | None) -> dict[str, Any] | None:
