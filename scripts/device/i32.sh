@@ -40,8 +40,8 @@ part() {  # N: generate + suite on part N of NEW
   mkdir -p "$dir"
   for i in "${NEW[@]:$(( (n - 1) * 5 )):5}"; do cp "$KB"/${i}*.py "$dir/"; done
   stage "generate-$n" "${KG_GEN_S:-330}" "generate --minutes 0.4, part $n ($(ls "$dir" | cut -d_ -f1 | tr '\n' ' '))" \
-    kerngen generate "$dir" --proposer playbook --minutes 0.4 --runs-dir "$RUNS"
-  stage "suite-$n" "${KG_SUITE_S:-200}" "suite, part $n" kerngen suite "$dir" --runs-dir "$RUNS" --budget-ms 100
+    env COLUMNS=240 kerngen generate "$dir" --proposer playbook --minutes 0.4 --runs-dir "$RUNS"
+  stage "suite-$n" "${KG_SUITE_S:-200}" "suite, part $n" env COLUMNS=240 kerngen suite "$dir" --runs-dir "$RUNS" --budget-ms 100
   rows+=("| suite part $n: see below | | | |")
 }
 
