@@ -28,9 +28,13 @@ from kerngen.agent.model_tune import RegionBudget, tune_configs
 from kerngen.agent.playbook import NotCovered
 from kerngen.agent.playbook.model_plan import RegionPlan, assemble, kernel_step
 
-__all__ = ["NOT_TRIED", "Best", "RegionSearch", "decide", "search_region"]
+__all__ = ["NOT_TRIED", "Best", "RegionSearch", "decide", "search_region", "tensor_cores_first"]
 
 NOT_TRIED = "not tried: the budget ran out"
+# the tensor-core variants first, by the GPU's major compute capability: a short budget reaches a region's first
+# variants only, and the offer lists the FFMA ones first (4x H200, 2026-11-28: resnet18's convs tried igemm and direct
+# first, slower than cuDNN, and never reached wgmma); wgmma is sm_90a's alone, 3xTF32 on mma.sync runs from sm_80
+TENSOR_CORES_FIRST = {9: ("wgmma", "tf32x3"), 8: ("tf32x3",)}
 KEEP = 64  # recorded tries a resume did not reach, kept per region (a handed journal may hold any number)
 
 
@@ -70,7 +74,7 @@ def search_region(ctx: RegionSearch, rp: RegionPlan, row: RegionRow, until: floa
     journal), the best correct kernel returned (None: none)."""
     recorded = {_key(t.variant, t.config): t for t in prior or [] if t.message != NOT_TRIED}
     best: Best | None = None
-    order = list(rp.offered)
+    order = tensor_cores_first(rp.offered, ctx.device)
     if start is not None and start[0] in order:  # a re-tune: the recorded kernel first, at its configuration
         order.remove(start[0])
         order.insert(0, start[0])
@@ -93,6 +97,17 @@ def search_region(ctx: RegionSearch, rp: RegionPlan, row: RegionRow, until: floa
     # a recorded try this session did not reach (a variant no longer offered): kept in the record, as data
     row.tried.extend(t.model_copy(update={"parent": None}) for t in list(recorded.values())[:KEEP])
     return best
+
+
+def tensor_cores_first(offered: list[str], device: Any) -> list[str]:
+    """``offered`` with the variants on this GPU's tensor cores first (:data:`TENSOR_CORES_FIRST`), the rest in the
+    offer's order; unchanged off a CUDA device."""
+    prefs: tuple[str, ...] = ()
+    if getattr(device, "type", None) == "cuda":
+        import torch
+
+        prefs = TENSOR_CORES_FIRST.get(torch.cuda.get_device_capability(device)[0], ())
+    return sorted(offered, key=lambda v: next((i for i, p in enumerate(prefs) if p in v), len(prefs)))
 
 
 def decide(row: RegionRow, best: Best | None) -> KernelStep | None:

@@ -142,3 +142,20 @@ def test_load_reads_the_recorded_problem_file_only_when_kerngen_ran_it_here(resb
     monkeypatch.setattr(problems_load, "load_problem", on_cpu)
     module = load_model_run(run_dir, launcher=c.launch)
     assert built == [run.problem_path] and module is not None
+
+
+def test_a_region_tries_its_tensor_core_variants_first_on_a_gpu_that_has_them(monkeypatch):
+    """A short budget reaches a region's first variants only: on Hopper the wgmma core, then 3xTF32, go first (the
+    offer lists igemm and direct first); on sm_80 3xTF32; off a GPU (the emulator) the offer's order."""
+    from kerngen.agent.model_region import tensor_cores_first
+
+    offered = ["igemm", "direct", "tf32x3", "wgmma", "rows_tf32x3_staged"]
+    cap = {"value": (9, 0)}
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: cap["value"])
+    cuda = torch.device("cuda", 0)
+    assert tensor_cores_first(offered, cuda) == ["wgmma", "tf32x3", "rows_tf32x3_staged", "igemm", "direct"]
+    cap["value"] = (8, 0)
+    assert tensor_cores_first(offered, cuda) == ["tf32x3", "rows_tf32x3_staged", "igemm", "direct", "wgmma"]
+    cap["value"] = (7, 5)
+    assert tensor_cores_first(offered, cuda) == offered
+    assert tensor_cores_first(offered, torch.device("cpu")) == offered
