@@ -315,8 +315,9 @@ class WorkerPool:
         except WorkerTimeout as exc:
             return EvalResult(verdict=Verdict.timeout, message=f"timeout: {exc}; worker restarted",
                               wall_s=time.perf_counter() - started, **base)
-        except WorkerDied as exc:
-            return EvalResult(verdict=Verdict.runtime_error, message=f"runtime error: {exc}",
+        except WorkerDied as exc:  # a SIGKILL from outside (the host's OOM killer): not the candidate's doing
+            verdict = Verdict.harness_error if exc.killed_outside else Verdict.runtime_error
+            return EvalResult(verdict=verdict, message=f"{verdict.value.replace('_', ' ')}: {exc}",
                               log=exc.log_tail, wall_s=time.perf_counter() - started, **base)
         if reply.result is None:
             return EvalResult(verdict=Verdict.harness_error, message=f"harness error: {reply.error}",

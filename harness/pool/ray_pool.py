@@ -64,7 +64,14 @@ class ActorLost(WorkerLost):
 # ----- the actor: one GPU of the cluster, hosting one worker process -----------------------------
 # The relay's outcome travels as a plain triple (kind, text, log tail) so that no kerngen class
 # crosses Ray's pickling: both ends speak the worker protocol's JSON.
-REPLY, TIMEOUT, DIED, OTHER_MODEL = "reply", "timeout", "died", "other-model"
+REPLY, TIMEOUT, DIED, OTHER_MODEL, KILLED = "reply", "timeout", "died", "other-model", "killed"
+
+
+def relay_died(exc: WorkerDied) -> tuple[str, str, str]:
+    """The relay of a worker's death: KILLED for a SIGKILL the actor did not send. A node going down kills the
+    actor's worker first, and the actor, alive a moment longer, would otherwise answer that the candidate's worker
+    died: a kernel's verdict for a cluster's fault (the CPU Ray tests saw it under load, 2026-11-28)."""
+    return (KILLED if exc.killed_outside else DIED), str(exc), exc.log_tail
 
 
 @ray.remote(num_gpus=1, num_cpus=1, max_restarts=-1, max_task_retries=0)
@@ -96,7 +103,7 @@ class GpuActor:
         except WorkerTimeout as exc:
             return TIMEOUT, str(exc), ""
         except WorkerDied as exc:
-            return DIED, str(exc), exc.log_tail
+            return relay_died(exc)
         return REPLY, reply.model_dump_json(), ""
 
     def kill_worker(self) -> None:
@@ -165,6 +172,10 @@ class ActorWorker:
             raise ActorLost(self.lost)
         if kind == TIMEOUT:
             raise WorkerTimeout(text)
+        if kind == KILLED:  # out of the rotation until the actor answers again (a node going down: it will not)
+            self.down = f"the Ray actor of GPU {self.device} lost its worker to a SIGKILL from outside ({text[:200]})"
+            self._probe = None
+            raise ActorLost(self.down)
         if kind == DIED:
             raise WorkerDied(text, tail)
         return Reply.model_validate_json(text)
@@ -456,5 +467,5 @@ def _greeting(ref: "ray.ObjectRef", ready: bool, waited_s: float) -> tuple[GpuFa
     return (reply.facts, "") if reply.facts is not None else (None, reply.error or "no GPU facts")
 
 
-__all__ = ["ActorLost", "ActorWorker", "GpuActor", "LOCAL", "RayPool", "choose_gpus", "connect", "probe",
+__all__ = ["ActorLost", "ActorWorker", "GpuActor", "LOCAL", "RayPool", "choose_gpus", "connect", "probe", "relay_died",
            "quiet_driver"]

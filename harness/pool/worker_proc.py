@@ -32,9 +32,13 @@ class WorkerTimeout(Exception):
 
 
 class WorkerDied(Exception):
-    def __init__(self, message: str, log_tail: str) -> None:
+    """``killed_outside``: a SIGKILL this side did not send (a node going down kills its processes; the host's OOM
+    killer): not the candidate's doing."""
+
+    def __init__(self, message: str, log_tail: str, killed_outside: bool = False) -> None:
         super().__init__(message)
         self.log_tail = log_tail
+        self.killed_outside = killed_outside
 
 
 class WorkerLost(KerngenError):
@@ -55,6 +59,7 @@ class WorkerProcess:
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._next_id = 0
         self.restarts = -1
+        self._killed = False  # whether this side sent the SIGKILL that ended the process (kill())
         self.log_path = Path(tempfile.gettempdir()) / f"kerngen-worker-{os.getpid()}-{index}.log"
 
     @property
@@ -62,6 +67,7 @@ class WorkerProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def start(self) -> None:
+        self._killed = False
         # KERNGEN_PARENT_PID: the worker dies with this process, however it is killed (lifeline)
         env = dict(os.environ, CUDA_VISIBLE_DEVICES=self.device, PYTHONUNBUFFERED="1", KERNGEN_PARENT_PID=str(os.getpid()))
         env.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)
@@ -136,7 +142,9 @@ class WorkerProcess:
     def _died(self, what: str) -> WorkerDied:
         code = self._reap()
         tail = self.log_tail()
-        return WorkerDied(f"{what} (exit code {code})", tail)
+        outside = code == -signal.SIGKILL and not self._killed
+        return WorkerDied(f"{what} (exit code {code}" + (", a SIGKILL from outside" if outside else "") + ")", tail,
+                          killed_outside=outside)
 
     def _reap(self) -> int | None:
         if self.proc is None:
@@ -156,6 +164,7 @@ class WorkerProcess:
     def kill(self) -> None:
         if self.proc is None:
             return
+        self._killed = True
         if self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)

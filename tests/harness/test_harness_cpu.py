@@ -464,3 +464,73 @@ def test_workers_get_expandable_segments_unless_the_user_chose_an_allocator(user
         wp.WorkerProcess(0, "3").start()
     assert seen["CUDA_VISIBLE_DEVICES"] == "3"
     assert seen["PYTORCH_CUDA_ALLOC_CONF"] == (user or wp.ALLOC_CONF) and "expandable_segments" in wp.ALLOC_CONF
+
+
+def test_a_worker_killed_from_outside_is_told_apart_from_a_crash(monkeypatch):
+    """A SIGKILL this side did not send (a Ray node going down kills its processes) is marked, and the Ray actor relays
+    it as KILLED, which the driver takes for a lost actor (the candidate handed on), never a kernel's verdict: under
+    load, CI saw the candidate of a killed node come back "runtime error: the worker process died (exit code -9)".
+    A crash stays the candidate's; so does our own kill of a hang (a timeout)."""
+    import os
+    import signal
+    import threading
+
+    pytest.importorskip("ray")
+    from kerngen.harness.pool import ray_pool
+    from kerngen.harness.pool.protocol import HelloRequest
+
+    w = WorkerProcess(0, "0", start_timeout_s=60, module="tests.fakes.fake_worker")
+    try:
+        assert w.request(_request("fine"), timeout_s=30).result.verdict is Verdict.ok
+        threading.Timer(1.0, lambda: os.killpg(w.proc.pid, signal.SIGKILL)).start()
+        with pytest.raises(WorkerDied) as killed:
+            w.request(_request("hang"), timeout_s=30)
+        assert killed.value.killed_outside and "SIGKILL from outside" in str(killed.value)
+        assert ray_pool.relay_died(killed.value)[0] == ray_pool.KILLED
+        with pytest.raises(WorkerDied) as crashed:
+            w.request(_request("crash"), timeout_s=30)
+        assert not crashed.value.killed_outside and ray_pool.relay_died(crashed.value)[0] == ray_pool.DIED
+        with pytest.raises(WorkerTimeout):  # our own SIGKILL of a hang, then a crash: not from outside
+            w.request(_request("hang"), timeout_s=1.0)
+        with pytest.raises(WorkerDied) as after:
+            w.request(_request("crash"), timeout_s=30)
+        assert not after.value.killed_outside
+    finally:
+        w.close()
+
+    class _Remote:
+        @staticmethod
+        def remote(*args):
+            return "ref"
+
+    class _Actor:
+        request = _Remote
+
+    monkeypatch.setattr(ray_pool.ray, "get", lambda ref, timeout=None: (ray_pool.KILLED, str(killed.value), ""))
+    actor = ray_pool.ActorWorker(0, _Actor(), "192.0.2.2", "1", "NVIDIA H200")
+    with pytest.raises(ray_pool.ActorLost, match="SIGKILL from outside"):
+        actor.request(HelloRequest(ceilings=False), 1.0)
+    assert actor.down
+
+
+def test_the_local_pool_gives_a_worker_killed_from_outside_no_kernel_verdict(tmp_path, monkeypatch):
+    """The host's OOM killer (or anyone) SIGKILLs the worker under a candidate: a harness error, not the kernel's
+    runtime error; the next candidate runs on a restarted worker."""
+    import os
+    import signal
+    import threading
+
+    from kerngen.harness.evaluator import Candidate, EvalOptions
+    from kerngen.harness.pool.local import WorkerPool
+    from kerngen.problems.ref import ProblemRef
+
+    monkeypatch.setenv("KERNGEN_CACHE_DIR", str(tmp_path))
+    cands = [Candidate(spec=_fake_spec("hang")), Candidate(spec=_fake_spec("fine"))]
+    with WorkerPool(devices=["0"], timeout_s=30.0, worker_module="tests.fakes.fake_worker") as pool:
+        pool.evaluate(ProblemRef(source="softmax", shape=(4, 32)), [Candidate(spec=_fake_spec("fine"))],
+                      EvalOptions(timeout_s=30.0))  # the worker started
+        proc = pool.workers[0].proc
+        threading.Timer(1.5, lambda: os.killpg(proc.pid, signal.SIGKILL)).start()
+        results = pool.evaluate(ProblemRef(source="softmax", shape=(4, 32)), cands, EvalOptions(timeout_s=30.0))
+    assert results[0].verdict is Verdict.harness_error and "SIGKILL from outside" in results[0].message
+    assert results[1].verdict is Verdict.ok
