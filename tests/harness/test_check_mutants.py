@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from kerngen.harness.gpu.buffers import Poison
@@ -83,6 +84,34 @@ def test_the_relative_error_counts_finite_elements_only():
     rounded = ref * (1 + 2e-4)  # within atol/rtol everywhere, 2e-4 off relative to the reference
     c = compare(rounded, ref, atol=1e-4, rtol=1e-4)
     assert not c.ok and c.failed is CheckFailure.precision_loss and abs(c.rel_err - 2e-4) < 1e-5, c
+
+
+def test_a_widened_limit_keeps_a_small_excess_a_precision_loss_not_a_logic_error():
+    """Killed: ``gross = max(gross_rel_err, 2 * limit)`` -> ``2 % limit`` (CI's sample, 2026-11-28): at a limit widened
+    past half of fp32's gross threshold (--precision tf32 widens it), an output just over the limit is imprecise,
+    not wrong; the threshold of "wrong" stays twice the limit."""
+    from kerngen.harness.gpu.compare import compare
+    from kerngen.harness.results import CheckFailure
+
+    ref = torch.linspace(-1.0, 1.0, 4096)
+    off = ref * (1 + 1.2e-2)  # 1.2e-2 off relative: over the limit of 8e-3, under twice it
+    c = compare(off, ref, atol=0.1, rtol=0.1, rel_limit=8e-3)
+    assert not c.ok and c.failed is CheckFailure.precision_loss, c
+    far = ref * (1 + 2e-2)  # over twice the limit: wrong
+    assert compare(far, ref, atol=0.1, rtol=0.1, rel_limit=8e-3).failed is CheckFailure.mismatch
+
+
+def test_a_comparison_runs_on_the_device_it_is_given():
+    """Killed: ``dev = device if device is not None else out.device`` -> ``is None`` (CI's sample, 2026-11-28): a
+    host-held output or reference is compared chunk by chunk on the GPU it is given (with two devices and none
+    given, the chunks would meet on two devices). On the CPU, a device with no kernels shows where it ran."""
+    from kerngen.harness.gpu.compare import compare
+
+    out, ref = torch.ones(64), torch.ones(64)
+    assert compare(out, ref, atol=0.0, rtol=0.0).ok
+    assert compare(out, ref, atol=0.0, rtol=0.0, device=torch.device("cpu")).ok
+    with pytest.raises((NotImplementedError, RuntimeError)):  # moved to "meta", where nothing can be read back
+        compare(out, ref, atol=0.0, rtol=0.0, device=torch.device("meta"))
 
 
 def test_a_chunk_of_random_poison_is_made_from_its_own_blocks_only(monkeypatch):
