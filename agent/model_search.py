@@ -285,10 +285,14 @@ def _finished(state: JournalState, b: _Baseline, log: Callable[[str], None]) -> 
     offers = {rp.region.index: rp for rp in b.searched}
     chosen: dict[int, KernelStep] = {}
     for idx in [*state.finished, *state.tries]:
-        if idx not in offers:
+        if idx not in offers and idx in b.rows and b.rows[idx].family is None:  # a region only the LLM was asked about
+            log(f"r{idx}: no family covers it and the LLM is not asked on a resume: it stays PyTorch")
+            state.finished.pop(idx, None)
+            state.tries.pop(idx, None)
+        elif idx not in offers:
             raise JournalError(f"model run {state.started.run_id}: its journal names region {idx}, which no family "
                                "covers in this model")
-    for idx, rec in state.finished.items():
+    for idx, rec in list(state.finished.items()):  # an LLM-chosen region leaves it (searched again)
         here = b.rows[idx]
         row = rec.model_copy(update={"region": idx, "nodes": here.nodes, "family": here.family})
         if row.chosen == "kernel" and (row.variant or "").startswith(f"{LLM_FAMILY}-") and row.variant not in offers[idx].offered:

@@ -142,6 +142,26 @@ def test_a_correct_faster_answer_is_chosen_for_a_covered_and_an_uncovered_region
 
 
 @needs_cxx
+def test_a_run_the_llm_chose_kernels_for_resumes_without_it(tmp_path):
+    """A resume does not ask the LLM: a region whose kernel was an answer (its source not in the journal) is searched
+    again from the playbook's offer, a region only the LLM was asked about stays PyTorch; the model is correct."""
+    with ChatServer() as server:
+        server.default = answers(permute=[GOOD_T], relu=[GOOD_R])
+        run, run_dir, _ = model_run(tmp_path, server)
+    assert [r.variant for r in run.regions] == ["llm-1", "llm-1"]
+    problem = load_problem(str(tmp_path / "permute_relu.py"))
+    c = Counted()
+    lines: list[str] = []
+    again = search_model(problem, run_dir, device="cpu", launcher=c.launch, timer=c.timer, compile=False,
+                         log=lines.append, tune=0, resume=True)
+    assert again.check is not None and again.check.ok, again.check
+    r0, r1 = again.regions
+    assert r0.chosen == "pytorch" and r1.chosen == "kernel" and not r1.variant.startswith("llm")
+    assert any("LLM is not asked on a resume" in line for line in lines)
+    assert any("searched again" in line for line in lines)
+
+
+@needs_cxx
 def test_a_wrong_answer_is_a_failed_try_repaired_next_round_and_the_model_stays_correct(tmp_path):
     with ChatServer() as server:
         server.default = answers(permute=["I'm sorry, I can't help with that."], relu=[WRONG_R, WRONG_R])
