@@ -126,8 +126,8 @@ def load_op(path: str | Path, runs_dir: str | Path = "runs", *, fallback: Any = 
     ``~/.cache/kerngen/exports``), from the run's recorded data. ``fallback``: the problem's model (or a
     callable of the op's arguments) for shapes no kernel admits (default: the built-in problem the
     export names, if any); ``strict``: raise ValueError for those instead; ``check_new_shapes``: the
-    first call at a shape no kernel was checked at is compared with the fallback (see
-    :mod:`kerngen.results.exported_kernel`)."""
+    first call of each signature (a checked bucket's too: the launch path on this machine) is compared with
+    the fallback (see :mod:`kerngen.results.exported_kernel`)."""
     how = dict(fallback=fallback, strict=strict, check_new_shapes=check_new_shapes)
     p = Path(path)
     if p.suffix == ".json" and p.is_file():

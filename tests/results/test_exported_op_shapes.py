@@ -118,6 +118,36 @@ def test_each_bucket_serves_its_shape_and_the_nearest_admitting_one_others(softm
     assert op._kernels[1].plans.builds == 2  # bucket 1: its own plan (seeded) and the one at 32 rows
 
 
+class Corrupted(Emulated):
+    """The emulator behind a launch path that gets the output wrong (one element off): what a checked kernel would
+    give through a defective op path (on 4x H200, 2026-11-28, regions specs' ops differed from their kernels)."""
+
+    def __call__(self, variant):
+        inner = super().__call__(variant)
+
+        def bind(plan, device, slots):
+            run = inner(plan, device, slots)
+
+            def wrong(tensors, stream):
+                run(tensors, stream)
+                tensors[slots.names.index("out")].view(-1)[0] += 1.0
+            return wrong
+        return bind
+
+
+def test_a_checked_buckets_first_call_is_compared_and_a_wrong_launch_path_falls_back(softmax_export):
+    """The first call at a bucket's own checked shape is compared with PyTorch too: an op whose launch path disagrees
+    with the kernel the harness checked gives PyTorch's answer, warned, and never the wrong one; a right one runs."""
+    op = ExportedKernel(softmax_export.manifest, binder=Corrupted())
+    x = torch.randn(8, 100)
+    with pytest.warns(FallbackWarning, match="the kernel disagreed with the fallback"):
+        first = op(x)
+    assert torch.allclose(first, torch.softmax(x, dim=1), atol=1e-6)
+    assert torch.allclose(op(x), torch.softmax(x, dim=1), atol=1e-6) and op.stats.fallback_calls == 2
+    good = ExportedKernel(softmax_export.manifest, binder=Emulated())
+    assert torch.allclose(good(x), torch.softmax(x, dim=1), atol=1e-6) and good.stats.fallback_calls == 0
+
+
 def test_a_dtype_no_kernel_has_falls_back_once_warned_and_counted(softmax_export):
     op = ExportedKernel(softmax_export.manifest, binder=Emulated())
     x = torch.randn(8, 100, dtype=torch.float64)
