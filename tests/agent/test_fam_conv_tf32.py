@@ -11,6 +11,7 @@ tf32 products exact in float64, one rounding to fp32 per k8 step, a fresh accumu
 from __future__ import annotations
 
 import itertools
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -27,6 +28,7 @@ from kerngen.agent.playbook.render import MAX_SMEM, render
 from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.gpu.compare import compare
 from kerngen.harness.spec import plan
+from kerngen.harness.spec.spec import KernelSpec
 from kerngen.problems.load import load_problem
 from kerngen.problems.ref import ProblemRef
 from kerngen.problems.registry import is_builtin
@@ -328,11 +330,13 @@ SMALL_TILES = {"BM": 64, "WM": 32, "WN": 32, "BK": 16, "STAGES": 2, "FLUSH": 0} 
 EMU_BUILTIN = [("conv2d", ODD, {}), ("conv2d", ODD, SMALL_TILES), ("conv2d_wide", SMALL, {})]
 
 
-def _emulated(p, defaults: dict[str, int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """The offered tf32x3 kernel (its default, ``defaults`` on top) on the emulator: (out, PyTorch's)."""
+def _emulated(p, defaults: dict[str, int], variant: str = VARIANT,
+              spec_of: Callable[[KernelSpec], KernelSpec] = lambda s: s) -> tuple[torch.Tensor, torch.Tensor]:
+    """The offered ``variant`` kernel (its default, ``defaults`` on top; as ``spec_of`` changes it) on the emulator:
+    (out, PyTorch's)."""
     m = explain(p)
-    offered = offer(m, sizes={}, tensors=m.tensor_facts()).get(VARIANT)
-    spec = family_of(m).build(m, VARIANT, {**offered.defaults, **defaults})
+    offered = offer(m, sizes={}, tensors=m.tensor_facts()).get(variant)
+    spec = spec_of(family_of(m).build(m, variant, {**offered.defaults, **defaults}))
     model = p.build_model("cpu", 0)
     inputs = p.make_inputs("cpu", 0)
     (ref,) = p.run_reference(model, inputs)

@@ -1,12 +1,14 @@
 """Playbook families ``conv2d`` (one plain 2-D convolution of one fp32 NCHW input: groups 1, no dilation,
 numeric zero padding, nothing after it; direct, implicit-GEMM and 3xTF32 kernels) and ``conv_relu_maxpool``
-(conv2d, one relu and one square, unpadded, floor-mode max-pool, fused in one kernel). Builders:
-:mod:`.conv.build_conv2d`, :mod:`.conv.build_tf32`."""
+(conv2d, one relu and one square, unpadded, floor-mode max-pool, fused in one kernel, or the conv + relu on the
+tensor cores and then the pool). Builders: :mod:`.conv.build_conv2d`, :mod:`.conv.build_tf32`,
+:mod:`.conv.build_conv_pool`."""
 
 from __future__ import annotations
 
 from kerngen.agent.playbook.conv.build_tf32 import CONV2D_IDEAS, CONV2D_SPEC_NAME, conv2d_tf32x3
 from kerngen.agent.playbook.conv.build_conv2d import conv2d_direct, conv2d_igemm, conv_relu_pool
+from kerngen.agent.playbook.conv import build_conv_pool as tc_pool
 from kerngen.agent.playbook.conv import build_wgmma as wgmma
 from kerngen.agent.playbook.entry import A, C, CF, Entry, M, PAR
 from kerngen.agent.playbook.conv.epi import ConvFacts, conv_facts, conv_lead, lead_shape, relu_pool
@@ -125,5 +127,8 @@ CONV2D = Family(name="conv2d", leads=frozenset({Lead.conv}), recognise=_conv2d,
 CONV_RELU_MAXPOOL = Family(name="conv_relu_maxpool", leads=frozenset({Lead.conv}), recognise=_relu_pool,
                            constraints=("one conv2d", "one relu", "one max_pool2d", "nothing else",
                                         "of the one forward input", "groups 1", "no dilation"),
-                           variants={"fused": conv_relu_pool}, ideas=_CRP_IDEAS,
+                           # fused first (the default spec); the tensor-core ones: conv_epi's kernel, then pool's
+                           variants={"fused": conv_relu_pool, tc_pool.WGMMA_POOL: tc_pool.conv_pool_wgmma,
+                                     tc_pool.TF32X3_POOL: tc_pool.conv_pool_tf32x3},
+                           ideas=tc_pool.IDEAS[:1] + _CRP_IDEAS + tc_pool.IDEAS[1:],  # wgmma first in round 0
                            spec_names={"fused": "playbook-conv-relu-maxpool"})
