@@ -43,6 +43,9 @@ TESTS = {
 EQUIVALENT: dict[tuple[str, str, int], str] = {
     ("buffers", "core/ReplaceBinaryOperator_Sub_Pow", 158): "ceil(n / B) -> n // B + 1: one more loop turn, "
     "over an empty slice with an empty block",
+    ("buffers", "core/ReplaceBinaryOperator_Sub_BitOr", 132): "last = (max(b, a + 1) - 1) // B -> (max(b, a + 1) | 1) "
+    "// B: the same block, or (b a multiple of B) one block more past the chunk's end, sliced off (its size "
+    "total - k * B is never negative: k * B <= b <= total)",
     ("buffers", "core/ReplaceBinaryOperator_Sub_BitXor", 158): "(n + B - 1) -> (n + B) ^ 1: ceil(n / B) or one "
     "more loop turn, over an empty slice with an empty block",
     ("evaluate", "core/NumberReplacer", 37): "ROTATE_SETS 3 -> 4: one more input set to rotate over (memory, no "
