@@ -106,6 +106,11 @@ class PlanRunner:
         self._cupy_stream = cupy.cuda.ExternalStream(stream.cuda_stream)
         self._calls: list[tuple] = []
         self._tensormaps: list[torch.Tensor] = []  # device memory the kernels' tensormap pointers point into
+        # the attribute is the kernel's, not the launch's: opted into the largest need of any of its launches
+        # (a later, smaller launch of the same kernel must not take back what an earlier one needs)
+        self._smem: dict[str, int] = {}
+        for step in plan.launches:
+            self._smem[step.kernel] = max(self._smem.get(step.kernel, 0), step.shared_mem)
         for index, step in enumerate(plan.steps):
             if isinstance(step, ResolvedMemset):
                 t = tensors[step.tensor]
@@ -127,7 +132,7 @@ class PlanRunner:
                     args.append(np.uint64(self._tensormap(step, tensors[arg.name], arg, index, pos)))
             else:
                 args.append(_SCALARS[arg.kind](arg.value))
-        fn = module.function(step.kernel, step.shared_mem)
+        fn = module.function(step.kernel, self._smem.get(step.kernel, step.shared_mem))
         if step.cooperative:
             check_cooperative_fits(fn, step)
         if step.cluster > 1:

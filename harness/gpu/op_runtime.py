@@ -294,29 +294,36 @@ class CudaBinder:
         import cupy
         import torch
 
-        from kerngen.harness.gpu.launcher import DEFAULT_SMEM_LIMIT, check_cluster, check_cooperative_fits
-
         with torch.cuda.device(device), cupy.cuda.Device(device):
             module, key = self.module(plan, device)
             if any(a.kind == "tensormap" for step in plan.launches for a in step.args):
                 store_function(device)  # loaded now, not first inside a CUDA graph capture
-            index = slots.index()
-            steps: list[tuple] = []
-            for number, step in enumerate(plan.steps):
-                if not isinstance(step, ResolvedLaunch):
-                    steps.append(("memset", index[step.tensor], step.value))
-                    continue
-                fn = module.functions[step.kernel]
-                opted = self._smem.get((*key, step.kernel), 0)
-                if step.shared_mem > max(opted, DEFAULT_SMEM_LIMIT):
-                    module.function(step.kernel, step.shared_mem)  # the attribute, once per larger need
-                    self._smem[(*key, step.kernel)] = step.shared_mem
-                if step.cooperative:
-                    check_cooperative_fits(fn, step)
-                if step.cluster > 1:
-                    check_cluster(fn, step)
-                steps.append(_bind_launch(fn, step, index, number))
+            steps = self.bind_steps(plan, module, key, slots)
         return _CudaRunner(steps, device, self.descriptors)
+
+    def bind_steps(self, plan: ResolvedPlan, module: Any, key: tuple, slots: Slots) -> list[tuple]:
+        """The steps of ``plan`` bound to ``module``'s functions (dynamic shared memory opted into
+        where a launch needs more than the default): what :class:`_CudaRunner` runs. Inside the
+        device's context (``__call__``); the CPU tests give it a stand-in module."""
+        from kerngen.harness.gpu.launcher import DEFAULT_SMEM_LIMIT, check_cluster, check_cooperative_fits
+
+        index = slots.index()
+        steps: list[tuple] = []
+        for number, step in enumerate(plan.steps):
+            if not isinstance(step, ResolvedLaunch):
+                steps.append(("memset", index[step.tensor], step.value))
+                continue
+            fn = module.functions[step.kernel]
+            opted = self._smem.get((*key, step.kernel), 0)
+            if step.shared_mem > max(opted, DEFAULT_SMEM_LIMIT):
+                module.function(step.kernel, step.shared_mem)  # the attribute, once per larger need
+                self._smem[(*key, step.kernel)] = step.shared_mem
+            if step.cooperative:
+                check_cooperative_fits(fn, step)
+            if step.cluster > 1:
+                check_cluster(fn, step)
+            steps.append(_bind_launch(fn, step, index, number))
+        return steps
 
 
 def _bind_launch(fn: Any, step: ResolvedLaunch, index: Mapping[str, int], number: int) -> tuple:
