@@ -9,6 +9,9 @@ the GPU test of the same question (tests/harness/test_gpu_op_regions.py)."""
 
 from __future__ import annotations
 
+import sys
+import types
+
 import itertools
 import math
 from typing import Any, Iterator
@@ -95,6 +98,9 @@ def harness_launches(plan: ResolvedPlan, tensors: dict[str, Any], monkeypatch: A
     monkeypatch.setattr(tensormap, "device_map", lambda t, rows, cols, swizzle, what="", *, full_width=True,
                         view=None: maps.make(t, rows, cols, swizzle, full_width, view))
     module = FakeModule(sorted({s.kernel for s in plan.launches}))
+    # the runner's only use of cupy here is the stream wrapper: a stand-in, so that CI's CPU install (no cupy) runs it
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(
+        cuda=types.SimpleNamespace(ExternalStream=lambda handle, *device: types.SimpleNamespace(ptr=handle))))
     runner = launcher.PlanRunner(module, plan, tensors, type("Stream", (), {"cuda_stream": 77})())  # type: ignore[arg-type]
     out = []
     for call in runner._calls:
