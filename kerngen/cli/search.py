@@ -455,7 +455,7 @@ def replay(
                                                "or unchanged since the run started)"),
     tune: bool = typer.Option(False, "--tune", help="a model run: tune each kernel region again on this GPU, from "
                               "its recorded variant and configuration, then check and time end to end"),
-    minutes: Optional[float] = typer.Option(None, "--minutes", help="with --tune: the budget (default 2)"),
+    minutes: Optional[float] = typer.Option(None, "--minutes", min=0.01, help="with --tune: the budget (default 2)"),
     evaluator_kind: str = typer.Option("pool", "--evaluator", hidden=True),
 ) -> None:
     """Re-run a recorded search with no LLM call, re-evaluating every node on this GPU."""
@@ -467,10 +467,10 @@ def replay(
     folder = model_run_path(run, runs_dir)
     if folder is not None:  # a model run: its plan re-checked and re-timed end to end on this GPU
         return model_path.replay_model_run(folder, runs_dir, problem, tune=tune, minutes=minutes)
+    orig = load_run(run, runs_dir)  # a missing or corrupt run says so first
     if tune or minutes is not None:
         raise KerngenError("--tune re-tunes a model run; an op run's kernel: kerngen tune PROBLEM --kernel "
                            "runs/RUN/best/spec.json")
-    orig = load_run(run, runs_dir)
     _, which = rerun_ref(orig.started, problem)  # before any GPU work: which file runs, or why none
     Console(highlight=False).print(which, markup=False, soft_wrap=True)
     evaluator = compose.make_evaluator(evaluator_kind)
