@@ -57,6 +57,10 @@ class RegionRow(BaseModel):
         """The whole forward's speed-up if this region took no time at all."""
         return 1.0 / max(1.0 - self.share, 1e-9)
 
+    @property
+    def amdahl_text(self) -> str:
+        return amdahl_text(self.amdahl)
+
 
 class ModelRun(BaseModel):
     kind: Literal["model"] = "model"
@@ -87,6 +91,19 @@ class ModelRun(BaseModel):
     def amdahl_bound(self) -> float:
         """The forward's speed-up if every kernel region took no time."""
         return 1.0 / max(1.0 - self.kernel_share, 1e-9)
+
+    @property
+    def amdahl_text(self) -> str:
+        return amdahl_text(self.amdahl_bound)
+
+
+AMDAHL_UNBOUNDED = 1000.0  # an Amdahl bound at least this large is shown as "unbounded" (null in JSON)
+
+
+def amdahl_text(bound: float) -> str:
+    """An Amdahl bound as a table shows it: past 1000x the rest of the forward is too small to bound anything
+    (a plan whose every region is a kernel: 1 / (1 - 100%))."""
+    return f"{bound:.2f}x" if bound < AMDAHL_UNBOUNDED else "unbounded"
 
 
 def is_model_run(path: Path) -> bool:

@@ -91,7 +91,11 @@ class PlanRunner:
     """One call of the candidate: every step of the plan, in order, on ``stream``.
 
     Arguments are bound once (pointers are stable for the runner's lifetime), so a call costs
-    only the launches themselves."""
+    only the launches themselves. The runner holds the tensors it was given for as long as it lives:
+    its launches hold their addresses, and a buffer freed under a live runner is memory the caching
+    allocator hands to the next tensor (op_bench's runners, one per input set, each with scratch made
+    for it in a loop, wrote into the exported op's outputs and TMA descriptors: "the op's output
+    differs" and illegal instructions in ``kerngen suite``, H200, 2026-11-28)."""
 
     def __init__(
         self,
@@ -104,6 +108,7 @@ class PlanRunner:
 
         self.stream = stream
         self._cupy_stream = cupy.cuda.ExternalStream(stream.cuda_stream)
+        self._held = dict(tensors)  # kept alive: the launches below hold their addresses
         self._calls: list[tuple] = []
         self._tensormaps: list[torch.Tensor] = []  # device memory the kernels' tensormap pointers point into
         # the attribute is the kernel's, not the launch's: opted into the largest need of any of its launches

@@ -33,7 +33,7 @@ small{color:#555}</style></head><body>
 <p><b>End to end: {{ "correct" if run.check and run.check.ok else "NOT correct" }}</b>
 {% if run.check %}({{ run.check.message }}){% endif %}<br>
 kerngen kernels: {{ "%.1f"|format(100 * run.kernel_share) }}% of the eager step time; Amdahl bound
-{{ "%.2f"|format(run.amdahl_bound) }}x<br>
+{{ run.amdahl_text }}<br>
 {% if t %}eager {{ ms(t.eager_ms) }} ms, torch.compile {{ ms(t.compile_ms) }} ms, kerngen {{ ms(t.kerngen_ms) }} ms,
 kerngen + torch.compile {{ ms(t.kerngen_compile_ms) }} ms{% if t.compile_ms %};
 {{ "%.2f"|format(t.compile_ms / t.best_ms) }}x torch.compile{% endif %}{% for n in t.notes %}; {{ n }}{% endfor %}
@@ -53,7 +53,7 @@ kerngen + torch.compile {{ ms(t.kerngen_compile_ms) }} ms{% if t.compile_ms %};
 <td>{{ "%.3f"|format(r.weight) }}</td><td>{{ "%.1f"|format(r.budget_s) }}</td><td>{{ ms(r.kernel_ms) }}</td>
 <td>{% if r.chosen == "kernel" %}<span class="k">kernel {{ r.variant }}</span>{% if r.config %}<br><small>
 {{ cfg(r.config) }}</small>{% endif %}{% else %}<span class="p">PyTorch</span><br><small>{{ r.why }}</small>
-{% endif %}</td><td>{{ "%.2f"|format(r.amdahl) }}x</td>
+{% endif %}</td><td>{{ r.amdahl_text }}</td>
 <td><small>{% for v in r.tried %}{{ v.variant }}{% if v.config %} [{{ cfg(v.config) }}]{% endif %}:
 {{ ms(v.kernel_ms) + " ms" if v.ok else v.message }}<br>{% endfor %}</small></td></tr>
 {% endfor %}</table></body></html>

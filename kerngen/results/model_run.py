@@ -14,7 +14,7 @@ from rich.table import Table
 
 from kerngen.errors import KerngenError
 
-from kerngen.agent.model_run import MODEL_FILE, ModelRun, is_model_run, read_model_run, write_model_run
+from kerngen.agent.model_run import AMDAHL_UNBOUNDED, MODEL_FILE, ModelRun, is_model_run, read_model_run, write_model_run
 from kerngen.agent.tree import resolve_run
 
 __all__ = ["EXPORT_README", "export_model_run", "latest_model_run", "load_model_run", "model_run_json", "model_run_path", "model_run_row",
@@ -132,12 +132,12 @@ def render_model_run(run: ModelRun) -> Table:
     for r in run.regions:
         t.add_row(f"r{r.region}", plain(", ".join(r.nodes)[:40]), plain(r.family or "-"), f"{100 * r.share:.1f}%",
                   _ms(r.eager_ms), _ms(r.floor_ms), _ms(r.kernel_ms),
-                  plain(f"kernel {r.variant}") if r.chosen == "kernel" else "PyTorch", f"{r.amdahl:.2f}x",
+                  plain(f"kernel {r.variant}") if r.chosen == "kernel" else "PyTorch", r.amdahl_text,
                   plain(r.why[:120]))
     c, e = run.check, run.timing
     lines = [f"end to end: {'correct' if c and c.ok else 'NOT correct'}" + (f" ({c.message})" if c else ""),
              f"kerngen kernels: {100 * run.kernel_share:.1f}% of the eager step time; Amdahl bound "
-             f"{run.amdahl_bound:.2f}x"]
+             f"{run.amdahl_text}"]
     if e is not None:
         ratio = f"; {e.compile_ms / e.best_ms:.2f}x torch.compile" if e.compile_ms else ""
         lines.append(f"eager {_ms(e.eager_ms)} ms, torch.compile {_ms(e.compile_ms)} ms, kerngen {_ms(e.kerngen_ms)} "
@@ -184,7 +184,8 @@ def _changes(t: Any, parent: Any, tried: list[Any]) -> str:
 
 def model_run_json(run: ModelRun) -> dict[str, Any]:
     d = run.model_dump(mode="json", exclude={"plan"})
-    d.update(kernel_share=run.kernel_share, amdahl_bound=run.amdahl_bound,
+    d.update(kernel_share=run.kernel_share,
+             amdahl_bound=run.amdahl_bound if run.amdahl_bound < AMDAHL_UNBOUNDED else None,
              steps=[{"kind": s.kind, "region": s.region} for s in run.plan.steps])
     return d
 

@@ -92,8 +92,8 @@ def _normal(kernel: str, grid, block, smem: int, coop: bool, args, maps: _Maps, 
     return ("launch", kernel, tuple(grid), tuple(block), smem, bool(coop), shown, smem <= opted)
 
 
-def harness_launches(plan: ResolvedPlan, tensors: dict[str, Any], monkeypatch: Any) -> list[tuple]:
-    """The launches and memsets of :class:`launcher.PlanRunner` for ``plan`` on ``tensors``, in order."""
+def harness_runner(plan: ResolvedPlan, tensors: dict[str, Any], monkeypatch: Any) -> tuple[Any, _Maps, FakeModule]:
+    """:class:`launcher.PlanRunner` for ``plan`` on ``tensors`` (stand-in module, descriptors and stream)."""
     maps = _Maps(0x100000)
     monkeypatch.setattr(tensormap, "device_map", lambda t, rows, cols, swizzle, what="", *, full_width=True,
                         view=None: maps.make(t, rows, cols, swizzle, full_width, view))
@@ -102,6 +102,12 @@ def harness_launches(plan: ResolvedPlan, tensors: dict[str, Any], monkeypatch: A
     monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(
         cuda=types.SimpleNamespace(ExternalStream=lambda handle, *device: types.SimpleNamespace(ptr=handle))))
     runner = launcher.PlanRunner(module, plan, tensors, type("Stream", (), {"cuda_stream": 77})())  # type: ignore[arg-type]
+    return runner, maps, module
+
+
+def harness_launches(plan: ResolvedPlan, tensors: dict[str, Any], monkeypatch: Any) -> list[tuple]:
+    """The launches and memsets of :class:`launcher.PlanRunner` for ``plan`` on ``tensors``, in order."""
+    runner, maps, module = harness_runner(plan, tensors, monkeypatch)
     out = []
     for call in runner._calls:
         if call[0] == "memset":

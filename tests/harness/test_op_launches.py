@@ -11,13 +11,15 @@ question is tests/harness/test_gpu_op_regions.py."""
 
 from __future__ import annotations
 
+import gc
+import weakref
 from pathlib import Path
 
 import pytest
 
 from kerngen.harness.spec.plan import ResolvedArg
 from kerngen.problems.load import load_problem
-from tests.harness.launch_lists import fake_tensors, harness_launches, offered_plans, op_launches
+from tests.harness.launch_lists import fake_tensors, harness_launches, harness_runner, offered_plans, op_launches
 from tests.resources import kernelbench
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "playbook"
@@ -92,3 +94,21 @@ def test_the_comparison_sees_a_wrong_argument_an_opt_in_and_a_descriptor(monkeyp
         assert [s[4] for s in path[launch:launch + 2]] == [plan.steps[launch].shared_mem + 4096,
                                                             plan.steps[launch].shared_mem]
         assert all(s[-1] for s in path if s[0] == "launch")
+
+
+def test_a_harness_runner_keeps_the_buffers_its_launches_point_into(monkeypatch):
+    """The cause of the suite's "the exported op's output differs" and its illegal instructions (H200,
+    2026-11-28): op_bench made one runner per input set with scratch made for it in a loop and dropped, so
+    every runner but the last launched into freed memory, which the caching allocator then gave to the op's
+    outputs and descriptors. A runner holds what it was bound to for as long as it lives."""
+    problem = load_problem("conv2d")
+    _, _, plan = next(offered_plans(problem, 1))
+    tensors = fake_tensors(problem.info, plan)
+    alive = [weakref.ref(t) for t in tensors.values()]
+    runner, _, _ = harness_runner(plan, tensors, monkeypatch)
+    del tensors
+    gc.collect()
+    assert all(ref() is not None for ref in alive)
+    del runner
+    gc.collect()
+    assert all(ref() is None for ref in alive)

@@ -17,13 +17,13 @@ from typer.testing import CliRunner
 
 import kerngen
 import kerngen.cli.app
-from kerngen.agent.model_run import ModelRun, RegionRow, VariantTry, read_model_run, write_model_run
+from kerngen.agent.model_run import ModelRun, RegionRow, VariantTry, amdahl_text, read_model_run, write_model_run
 from kerngen.agent.playbook.model_plan import plan_model
 from kerngen.errors import KerngenError
 from kerngen.harness.model.bench import EndToEnd
 from kerngen.harness.model.check import ModelCheck
 from kerngen.problems.load import load_problem
-from kerngen.results.model_run import load_model_run
+from kerngen.results.model_run import load_model_run, model_run_json
 from tests.emu.runner import available, run_plan
 
 PLAYBOOK = Path(__file__).resolve().parents[1] / "data" / "playbook"
@@ -84,6 +84,13 @@ def test_report_draws_the_regions_before_and_after_and_escapes_the_record(runs, 
     assert ">before<" in html and ">after<" in html and html.count("<rect") == 4  # two regions, two bars
     assert "r1 conv_epi kernel" in html and "3.0000 ms" in html and "1.0000 ms" in html  # 1+2 ms before, 0.5+0.5 after
     assert "<script>" not in html and "&lt;script&gt;" in html and "\x1b" not in html
+    # both regions are kernels (shares 1/3 + 2/3): the Amdahl bound is no number (1 / (1 - 100%)), not 1e9
+    assert "Amdahl bound\nunbounded" in html and "1000000000" not in html
+
+
+def test_an_amdahl_bound_past_a_thousand_is_shown_as_unbounded(record):
+    assert amdahl_text(1.25) == "1.25x" and amdahl_text(999.0) == "999.00x" and amdahl_text(1e9) == "unbounded"
+    assert record.amdahl_text == "unbounded" and model_run_json(record)["amdahl_bound"] is None
 
 
 def test_export_writes_data_only_and_load_reads_it_with_the_callers_model(runs, record, problem, tmp_path):
