@@ -148,6 +148,57 @@ def test_a_checked_buckets_first_call_is_compared_and_a_wrong_launch_path_falls_
     assert torch.allclose(good(x), torch.softmax(x, dim=1), atol=1e-6) and good.stats.fallback_calls == 0
 
 
+class Rounded(Emulated):
+    """The emulator behind a launch path whose every output element is off by 1e-7 of the output's largest: what
+    another honest fp32 summation order gives (a 4096-deep matmul of randn inputs differs from cuBLAS by ~1e-3 in
+    absolute terms, H200 2026-11-28, and fell back to PyTorch at 2.3x its kernel's time)."""
+
+    def __call__(self, variant):
+        inner = super().__call__(variant)
+
+        def bind(plan, device, slots):
+            run = inner(plan, device, slots)
+
+            def rounded(tensors, stream):
+                run(tensors, stream)
+                out = tensors[slots.names.index("out")]
+                out += 1e-7 * out.abs().max() * torch.randn(out.shape, generator=torch.Generator().manual_seed(0))
+            return rounded
+        return bind
+
+
+def test_rounding_at_the_callers_scale_is_not_a_disagreement_but_a_wrong_value_is(tmp_path, scale_file):
+    """The first call's comparison moves with the caller's scale: outputs of 1e4 off by 1e-3 (past atol and, near
+    zero, rtol) are rounding by ||out-ref||/||ref||, and the kernel runs; one element off by 1% of the largest
+    falls back, at any scale."""
+    res = scale_export(tmp_path, scale_file, scale_spec(), "scale_ok")
+    x, w = 1e4 * torch.randn(8, 128), torch.randn(128)
+    op = ExportedKernel(res.manifest, binder=Rounded(), fallback=_model_of(res))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = op(x, w)
+    assert not torch.allclose(y, x * w, atol=1e-4, rtol=1e-5) and op.stats.fallback_calls == 0
+    assert "kernel" in op.stats.decisions["float32[8, 128], float32[128]"]
+
+    class OffByOne(Emulated):
+        def __call__(self, variant):
+            inner = super().__call__(variant)
+
+            def bind(plan, device, slots):
+                run = inner(plan, device, slots)
+
+                def wrong(tensors, stream):
+                    run(tensors, stream)
+                    out = tensors[slots.names.index("out")]
+                    out.view(-1)[3] += 0.01 * out.abs().max()
+                return wrong
+            return bind
+
+    bad = ExportedKernel(res.manifest, binder=OffByOne(), fallback=_model_of(res))
+    with pytest.warns(FallbackWarning, match=r"\|\|out-ref\|\|/\|\|ref\|\| .* > 1e-05"):
+        assert torch.allclose(bad(x, w), x * w)
+
+
 def test_a_dtype_no_kernel_has_falls_back_once_warned_and_counted(softmax_export):
     op = ExportedKernel(softmax_export.manifest, binder=Emulated())
     x = torch.randn(8, 100, dtype=torch.float64)
