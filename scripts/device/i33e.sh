@@ -3,7 +3,7 @@
 # For KernelBench level-2 files NUM... (e.g. 8 89): `kerngen generate --minutes 0.4`, then `kerngen suite`, which
 # times each run's best kernel beside its exported op: does "the exported op's output differs" (or an illegal
 # instruction) come back? Its cause, op_bench's runners launching into scratch freed under them, was found on an
-# H200 on 2026-11-28 (docs/measurements/2026-11-28-h200.md). Results: $OUT/i33e-gen.txt, $OUT/i33e-suite.txt.
+# H200 on 2026-11-28 (docs/measurements/2026-11-28-h200-b.md). Results: $OUT/i33e-gen.txt, $OUT/i33e-suite.txt.
 set -u
 OUT=${OUT:-/tmp/i33e-out}
 KB=${KB:-shared/kernelbench}
