@@ -1,0 +1,54 @@
+"""scripts/levels_merge.py: KernelBench's levels from the suite reports of their shards (scripts/device/levels.sh)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from kerngen.problems.ref import ProblemRef
+from kerngen.results.suite import NoKernel, SuiteEntry, SuiteReport, Why, suite_metrics
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "levels_merge.py"
+
+
+@pytest.fixture(scope="module")
+def merge():
+    spec = importlib.util.spec_from_file_location("levels_merge", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def entry(path: str, compile_x: float | None, eager_x: float | None = None, why: Why | None = None) -> SuiteEntry:
+    return SuiteEntry(problem=path, ref=ProblemRef(source=path), verdict="ok" if why is None else "no_kernel",
+                      why=NoKernel(kind=why, text=why.value) if why else None,
+                      speedup_compile=compile_x, speedup_eager=eager_x if eager_x is not None else compile_x)
+
+
+def report(entries: list[SuiteEntry]) -> dict:
+    return SuiteReport(gpu="NVIDIA H200", entries=entries, metrics=suite_metrics(entries)).to_json()
+
+
+def test_shards_merge_per_level_with_kerngens_own_metrics(merge, tmp_path, capsys):
+    kb = "shared/kernelbench"
+    (tmp_path / "a.json").write_text(json.dumps(report([
+        entry(f"{kb}/level1/1_A.py", 2.0, 4.0), entry(f"{kb}/level1/2_B.py", 0.5),
+        entry(f"{kb}/level2/1_C.py", None, why=Why.no_run)])))
+    (tmp_path / "b.json").write_text(json.dumps(report([
+        entry(f"{kb}/level2/2_D.py", None, why=Why.degenerate), entry(f"{kb}/level2/3_E.py", 1.5),
+        entry(f"{kb}/level2/1_C.py", 3.0)])))  # C measured again by a later shard: its entry counts
+    (tmp_path / "bad.json").write_text("{")
+    rows = {r["level"]: r for r in merge.rows(merge.read_reports([tmp_path / "a.json", tmp_path / "b.json"])[0])}
+    one, two = rows["level1"], rows["level2"]
+    assert (one["problems"], one["correct"], one["fast_1_compile"]) == (2, 2, 0.5)
+    assert one["geomean_compile"] == pytest.approx(1.0) and one["geomean_eager"] == pytest.approx(2 ** 0.5)
+    assert (two["problems"], two["correct"], two["no_run"], two["degenerate"]) == (3, 2, 0, 1)
+    assert two["geomean_compile"] == pytest.approx((1.5 * 3.0) ** 0.5) and two["fast_1_compile"] == pytest.approx(2 / 3)
+    assert merge.main([str(tmp_path / "a.json"), str(tmp_path / "bad.json")]) == 0
+    out, err = capsys.readouterr()
+    assert "| level1 | 2 | 2 | 0 | 0 | 0.50 | 1.00x |" in out and "| level2 | 1 | 0 | 1 | 0 |" in out
+    assert "left out:" in err and "bad.json" in err
+    assert merge.main([str(tmp_path / "bad.json")]) == 1
