@@ -281,7 +281,7 @@ class OpTiming(_Record):
     gap_pct: float  # (op - kernel) / kernel, in % of the kernel's median
     host_us: float  # host time of one op call (no synchronisation), microseconds
     matches: bool  # the op's output equals the kernel's on the same inputs (within the check's tolerance)
-    rounds: int = 2  # each path timed this many times, alternating; each figure is its best round's
+    rounds: int = 2  # each path timed this many times (kernel, op, op, kernel); each figure is its best round's
 
     @property
     def slow(self) -> bool:
