@@ -41,12 +41,13 @@ def test_digest_every_dtype_and_odd_sizes(dtype):
     assert digest(y, 7) != d
 
 
-def test_a_view_at_an_odd_byte_offset_is_read_as_bytes():
-    base = torch.arange(41, dtype=torch.uint8)
-    view = base[1:]  # 40 bytes starting at offset 1: not viewable as int32
+@pytest.mark.parametrize("offset", [1, 2, 3, 6, 9])
+def test_a_view_at_an_odd_byte_offset_is_read_as_bytes(offset):
+    base = torch.arange(40 + offset, dtype=torch.uint8)
+    view = base[offset:]  # 40 bytes starting at an offset that is no multiple of 4: not viewable as int32
     d = digest(view, 5)
     assert digest(view, 5) == d  # (a seal digests the same tensor object every time)
-    base[10] += 1
+    base[10 + offset] += 1
     assert digest(view, 5) != d
 
 
