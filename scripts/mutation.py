@@ -9,6 +9,12 @@ a verdict. docs/harness-tests.md has the last scores.
     python scripts/mutation.py                    # every mutant: about 1,960, hours on 2 cores
     python scripts/mutation.py --sample 40        # a random sample (CI: --sample 4 --no-fail)
     python scripts/mutation.py --module compare   # one module
+    python scripts/mutation.py --jobs 32          # 32 workers side by side (a many-core host: minutes)
+
+With ``--jobs N`` the project is never mutated in place: each worker gets its own copy of the tree
+(tracked and untracked files, ``shared`` linked) with kerngen installed from it, not editable, into
+the copy's ``site/`` (first on PYTHONPATH); the worker mutates that copy's modules and runs the
+copy's tests, on its share of the mutants.
 
 Exits 1 when a mutant outside EQUIVALENT survives (and prints it), 0 otherwise. cosmic-ray edits
 the files and restores them after each mutant; sessions land in --out (default
@@ -20,8 +26,11 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import shutil
+import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,11 +102,106 @@ def _gpu_only(module: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
             if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name in GPU_ONLY.get(module, ())]
 
 
+def _still_pending(sessions: list) -> set[str]:
+    """The job ids of every session still pending (after the sample's skips)."""
+    from cosmic_ray.work_db import WorkDB, use_db
+
+    ids: set[str] = set()
+    for _, _, db in sessions:
+        with use_db(str(db), WorkDB.Mode.open) as work:
+            ids |= {w.job_id for w in work.pending_work_items}
+    return ids
+
+
 def _skip(db, job_ids: list[str], why: str = "not sampled") -> None:
     from cosmic_ray.work_item import WorkerOutcome, WorkResult
 
     if job_ids:
         db.set_multiple_results(job_ids, WorkResult(worker_outcome=WorkerOutcome.SKIPPED, output=why))
+
+
+OTHER_WORKER = "another worker's"  # the result a worker's copy of a session gives the mutants it does not run
+
+
+def _worker_tree(out: Path, j: int) -> Path:
+    """Worker ``j``'s copy of the project (see the module docstring); returns its folder."""
+    w = out / f"worker{j}"
+    shutil.rmtree(w, ignore_errors=True)
+    tree = w / "tree"
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
+                            capture_output=True).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        src = ROOT / name
+        if src.is_file():  # a tracked file deleted in the work tree is not copied
+            (tree / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, tree / name)
+    if (ROOT / "shared").exists():
+        (tree / "shared").symlink_to((ROOT / "shared").resolve())
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-compile",
+                    "--target", str(w / "site"), str(tree)], check=True, capture_output=True)
+    # the tests run from the tree, whose own kerngen/ folder would come first on sys.path and hand every
+    # subpackage it lacks (kerngen.harness, ...) to the editable install at ROOT: the installed copy is the package
+    shutil.rmtree(tree / "kerngen")
+    return w
+
+
+def _worker_session(w: Path, m: str, db: Path, mine: set[str], timeout_s: float) -> tuple[Path, Path]:
+    """A copy of module ``m``'s session for worker folder ``w``: only the job ids ``mine`` left pending,
+    the mutants pointed at the copy's installed module."""
+    wdb, cfg = w / f"{m}.sqlite", w / f"{m}.toml"
+    shutil.copy2(db, wdb)
+    module = w / "site" / "kerngen" / "harness" / "gpu" / f"{m}.py"
+    cfg.write_text(_config(m, timeout_s).replace(f'"harness/gpu/{m}.py"', f'"{module}"'))
+    with sqlite3.connect(wdb) as con:
+        con.execute("UPDATE mutation_specs SET module_path = ?", (str(module),))
+    from cosmic_ray.work_db import WorkDB, use_db
+
+    with use_db(str(wdb), WorkDB.Mode.open) as work:
+        _skip(work, [w_.job_id for w_ in work.pending_work_items if w_.job_id not in mine], OTHER_WORKER)
+    return wdb, cfg
+
+
+def _run_workers(sessions: list, pending: list[tuple[Path, str]], jobs: int, out: Path, timeout_s: float) -> list:
+    """The pending mutants shared among ``jobs`` workers, each in its own copy, side by side; the
+    sessions to read the results from: (module, worker's db) for every worker and module."""
+    shares = [set(job for _, job in pending[j::jobs]) for j in range(jobs)]
+    results: list[tuple[str, Path]] = []
+    failures: list[str] = []
+
+    def worker(j: int) -> None:
+        try:
+            w = _worker_tree(out, j)
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(w / "site"),
+                                                                             os.environ.get("PYTHONPATH")]))}
+            for m, _, db in sessions:
+                mine = {job for d, job in pending if d == db} & shares[j]
+                if not mine:
+                    continue
+                wdb, cfg = _worker_session(w, m, db, mine, timeout_s)
+                results.append((m, wdb))
+                seen = subprocess.run([sys.executable, "-c", f"import kerngen.harness.gpu.{m} as m; print(m.__file__)"],
+                                      cwd=w / "tree", env=env, capture_output=True, text=True).stdout.strip()
+                if Path(seen) != w / "site" / "kerngen" / "harness" / "gpu" / f"{m}.py":
+                    failures.append(f"worker {j}: its tests would import {seen or 'nothing'}, not its copy of {m}")
+                    return
+                if subprocess.run(f"{PYTEST} {TESTS[m]}", shell=True, cwd=w / "tree", env=env,
+                                  capture_output=True).returncode != 0:
+                    failures.append(f"worker {j}: the tests of {m} fail on its unmutated copy ({w / 'tree'})")
+                    return
+                subprocess.run([*COSMIC_RAY, "exec", str(cfg), str(wdb)], cwd=w / "tree", env=env, check=True,
+                               capture_output=True)
+        except (OSError, subprocess.CalledProcessError) as exc:
+            tail = (getattr(exc, "stderr", b"") or b"")[-600:]
+            failures.append(f"worker {j}: {type(exc).__name__}: {exc} {tail.decode(errors='replace')}")
+
+    threads = [threading.Thread(target=worker, args=(j,)) for j in range(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failures:
+        raise SystemExit("\n".join(failures))
+    return results
 
 
 def main() -> int:
@@ -110,6 +214,7 @@ def main() -> int:
     ap.add_argument("--module", action="append", choices=sorted(TESTS), help="only these modules")
     ap.add_argument("--out", default="/tmp/kerngen-mutation")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per mutant's tests")
+    ap.add_argument("--jobs", type=int, default=1, help="workers side by side, each on its own copy of the tree")
     ap.add_argument("--no-fail", action="store_true", help="exit 0 even when a mutant survives (CI's sample: "
                     "a survivor is printed for a person to kill or explain, not a reason to refuse a change)")
     args = ap.parse_args()
@@ -146,20 +251,25 @@ def main() -> int:
         for m, _, db in sessions:
             with use_db(str(db), WorkDB.Mode.open) as work:
                 _skip(work, [job for i, (d, job) in enumerate(pending) if d == db and i not in keep])
-    for m, cfg, db in sessions:
-        with use_db(str(db), WorkDB.Mode.open) as work:
-            if not list(work.pending_work_items):
-                continue
-        # a test command that fails unmutated would "kill" every mutant
-        if subprocess.run(f"{PYTEST} {TESTS[m]}", shell=True, cwd=ROOT, capture_output=True).returncode != 0:
-            print(f"the tests of {m} fail on the unmutated source: fix them first ({PYTEST} {TESTS[m]})")
-            return 2
-        subprocess.run([*COSMIC_RAY, "exec", str(cfg), str(db)], cwd=ROOT, check=True)
+    if args.jobs > 1:
+        pending = [(db, job) for db, job in pending if job in _still_pending(sessions)]
+        read = _run_workers(sessions, pending, args.jobs, out, args.timeout)
+    else:
+        read = [(m, db) for m, _, db in sessions]
+        for m, cfg, db in sessions:
+            with use_db(str(db), WorkDB.Mode.open) as work:
+                if not list(work.pending_work_items):
+                    continue
+            # a test command that fails unmutated would "kill" every mutant
+            if subprocess.run(f"{PYTEST} {TESTS[m]}", shell=True, cwd=ROOT, capture_output=True).returncode != 0:
+                print(f"the tests of {m} fail on the unmutated source: fix them first ({PYTEST} {TESTS[m]})")
+                return 2
+            subprocess.run([*COSMIC_RAY, "exec", str(cfg), str(db)], cwd=ROOT, check=True)
     killed = survived = other = 0
-    for m, _, db in sessions:
+    for m, db in read:
         with use_db(str(db), WorkDB.Mode.open) as work:
             for item, result in work.completed_work_items:
-                if result.output in ("not sampled", "equivalent", "gpu-only") or result.test_outcome is None:
+                if result.output in ("not sampled", "equivalent", "gpu-only", OTHER_WORKER) or result.test_outcome is None:
                     continue
                 if result.test_outcome is TestOutcome.KILLED:
                     killed += 1
