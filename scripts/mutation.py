@@ -128,13 +128,16 @@ def _worker_tree(out: Path, j: int) -> Path:
     w = out / f"worker{j}"
     shutil.rmtree(w, ignore_errors=True)
     tree = w / "tree"
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
-                            capture_output=True).stdout.decode()
-    for name in filter(None, listed.split("\0")):
-        src = ROOT / name
-        if src.is_file():  # a tracked file deleted in the work tree is not copied
-            (tree / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, tree / name)
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True)
+    if listed.returncode == 0:
+        for name in filter(None, listed.stdout.decode().split("\0")):
+            src = ROOT / name
+            if src.is_file():  # a tracked file deleted in the work tree is not copied
+                (tree / name).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, tree / name)
+    else:  # no git here (the GPU host's copy of the tree): everything but carried wheels, builds and runs
+        shutil.copytree(ROOT, tree, symlinks=True, ignore=shutil.ignore_patterns(
+            ".git", ".whl", ".mut", ".ray", "build", "runs", "*.egg-info", "__pycache__", "shared"))
     if (ROOT / "shared").exists():
         (tree / "shared").symlink_to((ROOT / "shared").resolve())
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-compile",
