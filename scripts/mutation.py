@@ -47,9 +47,34 @@ TESTS = {
     "compare": f"tests/harness/test_check_mutants.py tests/harness/test_error_pattern.py {CPU} {EMU}",
     "buffers": f"tests/harness/test_check_mutants.py tests/harness/test_buffers_scalar.py {CPU} {EMU}",
 }
-# (module, operator, line) of mutants that cannot change a verdict, and why (docs/harness-tests.md);
-# mutants inside annotations are found by _annotations()
-EQUIVALENT: dict[tuple[str, str, int], str] = {
+# (module, operator, line) of mutants that cannot change a verdict, and why (docs/harness-tests.md); a key
+# with a fourth item, cosmic-ray's occurrence number, names one mutant of that operator on that line where
+# others of them are killed; mutants inside annotations are found by _annotations()
+_DIGEST = ("the seal's digest stays a keyed function of the tensor's bytes that is the same for the same bytes "
+           "and changes with any one word, so a seal breaks exactly when it did")
+EQUIVALENT: dict[tuple, str] = {
+    ("integrity", "core/NumberReplacer", 26): f"_MASK 2**64 - 1 -> another width (2**63, 2**65, - 2): {_DIGEST}",
+    ("integrity", "core/ReplaceBinaryOperator_LShift_BitAnd", 26): f"_MASK -> -1 (no mask, an unbounded int): {_DIGEST}",
+    ("integrity", "core/ReplaceBinaryOperator_LShift_FloorDiv", 26): f"_MASK -> -1 (no mask): {_DIGEST}",
+    ("integrity", "core/NumberReplacer", 30): f"a key of 6 or 8 random bytes instead of 7: {_DIGEST}",
+    ("integrity", "core/ReplaceComparisonOperator_NotEq_IsNot", 36): "`dtype != torch.bool` -> `is not`: torch "
+    "dtypes are singletons",
+    ("integrity", "core/ReplaceComparisonOperator_Eq_LtE", 37): "`x % 4 == 0` -> `x % 4 <= 0`: a remainder is never "
+    "negative",
+    ("integrity", "core/ReplaceBinaryOperator_Mod_Div", 37): f"words only at storage offset 0, bytes elsewhere: {_DIGEST}",
+    ("integrity", "core/ReplaceBinaryOperator_Mod_Mul", 37): f"words only at storage offset 0, bytes elsewhere: {_DIGEST}",
+    ("integrity", "core/ReplaceBinaryOperator_Mod_Pow", 37): f"words only at storage offset 0, bytes elsewhere: {_DIGEST}",
+    ("integrity", "core/ReplaceBinaryOperator_Mod_LShift", 37): f"words only at storage offset 0, bytes elsewhere: "
+    f"{_DIGEST}",
+    ("integrity", "core/NumberReplacer", 43): "sample positions drawn from [-1, n) (-1 indexes the last word) or [1, n) "
+    "(word 0 never among the sampled: it is read whole below SAMPLE words, and one word of a larger tensor is read "
+    "with probability SAMPLE/n either way)",
+    ("integrity", "core/NumberReplacer", 45): "weights drawn from [0 or 2, 2**31), [1, 2**30) or [1, 2**32): any one "
+    "word still moves the digest (a zero weight: with probability 2**-31) and two swapped words still differ",
+    ("integrity", "core/ReplaceBinaryOperator_BitAnd_Mod", 46): f"the sum reduced mod 2**64 - 1 instead of 2**64: "
+    f"{_DIGEST}",
+    ("integrity", "core/ReplaceBinaryOperator_Mul_BitXor", 46): f"sum of word ^ weight instead of word * weight: {_DIGEST} "
+    "(and a swap of two words too, as tests/harness/test_integrity.py checks under 200 keys)",
     ("buffers", "core/ReplaceBinaryOperator_Sub_Pow", 158): "ceil(n / B) -> n // B + 1: one more loop turn, "
     "over an empty slice with an empty block",
     ("buffers", "core/ReplaceBinaryOperator_Sub_BitOr", 132): "last = (max(b, a + 1) - 1) // B -> (max(b, a + 1) | 1) "
@@ -238,6 +263,7 @@ def main() -> int:
             notes, gpu = _annotations(m), _gpu_only(m)
             equivalent = [w.job_id for w in work.pending_work_items for s in w.mutations
                           if (m, s.operator_name, s.start_pos[0]) in EQUIVALENT
+                          or (m, s.operator_name, s.start_pos[0], s.occurrence) in EQUIVALENT
                           or any(a <= tuple(s.start_pos) < b for a, b in notes)]
             _skip(work, equivalent, "equivalent")
             on_gpu = [w.job_id for w in work.pending_work_items for s in w.mutations

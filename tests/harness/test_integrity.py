@@ -28,7 +28,8 @@ def test_digest_is_stable_and_sees_any_change():
     assert digest(x, key + 1) != d
     z = x.clone()
     z[0, 0], z[0, 1] = x[0, 1], x[0, 0]  # same values, other places
-    assert digest(z, key) != d
+    # under every key: the two places' weights differ (drawn from 2**31 values; from 31, one key in 31 missed it)
+    assert all(digest(z, k) != digest(x, k) for k in range(200))
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.bool, torch.int64, torch.uint8])
@@ -41,7 +42,7 @@ def test_digest_every_dtype_and_odd_sizes(dtype):
     assert digest(y, 7) != d
 
 
-@pytest.mark.parametrize("offset", [1, 2, 3, 6, 9])
+@pytest.mark.parametrize("offset", [1, 2, 3, 5, 6, 9, 10])
 def test_a_view_at_an_odd_byte_offset_is_read_as_bytes(offset):
     base = torch.arange(40 + offset, dtype=torch.uint8)
     view = base[offset:]  # 40 bytes starting at an offset that is no multiple of 4: not viewable as int32
@@ -49,6 +50,15 @@ def test_a_view_at_an_odd_byte_offset_is_read_as_bytes(offset):
     assert digest(view, 5) == d  # (a seal digests the same tensor object every time)
     base[10 + offset] += 1
     assert digest(view, 5) != d
+
+
+@pytest.mark.parametrize("size", [5, 10, 13])
+def test_a_byte_tensor_of_no_whole_words_is_read_as_bytes(size):
+    x = torch.arange(size, dtype=torch.uint8)
+    d = digest(x, 3)
+    y = x.clone()
+    y[-1] += 1
+    assert digest(x.clone(), 3) == d and digest(y, 3) != d
 
 
 def test_large_tensors_are_sampled_small_ones_read_whole(monkeypatch):
@@ -65,6 +75,14 @@ def test_large_tensors_are_sampled_small_ones_read_whole(monkeypatch):
         one = small.clone()
         one[(k * 37) % 1000] += 1.0
         assert digest(one, k) != digest(small, k)
+    fewer = torch.randn(600)  # fewer words than SAMPLE: read whole too, not SAMPLE draws among them
+    for k in range(20):
+        one = fewer.clone()
+        one[(k * 29) % 600] += 1.0
+        assert digest(one, k) != digest(fewer, k)
+    one = x.clone()  # a large tensor IS sampled: one changed word is missed under some key (1000 of 100,000 read)
+    one[4321] += 1.0
+    assert any(digest(one, k) == digest(x, k) for k in range(20))
     assert integrity.SAMPLE == 1000 and SAMPLE == 1 << 22
 
 
