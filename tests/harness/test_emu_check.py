@@ -378,3 +378,80 @@ def test_a_memory_plan_that_gives_up_rotation_says_so():
     device.free_bytes = lambda: hi - 1
     r = evaluate("gelu_ok", GELU, device=device)
     assert r.verdict is Verdict.harness_error and "does not fit" in r.message, describe(r)
+
+
+# ----- evaluate.py's own bookkeeping (its mutants, scripts/mutation.py, 2026-11-28) ----------------------------
+def test_the_memory_plan_counts_the_plans_scratch_in_bytes():
+    from kerngen.harness.gpu.evaluate import Evaluation
+
+    spec = CASES["gelu_wrong_when_timed"].spec  # one int32 of scratch
+    state = state_of(GELU)
+    plan = resolve(spec, sizes=state.info.sizes, tensors=state.info.tensor_facts(), config=spec.full_config({}))
+    run = Evaluation(state, None, None, 0, device=EmuDevice(spec))
+    assert run.memory_plan(plan).scratch_bytes == 4  # size x itemsize, not size << itemsize
+    assert run.memory_plan(None).scratch_bytes == 0
+
+
+def test_phases_and_wall_time_are_differences_of_the_clock(monkeypatch):
+    """On a clock that ticks 1 ms per reading from 1000 s, every phase and the whole take a few ms: durations
+    are the clock's differences (not its sums or ratios)."""
+    import types
+
+    import kerngen.harness.gpu.evaluate as evaluate_module
+
+    ticks = iter(range(10**9))
+    monkeypatch.setattr(evaluate_module, "time", types.SimpleNamespace(perf_counter=lambda: 1000.0 + next(ticks) / 1000))
+    r = evaluate("gelu_ok", GELU)
+    assert r.verdict is Verdict.ok, describe(r)
+    assert all(0 < v < 0.5 for v in r.phases_s.values()), r.phases_s
+    assert 0 < r.wall_s < 0.5 and sum(r.phases_s.values()) <= r.wall_s + 1e-9, (r.wall_s, r.phases_s)
+
+
+def test_a_launch_plan_a_tensor_refuses_is_an_invalid_spec_that_says_why(monkeypatch):
+    from kerngen.errors import SpecError
+
+    def refuse(self, plan, tensors, stream=None):
+        raise SpecError("tensormap of 'x': its box is wider than the tensor")
+
+    monkeypatch.setattr(EmuModule, "runner", refuse)
+    r = evaluate("gelu_ok", GELU)
+    assert r.verdict is Verdict.invalid_spec, describe(r)
+    assert r.message == "launch plan: tensormap of 'x': its box is wider than the tensor", r.message
+
+
+def test_a_memory_plan_that_keeps_every_copy_but_fewer_timed_sets_says_so():
+    """The least free memory that keeps the pristine copies and the references on the GPU gives fewer than 3 timed
+    sets: the message says what the plan gave up although no copy left the GPU."""
+    from kerngen.harness.gpu.memory_plan import HarnessMemoryError, plan_memory
+
+    info = state_of(GELU).info
+
+    def whole(free: int) -> bool:
+        try:
+            p = plan_memory(free_bytes=free, input_bytes=sum(t.nbytes for t in info.inputs),
+                            output_bytes=sum(t.nbytes for t in info.outputs), scratch_bytes=0, reference_bytes=None,
+                            make_bytes=None, flush_bytes=0, rotate_max=3, label=info.name)
+        except HarnessMemoryError:
+            return False
+        return p.pristine_on_gpu and p.refs_on_gpu
+
+    lo, hi = 0, 1 << 34
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        hi, lo = (mid, lo) if whole(mid) else (hi, mid)
+    device = EmuDevice(CASES["gelu_ok"].spec)
+    device.free_bytes = lambda: hi
+    r = evaluate("gelu_ok", GELU, device=device)
+    m = r.memory
+    assert r.verdict is Verdict.ok and m is not None and m.pristine_on_gpu and m.refs_on_gpu, describe(r)
+    assert m.timed_sets < 3 and r.message.endswith(m.summary()), r.message
+
+
+def test_fresh_seeds_are_never_the_default_seed(monkeypatch):
+    """Seed 0 is the inputs other parts of kerngen make (the front end's trace, a model's timing): an
+    evaluation's seeds never are, whatever the random bytes."""
+    import kerngen.harness.gpu.evaluate as evaluate_module
+
+    for first in (0, 1, 2, 255):
+        monkeypatch.setattr(evaluate_module.os, "urandom", lambda n, b=first: bytes([b]) + bytes(n - 1))
+        assert all(s != 0 for s in evaluate_module.fresh_seeds(3))
