@@ -39,7 +39,7 @@ _TRACE_LOCK = threading.Lock()
 _CPU_INPUT_BYTES = 256 << 20
 _ITEM_BYTES = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "bfloat16": 2, "float16": 2, "bool": 1}
 
-__all__ = ["Graph", "Node", "Ref", "Tensor", "trace", "trace_module"]
+__all__ = ["Graph", "Node", "Ref", "Tensor", "aten_node", "trace", "trace_module"]
 
 FLOAT_DTYPES = ("float32", "bfloat16", "float16")  # what the playbook's kernels compute in
 
@@ -192,6 +192,19 @@ class Graph:
             pos, kw = _call_args(n, arg)
             env[n.name] = n.fn(*pos, **kw)
         return env[self.output]
+
+
+def aten_node(name: str, op: str, overload: str, shape: tuple[int, ...], dtype: str, like: Node, **args: Any) -> Node:
+    """A node of ATen op ``op.overload`` made here (not traced): its arguments by schema name, the schema's defaults
+    filled in; ``like`` gives it a module (for messages). The partitioner's decompositions and the LSTM family's
+    per-layer graphs are made of these."""
+    import torch
+
+    fn = getattr(getattr(torch.ops.aten, op), overload)
+    full: dict[str, Any] = {}
+    for a in fn._schema.arguments:
+        full[a.name] = args[a.name] if a.name in args else (a.default_value if a.has_default_value() else None)
+    return Node(name, op, overload, full, shape, dtype, like.module, like.module_type, fn)
 
 
 def _call_args(n: Node, arg: Callable[[Any], Any]) -> tuple[list, dict]:

@@ -20,3 +20,4 @@ class Lead(str, Enum):
     attention = "attention"
     norm = "norm"
     loss = "loss"
+    rnn = "rnn"

@@ -32,6 +32,7 @@ class Kind(str, Enum):
     norm = "norm"  # a normalisation: statistics, then a pointwise map
     loss = "loss"  # a loss function (a reduction of pointwise terms, or of per-row losses)
     attention = "attention"
+    rnn = "rnn"  # a recurrent layer (nn.LSTM): a GEMM over all steps, then a sequential recurrence
     data = "data"  # other data movement (cat, flip, triu, ...)
 
 
@@ -140,6 +141,7 @@ def _table() -> dict[str, Op]:
                                           "binary_cross_entropy", "binary_cross_entropy_with_logits",
                                           "soft_margin_loss", "cross_entropy_loss", "triplet_margin_loss", "nll_loss")})
     t["scaled_dot_product_attention"] = Op(Kind.attention)
+    t["lstm"] = Op(Kind.rnn)
     t.update({k: Op(Kind.data) for k in ("cat", "stack", "flip", "roll", "triu", "tril", "diag", "gather",
                                           "index_select", "pad", "repeat")})
     return t
@@ -158,7 +160,7 @@ def kind_of(op: str, overload: str = "") -> Kind | None:
 
 _WHAT = {Kind.reduction: "reduction", Kind.scan: "scan", Kind.softmax: "reduction", Kind.view: "shape op",
          Kind.data: "shape op", Kind.contraction: "matrix product", Kind.conv: "convolution", Kind.pool: "pooling",
-         Kind.norm: "normalisation", Kind.loss: "loss", Kind.attention: "attention"}
+         Kind.norm: "normalisation", Kind.loss: "loss", Kind.attention: "attention", Kind.rnn: "recurrent layer"}
 def why(op: str, where: str) -> str:
     """Why ``op`` is not covered by ``where`` (e.g. "the elementwise chain"), one line."""
     if op in _CASTS:

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kerngen.agent.playbook.graph import Graph, Node, Ref, Tensor
+from kerngen.agent.playbook.graph import Graph, Node, Ref, Tensor, aten_node
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.ops import why
 from kerngen.agent.playbook.region import Region, lead_of
@@ -183,20 +183,6 @@ def _why_not(g: Graph, n: Node) -> str:
 
 # ---------------------------------------------------------------------------------------------
 # PyTorch's decompositions of the composite ops the families do not take whole
-def _aten(op: str, overload: str) -> Any:
-    import torch
-
-    return getattr(getattr(torch.ops.aten, op), overload)
-
-
-def _node(name: str, op: str, overload: str, shape: tuple[int, ...], dtype: str, like: Node, **args: Any) -> Node:
-    fn = _aten(op, overload)
-    full: dict[str, Any] = {}
-    for a in fn._schema.arguments:
-        full[a.name] = args[a.name] if a.name in args else (a.default_value if a.has_default_value() else None)
-    return Node(name, op, overload, full, shape, dtype, like.module, like.module_type, fn)
-
-
 def _kept(shape: tuple[int, ...], dims: list[int]) -> tuple[int, ...]:
     return tuple(1 if i in dims else s for i, s in enumerate(shape))
 
@@ -211,7 +197,7 @@ def _decompose(g: Graph, n: Node) -> Graph | None:
     new: list[Node] = []
 
     def add(op: str, overload: str, out_shape: tuple[int, ...], **args: Any) -> Ref:
-        node = _node(f"{name}_d{len(new)}", op, overload, out_shape, dt if op not in ("eq",) else "bool", n, **args)
+        node = aten_node(f"{name}_d{len(new)}", op, overload, out_shape, dt if op not in ("eq",) else "bool", n, **args)
         new.append(node)
         return Ref(node.name)
 

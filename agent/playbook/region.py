@@ -21,7 +21,7 @@ __all__ = ["Region", "lead_of"]
 
 
 # the op kind that leads a region holding several, heaviest first
-_ORDER = ((Kind.attention, Lead.attention), (Kind.conv, Lead.conv), (Kind.contraction, Lead.contraction),
+_ORDER = ((Kind.rnn, Lead.rnn), (Kind.attention, Lead.attention), (Kind.conv, Lead.conv), (Kind.contraction, Lead.contraction),
           (Kind.loss, Lead.loss), (Kind.norm, Lead.norm), (Kind.pool, Lead.pool), (Kind.scan, Lead.scan),
           (Kind.softmax, Lead.softmax), (Kind.reduction, Lead.reduce))
 

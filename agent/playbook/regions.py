@@ -42,7 +42,7 @@ __all__ = ["REGIONS", "RegionsFacts", "explain", "family_for", "family_of", "par
 
 REGIONS = "regions"
 MAX_CHOICES = 4  # variants of a regions problem: the first offered variant of each region, then one region changed
-_HEAVY = (Lead.conv, Lead.contraction, Lead.attention)
+_HEAVY = (Lead.rnn, Lead.conv, Lead.contraction, Lead.attention)
 
 
 class RegionsFacts(Facts):

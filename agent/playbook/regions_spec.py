@@ -28,7 +28,7 @@ from kerngen.agent.playbook.region import Region
 
 __all__ = ["join"]
 
-_HEAVY = (Lead.conv, Lead.contraction, Lead.attention)  # their regions keep their tunables first
+_HEAVY = (Lead.rnn, Lead.conv, Lead.contraction, Lead.attention)  # their regions keep their tunables first
 _DEFINE = re.compile(r"^\s*#\s*define\s+([A-Za-z_][A-Za-z0-9_]*)", re.M)
 
 
@@ -144,12 +144,14 @@ def _frozen(regions: list[Region], specs: list[KernelSpec]) -> set[int]:
 
 
 def join(regions: list[Region], specs: list[KernelSpec], storage: Mapping[str, str],
-         problem: Mapping[str, tuple[int, ...]], labels: list[str], name: str) -> KernelSpec:
+         problem: Mapping[str, tuple[int, ...]], labels: list[str], name: str,
+         frozen: set[int] | None = None) -> KernelSpec:
     """One spec running ``specs`` (region ``i``'s, at its shapes) in order; ``storage`` says where each tensor
-    lives (a problem tensor or ``r<k>_out``); ``problem``: the problem's own tensors' shapes by name."""
+    lives (a problem tensor or ``r<k>_out``); ``problem``: the problem's own tensors' shapes by name; ``frozen``:
+    the regions whose tunables are fixed at their defaults (default: the lighter ones past MAX_TUNABLES)."""
     if len({s.fast_math for s in specs}) > 1:
         raise ValueError("regions compiled with and without fast math cannot share one source")
-    frozen = _frozen(regions, specs)
+    frozen = _frozen(regions, specs) if frozen is None else frozen
     source, tunables, defaults, defines, constraints, scratch, steps = [], {}, {}, {}, [], [], []
     out_dtype = {"r{}_out".format(r.index): r.output.dtype for r in regions}
     for i, (region, spec) in enumerate(zip(regions, specs)):

@@ -24,6 +24,7 @@ from kerngen.agent.playbook.norm.family import NORM
 from kerngen.agent.playbook.pool.family import POOL
 from kerngen.agent.playbook.reduce.family import REDUCE
 from kerngen.agent.playbook.rows.family import LAYERNORM, RMSNORM, SOFTMAX
+from kerngen.agent.playbook.rnn.family import LSTM
 from kerngen.agent.playbook.scan.family import SCAN
 from kerngen.agent.playbook.family import Family, FamilyMatch
 from kerngen.agent.playbook.graph import Graph
@@ -35,7 +36,7 @@ __all__ = ["FAMILIES", "by_name", "candidates", "choose"]
 
 FAMILIES: tuple[Family, ...] = (ELEMENTWISE, SOFTMAX, LAYERNORM, RMSNORM, CONV2D, CONV_RELU_MAXPOOL, MATMUL,
                                 ATTENTION, GEMM_ROWS, GEMM16, GEMM, CONV_TAIL, CONV16, CONV_EPI, CONV_ND, REDUCE, NORM, LOSS, POOL,
-                                SCAN)
+                                SCAN, LSTM)
 _BY_NAME = {f.name: f for f in FAMILIES}
 
 

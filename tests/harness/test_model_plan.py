@@ -33,7 +33,7 @@ MODELS = {
     "mobilenetv2_block": (3, set()),
     "vit_block": (7, {"permute", "unbind", "transpose"}),
     "gpt_block": (7, {"split", "transpose"}),
-    "lstm": (1, {"zeros", "lstm", "select"}),
+    "lstm": (2, {"select"}),  # the LSTM (and the zeros of its h0, c0) a kernel region since the lstm family
 }
 
 
