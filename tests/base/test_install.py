@@ -65,3 +65,22 @@ def test_the_readme_cpu_line_installs_a_small_venv(tmp_path):
     out = subprocess.run([str(env_dir / "bin" / "kerngen"), "--version"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.startswith("kerngen "), out.stderr
     print(f"README CPU install: {size} MiB, torch {version}", file=sys.stderr)
+
+
+def test_every_package_folder_is_listed_for_a_non_editable_install():
+    """pyproject lists packages and their folders by hand: a sub-package missing there is found by an editable
+    install (through its parent's folder) and lost by ``pip install .`` and by scripts/mutation.py --jobs (the
+    lstm family's folder, 2026-11-28). Every folder with an ``__init__.py`` under a mapped one is listed, with
+    its templates where it has any."""
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    setup = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed, data = set(setup["packages"]), setup.get("package-data", {})
+    for name, folder in setup["package-dir"].items():
+        for init in (root / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(root / folder).parts
+            dotted = ".".join([name, *rel])
+            assert dotted in listed, f"{dotted} ({init.parent.relative_to(root)}) is not in pyproject's packages"
+            if (init.parent / "templates").is_dir():
+                assert {"templates/*.j2", "templates/*"} & set(data.get(dotted, [])), f"{dotted}'s templates are not data"
