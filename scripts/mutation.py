@@ -98,6 +98,12 @@ EQUIVALENT: dict[tuple, str] = {
     ("evaluate", "core/ReplaceOrWithAnd", 151, 2): "`or not refs_on_gpu or not pristine_on_gpu` -> `or (not refs and "
     "not pristine)`: differs only for a plan with every timed set (3) and exactly one copy off the GPU, which "
     "plan_memory never gives (off-GPU copies come before fewer sets; 200,000 random sizes and free bytes tried)",
+    ("evaluate", "core/NumberReplacer", 133): "the out-of-memory text kept to 199 or 201 characters instead of 200 in "
+    "a harness_error's message: the verdict is the same",
+    ("evaluate", "core/NumberReplacer", 165): "keep_max 0 -> 1 or -1 when the evaluation does not time: at most one set "
+    "kept in memory for a timing that never comes, or none; the check and its verdict are the same",
+    ("evaluate", "core/NumberReplacer", 237, 39): "`self.k < 0` -> `< -1` in _Rotation.call: timing.bench calls "
+    "before_each (prepare) before every call of fn, so call() never meets k < 0",
     ("evaluate", "core/NumberReplacer", 37): "ROTATE_SETS 3 -> 4: one more input set to rotate over (memory, no "
     "verdict): any count from 2 defeats a kernel that caches by pointer or content; the memory plan still caps it",
     ("check", "core/ReplaceComparisonOperator_Is_Eq", 236): "`failed is CheckFailure.input_mutated` -> `==`: "
