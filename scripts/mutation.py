@@ -98,6 +98,13 @@ EQUIVALENT: dict[tuple, str] = {
     ("evaluate", "core/ReplaceOrWithAnd", 151, 2): "`or not refs_on_gpu or not pristine_on_gpu` -> `or (not refs and "
     "not pristine)`: differs only for a plan with every timed set (3) and exactly one copy off the GPU, which "
     "plan_memory never gives (off-GPU copies come before fewer sets; 200,000 random sizes and free bytes tried)",
+    ("evaluate", "core/NumberReplacer", 42, 2): "fresh seeds from 5 random bytes instead of 4: still fresh, never 0",
+    ("evaluate", "core/NumberReplacer", 42, 4): "fresh seeds `| 1` -> `| 2`: still never the default seed 0",
+    ("evaluate", "core/ReplaceComparisonOperator_Lt_NotEq", 151): "`timed_sets < ROTATE_SETS` -> `!=`: the memory "
+    "plan never gives more timed sets than ROTATE_SETS (rotate_max)",
+    ("evaluate", "core/ReplaceComparisonOperator_Lt_IsNot", 151): "`timed_sets < ROTATE_SETS` -> `is not`: at most "
+    "ROTATE_SETS, and small ints are one object each",
+    ("evaluate", "core/NumberReplacer", 213, 20): "phases rounded to 7 digits instead of 6: finer, no verdict",
     ("evaluate", "core/NumberReplacer", 133): "the out-of-memory text kept to 199 or 201 characters instead of 200 in "
     "a harness_error's message: the verdict is the same",
     ("evaluate", "core/NumberReplacer", 165): "keep_max 0 -> 1 or -1 when the evaluation does not time: at most one set "

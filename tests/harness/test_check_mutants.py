@@ -192,3 +192,14 @@ def test_a_random_poison_covers_every_block_of_a_large_output(monkeypatch):
         buf.view.zero_()
         p = poison(buf, "random", gen)
         assert torch.equal(buf.view, p.flat(0, n)) and bool(still_poisoned(buf.view, p).all()), n
+
+
+def test_random_poisons_are_drawn_from_a_wide_range_of_seeds():
+    """A random poison's seed is one of 2**62: a kernel cannot learn the few patterns the check writes and skip its
+    work on them (drawn from 62 seeds, 200 poisons repeat a pattern ~140 times)."""
+    from kerngen.harness.gpu.buffers import alloc_guarded, poison
+
+    gen = torch.Generator().manual_seed(5)
+    buf = alloc_guarded("out", (8,), torch.float32, torch.device("cpu"), gen)
+    seeds = {poison(buf, "random", gen).seed for _ in range(200)}
+    assert len(seeds) == 200
