@@ -99,6 +99,8 @@ EQUIVALENT: dict[tuple, str] = {
     "not pristine)`: differs only for a plan with every timed set (3) and exactly one copy off the GPU, which "
     "plan_memory never gives (off-GPU copies come before fewer sets; 200,000 random sizes and free bytes tried)",
     ("evaluate", "core/NumberReplacer", 42, 2): "fresh seeds from 5 random bytes instead of 4: still fresh, never 0",
+    ("evaluate", "core/NumberReplacer", 42, 3): "fresh seeds from 3 random bytes instead of 4: 2**24 input sets a "
+    "kernel cannot know in advance, never 0",
     ("evaluate", "core/NumberReplacer", 42, 4): "fresh seeds `| 1` -> `| 2`: still never the default seed 0",
     ("evaluate", "core/ReplaceComparisonOperator_Lt_NotEq", 151): "`timed_sets < ROTATE_SETS` -> `!=`: the memory "
     "plan never gives more timed sets than ROTATE_SETS (rotate_max)",
