@@ -118,9 +118,12 @@ def test_each_bucket_serves_its_shape_and_the_nearest_admitting_one_others(softm
     assert op._kernels[1].plans.builds == 2  # bucket 1: its own plan (seeded) and the one at 32 rows
 
 
-class Corrupted(Emulated):
-    """The emulator behind a launch path that gets the output wrong (one element off): what a checked kernel would
-    give through a defective op path (on 4x H200, 2026-11-28, regions specs' ops differed from their kernels)."""
+class Tampered(Emulated):
+    """The emulator behind a launch path that changes the output after the kernel ran (``tamper(out)``)."""
+
+    def __init__(self, tamper) -> None:
+        super().__init__()
+        self.tamper = tamper
 
     def __call__(self, variant):
         inner = super().__call__(variant)
@@ -128,17 +131,23 @@ class Corrupted(Emulated):
         def bind(plan, device, slots):
             run = inner(plan, device, slots)
 
-            def wrong(tensors, stream):
+            def tampered(tensors, stream):
                 run(tensors, stream)
-                tensors[slots.names.index("out")].view(-1)[0] += 1.0
-            return wrong
+                self.tamper(tensors[slots.names.index("out")])
+            return tampered
         return bind
+
+
+def corrupted():
+    """One element off: what a checked kernel would give through a defective op path (on 4x H200, 2026-11-28,
+    regions specs' ops differed from their kernels)."""
+    return Tampered(lambda out: out.view(-1)[:1].add_(1.0))
 
 
 def test_a_checked_buckets_first_call_is_compared_and_a_wrong_launch_path_falls_back(softmax_export):
     """The first call at a bucket's own checked shape is compared with PyTorch too: an op whose launch path disagrees
     with the kernel the harness checked gives PyTorch's answer, warned, and never the wrong one; a right one runs."""
-    op = ExportedKernel(softmax_export.manifest, binder=Corrupted())
+    op = ExportedKernel(softmax_export.manifest, binder=corrupted())
     x = torch.randn(8, 100)
     with pytest.warns(FallbackWarning, match="the kernel disagreed with the fallback"):
         first = op(x)
@@ -148,23 +157,12 @@ def test_a_checked_buckets_first_call_is_compared_and_a_wrong_launch_path_falls_
     assert torch.allclose(good(x), torch.softmax(x, dim=1), atol=1e-6) and good.stats.fallback_calls == 0
 
 
-class Rounded(Emulated):
-    """The emulator behind a launch path whose every output element is off by 1e-7 of the output's largest: what
-    another honest fp32 summation order gives (a 4096-deep matmul of randn inputs differs from cuBLAS by ~1e-3 in
-    absolute terms, H200 2026-11-28, and fell back to PyTorch at 2.3x its kernel's time)."""
-
-    def __call__(self, variant):
-        inner = super().__call__(variant)
-
-        def bind(plan, device, slots):
-            run = inner(plan, device, slots)
-
-            def rounded(tensors, stream):
-                run(tensors, stream)
-                out = tensors[slots.names.index("out")]
-                out += 1e-7 * out.abs().max() * torch.randn(out.shape, generator=torch.Generator().manual_seed(0))
-            return rounded
-        return bind
+def rounded():
+    """Every output element off by 1e-7 of the output's largest: what another honest fp32 summation order gives (a
+    4096-deep matmul of randn inputs differs from cuBLAS by ~1e-3 in absolute terms, H200 2026-11-28, and fell back
+    to PyTorch at 2.3x its kernel's time)."""
+    return Tampered(lambda out: out.add_(1e-7 * out.abs().max()
+                                         * torch.randn(out.shape, generator=torch.Generator().manual_seed(0))))
 
 
 def test_rounding_at_the_callers_scale_is_not_a_disagreement_but_a_wrong_value_is(tmp_path, scale_file):
@@ -173,28 +171,15 @@ def test_rounding_at_the_callers_scale_is_not_a_disagreement_but_a_wrong_value_i
     falls back, at any scale."""
     res = scale_export(tmp_path, scale_file, scale_spec(), "scale_ok")
     x, w = 1e4 * torch.randn(8, 128), torch.randn(128)
-    op = ExportedKernel(res.manifest, binder=Rounded(), fallback=_model_of(res))
+    op = ExportedKernel(res.manifest, binder=rounded(), fallback=_model_of(res))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         y = op(x, w)
     assert not torch.allclose(y, x * w, atol=1e-4, rtol=1e-5) and op.stats.fallback_calls == 0
     assert "kernel" in op.stats.decisions["float32[8, 128], float32[128]"]
 
-    class OffByOne(Emulated):
-        def __call__(self, variant):
-            inner = super().__call__(variant)
-
-            def bind(plan, device, slots):
-                run = inner(plan, device, slots)
-
-                def wrong(tensors, stream):
-                    run(tensors, stream)
-                    out = tensors[slots.names.index("out")]
-                    out.view(-1)[3] += 0.01 * out.abs().max()
-                return wrong
-            return bind
-
-    bad = ExportedKernel(res.manifest, binder=OffByOne(), fallback=_model_of(res))
+    off = Tampered(lambda out: out.view(-1)[3:4].add_(0.01 * out.abs().max()))  # one element, 1% of the largest
+    bad = ExportedKernel(res.manifest, binder=off, fallback=_model_of(res))
     with pytest.warns(FallbackWarning, match=r"\|\|out-ref\|\|/\|\|ref\|\| .* > 1e-05"):
         assert torch.allclose(bad(x, w), x * w)
 
