@@ -281,7 +281,9 @@ class OpTiming(_Record):
     gap_pct: float  # (op - kernel) / kernel, in % of the kernel's median
     host_us: float  # host time of one op call (no synchronisation), microseconds
     matches: bool  # the op's output equals the kernel's on the same inputs (within the check's tolerance)
-    rounds: int = 2  # each path timed this many times (kernel, op, op, kernel); each figure is its best round's
+    # 1: one series, the paths interleaved rep by rep (since 2026-11-28); 2: records timed as two counterbalanced
+    # rounds (kernel, op, op, kernel), each figure its faster round's
+    rounds: int = 2
 
     @property
     def slow(self) -> bool:

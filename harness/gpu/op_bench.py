@@ -9,9 +9,12 @@ before every repetition, the sets rotated).
   tensors, running :class:`.op_call.OpRuntime` and :mod:`.op_runtime`'s cached launch path:
   outputs and scratch from torch's caching allocator on every call, as a user gets them.
 
-Each path is timed twice, counterbalanced (kernel, op, op, kernel), and each figure is its faster
-round (a clock that drifts during the series does not decide the gap). Beside the device times, the
-host's time per op call (no synchronisation) says whether a short kernel would be host-bound.
+The two paths are timed in one series, interleaved rep by rep (kernel, op, op, kernel, ...:
+:func:`.timing.bench_side_by_side`), so both see the same clocks. Timed one after the other (even
+counterbalanced, kernel, op, op, kernel), a power-capped H200 whose SM clock moved between 1650 and
+1815 MHz within the series gave the 3xTF32 matmul_wide an 8.8% "gap" whose fastest reps were equal.
+Beside the device times, the host's time per op call (no synchronisation) says whether a short kernel
+would be host-bound.
 """
 
 from __future__ import annotations
@@ -29,16 +32,11 @@ from kerngen.harness.gpu.launcher import LoadedModule, PlanRunner
 from kerngen.harness.gpu.op_call import KernelEntry, OpRuntime, register_op
 from kerngen.harness.gpu.op_runtime import CudaBinder, DescriptorCache, KernelRuntime, Slots, write_descriptor
 from kerngen.harness.gpu.precision import tolerance_for
-from kerngen.harness.gpu.timing import bench
-from kerngen.harness.results import OpTiming, Timing
+from kerngen.harness.gpu.timing import bench_side_by_side
+from kerngen.harness.results import OpTiming
 from kerngen.harness.spec.plan import ResolvedPlan
 from kerngen.harness.spec.spec import KernelSpec
 
-# kernel, op, op, kernel: each path timed once early and once late in the series (ABBA), so a clock that falls
-# as the GPU heats (the 3xTF32 matmuls draw the most power) weighs on both alike; kernel-op-kernel-op handed the
-# op the later, hotter slot of both rounds
-ORDER = ("kernel", "op", "op", "kernel")
-ROUNDS = ORDER.count("kernel")
 HOST_CALLS = 100  # back-to-back op calls timed on the host (no sync): its time per call
 _names = itertools.count()
 
@@ -58,25 +56,19 @@ def time_op_path(state: Any, spec: KernelSpec, plan: ResolvedPlan, cubin: bytes,
             held.append(outs)
             runners.append(PlanRunner(module, plan, {**tensors, **outs, **scratch}, stream))
         op = _register(spec, plan, cubin, info, dev)
-        k = itertools.count()
-        calls = {"kernel": lambda: runners[next(k) % len(runners)](),
-                 "op": lambda: op(*sets[next(k) % len(sets)])}
+        kc, oc = itertools.count(), itertools.count()  # each path rotates through the sets on its own
         matches = _same_output(state, op(*sets[0]), runners[0], held[0])
-        best: dict[str, Timing] = {}
-        for path in ORDER:
-            t = bench(calls[path], stream=stream, flusher=flusher, budget_ms=budget_ms,
-                      warmup_ms=min(25.0, budget_ms), clocks=ClockMonitor(device_index))
-            if path not in best or t.median_ms < best[path].median_ms:
-                best[path] = t
+        kernel, op_t = bench_side_by_side(
+            [lambda: runners[next(kc) % len(runners)](), lambda: op(*sets[next(oc) % len(sets)])], stream=stream,
+            flusher=flusher, budget_ms=2 * budget_ms, warmup_ms=min(25.0, budget_ms), clocks=ClockMonitor(device_index))
         stream.synchronize()
         began = time.perf_counter()
         for _ in range(HOST_CALLS):
             op(*sets[0])
         host_us = (time.perf_counter() - began) / HOST_CALLS * 1e6
         stream.synchronize()
-    kernel_ms, op_ms = best["kernel"].median_ms, best["op"].median_ms
-    return OpTiming(kernel=best["kernel"], op=best["op"], gap_pct=100.0 * (op_ms - kernel_ms) / kernel_ms,
-                    host_us=host_us, matches=matches, rounds=ROUNDS)
+    return OpTiming(kernel=kernel, op=op_t, gap_pct=100.0 * (op_t.median_ms - kernel.median_ms) / kernel.median_ms,
+                    host_us=host_us, matches=matches, rounds=1)
 
 
 def _arguments(state: Any, seed: int) -> list[torch.Tensor]:

@@ -181,65 +181,106 @@ def bench(
     ``lead_tries=1`` turns the host-lag retry off (to show what it corrects).
     The inputs ``fn`` works on must hold random data, never zeros (the caller's job).
     """
+    return bench_side_by_side([fn], stream=stream, before_each=before_each, flusher=flusher, budget_ms=budget_ms,
+                              warmup_ms=warmup_ms, min_reps=min_reps, max_reps=max_reps, keep_samples=keep_samples,
+                              clocks=clocks, lead_tries=lead_tries)[0]
+
+
+def bench_side_by_side(
+    fns: Sequence[Callable[[], None]],
+    *,
+    stream: "torch.cuda.Stream",
+    before_each: Callable[[], None] | None = None,
+    flusher: L2Flusher | None,
+    budget_ms: float = 200.0,
+    warmup_ms: float = 25.0,
+    min_reps: int = 10,
+    max_reps: int = 1000,
+    keep_samples: bool = True,
+    clocks: "ClockMonitor | None" = None,
+    lead_tries: int = LEAD_TRIES,
+) -> list[Timing]:
+    """:func:`bench` of several calls in one series, interleaved rep by rep: repetition r times every
+    call once, in the given order when r is even and in reverse when r is odd (A B, B A, A B, ...).
+    Each call's samples then see the same clocks: a power-capped GPU whose clock moves by 10% within
+    a second (the 3xTF32 matmuls on an H200) gives two series timed one after the other gaps that
+    are the clock's, not the calls'. The repetitions come from the summed estimate (``budget_ms``
+    covers all the calls); one :class:`Timing` per call, in order, sharing the clock reading."""
     import torch
 
-    def _timed(n: int, lead_cycles: int = 0) -> tuple[list[tuple[torch.cuda.Event, torch.cuda.Event]], int, float]:
-        """The event pairs, how many reps were late, the host's seconds per rep."""
-        pairs = [
-            (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)
-        ]
+    fns = list(fns)
+    if not fns:
+        raise ValueError("bench_side_by_side() needs at least one call")
+
+    def _each(r: int) -> list[int]:
+        return list(range(len(fns))) if r % 2 == 0 else list(range(len(fns)))[::-1]
+
+    def _timed(n: int, lead_cycles: int = 0) -> tuple[list[list[tuple[torch.cuda.Event, torch.cuda.Event]]], int,
+                                                        float]:
+        """Per call its event pairs, how many reps were late, the host's seconds per rep."""
+        pairs: list[list[tuple[torch.cuda.Event, torch.cuda.Event]]] = [[] for _ in fns]
         late = 0
         began = time.perf_counter()
-        for start, end in pairs:
-            if before_each is not None:
-                before_each()
-            if lead_cycles:
-                torch.cuda._sleep(lead_cycles)
-            if flusher is not None:
-                flusher.flush(stream)
-            start.record(stream)
-            fn()
-            late += bool(start.query())  # the GPU reached the start before fn was enqueued
-            end.record(stream)
-        return pairs, late, (time.perf_counter() - began) / max(n, 1)
+        for r in range(n):
+            for i in _each(r):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                if before_each is not None:
+                    before_each()
+                if lead_cycles:
+                    torch.cuda._sleep(lead_cycles)
+                if flusher is not None:
+                    flusher.flush(stream)
+                start.record(stream)
+                fns[i]()
+                late += bool(start.query())  # the GPU reached the start before the call was enqueued
+                end.record(stream)
+                pairs[i].append((start, end))
+        return pairs, late, (time.perf_counter() - began) / max(n * len(fns), 1)
 
     with torch.cuda.stream(stream):
         # Inputs are usually made on the default stream: order them before anything we time.
         stream.wait_stream(torch.cuda.default_stream(stream.device))
-        # 1. the untimed first call
-        if before_each is not None:
-            before_each()
-        fn()
+        # 1. the untimed first calls
+        for fn in fns:
+            if before_each is not None:
+                before_each()
+            fn()
         stream.synchronize()
-        # 2. estimate one call
+        # 2. estimate one rep (every call once)
         pairs, _, _ = _timed(ESTIMATE_CALLS)
         stream.synchronize()
-        est = sorted(s.elapsed_time(e) for s, e in pairs)
-        estimate_ms = est[len(est) // 2]
+        estimate_ms = 0.0
+        for series in pairs:
+            est = sorted(s.elapsed_time(e) for s, e in series)
+            estimate_ms += est[len(est) // 2]
         warmup, reps = plan_reps(
             estimate_ms, budget_ms=budget_ms, warmup_ms=warmup_ms, min_reps=min_reps, max_reps=max_reps
         )
         # 3. warm-up (untimed), then the timed repetitions; one synchronize at the end
-        for _ in range(warmup):
-            if before_each is not None:
-                before_each()
-            fn()
+        for r in range(warmup):
+            for i in _each(r):
+                if before_each is not None:
+                    before_each()
+                fns[i]()
         lead, tries = 0, max(1, lead_tries)
         for attempt in range(tries):
             if clocks is not None:
                 clocks.start()
             pairs, late, host_s = _timed(reps, lead)
-            reading = _sample_clocks(clocks, pairs[-1][1])
+            reading = _sample_clocks(clocks, pairs[_each(reps - 1)[-1]][-1][1])
             stream.synchronize()
-            if late <= reps * MAX_LATE_FRACTION or attempt == tries - 1:
+            if late <= reps * len(fns) * MAX_LATE_FRACTION or attempt == tries - 1:
                 break
             lead = max(LEAD_CYCLES, int(2 * host_s * LEAD_CLOCK_HZ), 2 * lead)
-        samples = [s.elapsed_time(e) for s, e in pairs]
+        samples = [[s.elapsed_time(e) for s, e in series] for series in pairs]
 
-    timing = summarize(samples, warmup=warmup, l2_flushed=flusher is not None, keep_samples=keep_samples)
-    timing.clocks = reading
-    timing.late_reps, timing.lead_cycles = late, lead
-    return timing
+    timings = []
+    for series in samples:
+        timing = summarize(series, warmup=warmup, l2_flushed=flusher is not None, keep_samples=keep_samples)
+        timing.clocks = reading
+        timing.late_reps, timing.lead_cycles = late, lead
+        timings.append(timing)
+    return timings
 
 
 def _sample_clocks(clocks: "ClockMonitor | None", last: "torch.cuda.Event"):

@@ -254,6 +254,42 @@ def test_bench_without_flusher_or_before_each(monkeypatch):
     assert "flush" not in log and log.count("sync") == 3
 
 
+def test_side_by_side_interleaves_the_calls_rep_by_rep(monkeypatch):
+    """Two calls in one series: each rep times both, A B then B A (a clock that moves during the series
+    weighs on both alike); each gets its own samples, and the reps come from the summed estimate."""
+    torch = pytest.importorskip("torch")
+    log: list[str] = []
+    ms = {"A": 1.0, "B": 3.0}
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            self.at = None
+
+        def record(self, stream):
+            self.at = len(log)
+            log.append("rec")
+
+        def elapsed_time(self, end):  # the call logged between this start and that end
+            (ran,) = [x for x in log[self.at:end.at] if x in ms]
+            return ms[ran]
+
+        def query(self):  # the host is never late
+            return False
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "default_stream", lambda device=None: None)
+    a, b = timing.bench_side_by_side([lambda: log.append("A"), lambda: log.append("B")], stream=_FakeStream(log),
+                                     flusher=None, budget_ms=40.0, warmup_ms=8.0, min_reps=4, max_reps=100)
+    assert (a.median_ms, b.median_ms) == (1.0, 3.0)
+    assert a.reps == b.reps == 10 and a.warmup == 3  # 4 ms a rep: 40 ms of budget, warm-up at least 3 reps
+    calls = [x for x in log if x in ms]
+    assert calls[-20:] == ["A", "B", "B", "A"] * 5  # the timed series: 10 reps of two calls
+    assert len(calls) == 2 + 2 * timing.ESTIMATE_CALLS + 2 * 3 + 20  # first calls, estimate, warm-up, reps
+    with pytest.raises(ValueError, match="at least one call"):
+        timing.bench_side_by_side([], stream=_FakeStream(log), flusher=None)
+
+
 # --- the GPU tier ------------------------------------------------------------------------------
 
 
