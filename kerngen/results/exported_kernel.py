@@ -299,7 +299,8 @@ def op_agrees(op: ExportedKernel, out: Any, args: tuple, v: KernelVariant) -> tu
     or how far the kernel's are off."""
     import torch
 
-    from kerngen.harness.gpu.compare import gross_rel_err, rel_err_limit
+    from kerngen.harness.gpu.compare import compare, gross_rel_err, rel_err_limit
+    from kerngen.harness.results import CheckFailure
     from kerngen.problems.info import default_tolerance
     from kerngen.problems.torch_modes import precision_mode
 
@@ -313,39 +314,19 @@ def op_agrees(op: ExportedKernel, out: Any, args: tuple, v: KernelVariant) -> tu
             str(g.dtype).removeprefix("torch."))
         if g.shape != w.shape:
             return result, f"shape {tuple(g.shape)} where PyTorch gives {tuple(w.shape)}"
-        w = w.to(g.dtype)
-        if torch.allclose(g, w, atol=atol, rtol=rtol, equal_nan=True):
-            continue
         # atol and rtol were met on the problem's own inputs; the caller's may be of any scale, where two honest
         # fp32 summation orders part by more than atol (a 4096-deep matmul of randn: ~1e-3). The relative error
-        # of the whole output does not move with the scale: within the harness's limit it is rounding
-        rel, finite_agree = _relative_error(g, w)
-        # at --precision tf32 the export does not record the relative limit the harness measured: there only a
+        # of the whole output does not move with the scale: within the harness's limit it is rounding. At
+        # --precision tf32 the export does not record the relative limit the harness measured: there only a
         # kernel that is wrong (past GROSS_REL_ERR, compare.py), not one less precise, falls back
         limit = rel_err_limit(g.dtype) if op.manifest.precision == "fp32" else gross_rel_err(g.dtype)
-        if finite_agree and rel <= limit:
-            continue
-        err = float((g.double() - w.double()).abs().nan_to_num(math.inf).max())
-        return result, (f"max abs error {err:.3g} > atol {atol:g}, ||out-ref||/||ref|| {rel:.3g} > {limit:g}"
-                        if finite_agree else f"NaN or inf where PyTorch has none (or the reverse); max abs error {err:.3g}")
+        c = compare(g, w.to(g.dtype), atol=atol, rtol=rtol, rel_limit=limit)
+        if c.mismatches == 0 or (c.failed is CheckFailure.mismatch and c.rel_err <= limit):
+            continue  # every element within atol/rtol (allclose), or rounding at the caller's scale
+        if c.failed is CheckFailure.nan_mismatch:
+            return result, f"NaN or inf where PyTorch has none (or the reverse); max abs error {c.max_abs_err:.3g}"
+        return result, f"max abs error {c.max_abs_err:.3g} > atol {atol:g}, ||out-ref||/||ref|| {c.rel_err:.3g} > {limit:g}"
     return result, ""
-
-
-def _relative_error(got: Any, want: Any) -> tuple[float, bool]:
-    """||got - want|| / ||want|| over the elements finite in both, and whether both are non-finite at the same
-    places with the same values (NaN where NaN, +inf where +inf)."""
-    import torch
-
-    g, w = got.double(), want.double()
-    finite = torch.isfinite(w)
-    # NaN as 0.5 on both sides (+-inf stay as they are): equal where NaN meets NaN, inf meets the same inf
-    same = bool(torch.equal(torch.isfinite(g), finite)) and bool(
-        torch.equal(g[~finite].nan_to_num(0.5, posinf=math.inf, neginf=-math.inf),
-                    w[~finite].nan_to_num(0.5, posinf=math.inf, neginf=-math.inf)))
-    diff = torch.where(finite, g - w, torch.zeros_like(g))
-    den = float(torch.where(finite, w, torch.zeros_like(w)).norm())
-    num = float(diff.norm())
-    return (num / den if den > 0 else (0.0 if num == 0 else math.inf)), same
 
 
 def shape_bound_sizes(v: KernelVariant) -> list[str]:

@@ -184,6 +184,23 @@ def test_rounding_at_the_callers_scale_is_not_a_disagreement_but_a_wrong_value_i
         assert torch.allclose(bad(x, w), x * w)
 
 
+def test_a_nan_where_pytorch_has_none_falls_back_however_small_the_relative_error(tmp_path, scale_file):
+    """The comparison is the harness's own (compare.py): one NaN among 1024 rounded values, which the norms over
+    finite elements would not see, is a disagreement; NaN where PyTorch has NaN too is not."""
+    res = scale_export(tmp_path, scale_file, scale_spec(), "scale_nan")
+    x, w = 1e4 * torch.randn(8, 128), torch.randn(128)
+    nan = Tampered(lambda out: out.view(-1)[5:6].fill_(float("nan")))
+    bad = ExportedKernel(res.manifest, binder=nan, fallback=_model_of(res))
+    with pytest.warns(FallbackWarning, match="NaN or inf where PyTorch has none"):
+        assert torch.allclose(bad(x, w), x * w)
+    x[0, 0] = float("nan")  # PyTorch's output has that NaN too: the kernel's is no disagreement
+    op = ExportedKernel(res.manifest, binder=Emulated(), fallback=_model_of(res))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = op(x, w)
+    assert torch.isnan(y[0, 0]) and op.stats.fallback_calls == 0
+
+
 def test_a_dtype_no_kernel_has_falls_back_once_warned_and_counted(softmax_export):
     op = ExportedKernel(softmax_export.manifest, binder=Emulated())
     x = torch.randn(8, 100, dtype=torch.float64)
