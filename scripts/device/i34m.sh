@@ -22,30 +22,6 @@ timeout "${KG_MODEL_S:-150}" kerngen generate problems/models/lstm.py --as-model
   > "$OUT/i34m-gen.txt" 2>&1
 echo "  rc=$?"; tail -8 "$OUT/i34m-gen.txt" | cut -c1-240
 
-python3 - "$RUNS" > "$OUT/i34m-table.txt" 2>&1 <<'PY'
-import sys
-from pathlib import Path
-from kerngen.agent.model_run import read_model_run
-found = sorted(Path(sys.argv[1]).glob("*-lstm-model"))
-if not found or not (found[-1] / "model.json").is_file():
-    print("no lstm model run"); sys.exit(0)
-r = read_model_run(found[-1])
-f = lambda v: f"{v:.4f}" if v is not None else "-"
-print("| region | nodes | family | variant | share of eager | eager ms | kernel ms | floor ms | chosen | why / config |")
-print("|---|---|---|---|---|---|---|---|---|---|")
-for g in r.regions:
-    print(f"| r{g.region} | {', '.join(g.nodes)[:40]} | {g.family or '-'} | {g.variant or '-'} | {100 * g.share:.1f}% | "
-          f"{f(g.eager_ms)} | {f(g.kernel_ms)} | {f(g.floor_ms)} | {g.chosen} | {(g.why or str(g.config))[:80]} |")
-    for v in g.tried:
-        print(f"|  | try {v.variant} | | | | | {f(v.kernel_ms)} | | {'ok' if v.ok else 'FAIL'} | "
-              f"{(str(v.config) if v.config else '') + ' ' + v.message[:100]} |")
-t = r.timing
-print()
-print(f"correct end to end: {'yes' if r.check and r.check.ok else 'NO'} ({r.check.message[:200] if r.check else '-'}); "
-      f"share of eager time on kerngen kernels: {100 * r.kernel_share:.1f}%")
-if t:
-    print(f"eager {f(t.eager_ms)} ms, torch.compile {f(t.compile_ms)} ms, kerngen {f(t.kerngen_ms)} ms, "
-          f"kerngen + compile {f(t.kerngen_compile_ms)} ms; device {r.device}")
-PY
+python3 scripts/device/model_table.py "$RUNS" lstm > "$OUT/i34m-table.txt" 2>&1
 echo "[i34m $(date -u +%T)] table"
 cat "$OUT/i34m-table.txt"
