@@ -28,7 +28,7 @@ from kerngen.agent.playbook.family import Facts, Family, FamilyMatch
 from kerngen.agent.playbook.graph import Graph, Node
 from kerngen.agent.playbook.leads import Lead
 from kerngen.agent.playbook.not_covered import NotCovered
-from kerngen.agent.playbook.rnn.build import lstm_persistent, lstm_persistent_ffma, lstm_step
+from kerngen.agent.playbook.rnn.build import lstm_persistent, lstm_persistent_ffma, lstm_splitk, lstm_step
 
 __all__ = ["LSTM", "LstmFacts"]
 
@@ -136,5 +136,6 @@ IDEAS = (
 
 LSTM = Family(name=NAME, leads=frozenset({Lead.rnn}), recognise=_recognise,
               constraints=("one nn.LSTM", "its output sequence read", "zeros or tensors for h0 / c0"),
-              variants={"persistent": lstm_persistent, "persistent_ffma": lstm_persistent_ffma, "step": lstm_step},
+              variants={"splitk": lstm_splitk, "persistent": lstm_persistent, "persistent_ffma": lstm_persistent_ffma,
+                        "step": lstm_step},
               ideas=IDEAS)
