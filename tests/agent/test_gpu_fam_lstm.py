@@ -28,12 +28,16 @@ CASES = {  # name -> (nn.LSTM arguments, forward's parameters, what it returns, 
 }
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_every_offered_variant_passes_the_harness(pool, tmp_path, name):
+def _ref(tmp_path, name: str) -> ProblemRef:
     ctor, args, body, inputs = CASES[name]
     path = tmp_path / f"{name}.py"
     path.write_text(PROBLEM.format(ctor=ctor, args=args, body=body, inputs=inputs))
-    ref = ProblemRef(source=str(path))
+    return ProblemRef(source=str(path))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_offered_variant_passes_the_harness(pool, tmp_path, name):
+    ref = _ref(tmp_path, name)
     assert_all_pass(pool, ref, offered(ref, "lstm"), seeds_n=3)
 
 
@@ -45,10 +49,7 @@ SPLITK = {  # name -> splitk configurations past its default (JB, UJ, BR, KW, NG
 
 @pytest.mark.parametrize("name", sorted(SPLITK))
 def test_splitk_passes_the_harness_at_other_configurations(pool, tmp_path, name):
-    ctor, args, body, inputs = CASES[name]
-    path = tmp_path / f"{name}.py"
-    path.write_text(PROBLEM.format(ctor=ctor, args=args, body=body, inputs=inputs))
-    ref = ProblemRef(source=str(path))
+    ref = _ref(tmp_path, name)
     m = explain(load_problem(ref))
     spec = family_of(m).build(m, "splitk")
     assert_all_pass(pool, ref, [Candidate(spec=spec, config={**spec.default_config(), **c}) for c in SPLITK[name]],
