@@ -102,7 +102,9 @@ def main() -> int:
             if isinstance(ck, str):
                 raise RuntimeError(ck)
             tensors = {"x": x, **{k: params[k].detach() for k in facts if k in params},
-                       "out": torch.full_like(want, float("nan"))}
+                       # contiguous, as the plan writes it: cuDNN's batch-first y is a transposed view, and a
+                       # full_like of it (its strides kept) read the kernel's output scrambled (H200, 2026-11-28)
+                       "out": torch.full(tuple(want.shape), float("nan"), device="cuda")}
             for s in resolved.scratch:
                 tensors[s.name] = torch.empty(s.size, device="cuda", dtype=getattr(torch, s.dtype))
             module = LoadedModule(ck.cubin, sorted({launch.kernel for launch in resolved.launches}))
