@@ -66,11 +66,15 @@ def problems(tmp_path_factory):
 
 
 def test_the_model_plan_runs_the_lstm_as_a_kernel_region():
-    mp = plan_model(load_problem(str(ROOT / "problems" / "models" / "lstm.py")))
+    problem = load_problem(str(ROOT / "problems" / "models" / "lstm.py"))
+    first = next(r for r in plan_model(problem).regions if "lstm" in r.region.nodes)
+    assert first.kernel and first.family == "lstm" and first.variant == "splitk", first.why  # test_fam_lstm_splitk.py
+    mp = plan_model(problem, variants={first.region.index: "persistent"})
     lstm = next(r for r in mp.regions if "lstm" in r.region.nodes)
-    assert lstm.kernel and lstm.family == "lstm" and lstm.variant == "persistent", lstm.why
+    assert lstm.kernel and lstm.variant == "persistent", lstm.why
     assert set(lstm.region.nodes) == {"zeros", "zeros_1", "lstm", "getitem"}  # nn.LSTM's zero state folded in
-    assert lstm.offered == ("persistent", "persistent_ffma")  # 2 x 65 launches a step at a time: past MAX_STEPS
+    # 2 x 65 launches a step at a time: past MAX_STEPS
+    assert lstm.offered == ("splitk", "persistent", "persistent_ffma")
     step = next(s for s in mp.plan.kernel_steps if s.family == "lstm")
     spec = step.spec
     coop = [s for s in spec.steps if s.kernel.endswith("lstm_layer")]
@@ -148,7 +152,9 @@ def test_a_kernel_with_the_gates_swapped_fails(problems):
 
 @pytest.mark.parametrize("variant", ["persistent", "persistent_ffma"])
 def test_the_model_size_kernels_compile_for_sm_90(variant):
-    mp = plan_model(load_problem(str(ROOT / "problems" / "models" / "lstm.py")), variants={0: variant})
+    problem = load_problem(str(ROOT / "problems" / "models" / "lstm.py"))
+    index = next(r.region.index for r in plan_model(problem).regions if r.family == "lstm")
+    mp = plan_model(problem, variants={index: variant})
     step = next(s for s in mp.plan.kernel_steps if s.family == "lstm")
     m = next(r for r in mp.regions if r.family == "lstm").region.match
     assert step.spec.name == LSTM.spec_name(variant)

@@ -183,6 +183,21 @@ def test_reading_uninitialized_output_is_nondeterministic():
     assert "the runs differ" in r.check.pattern
 
 
+def test_each_sets_two_runs_are_poisoned_differently(monkeypatch):
+    """The runs before and after the reference of one set see different poisons (a kernel that reads its output
+    before writing it then gives two answers), and the sets start on the three patterns in turn. Killed: the
+    second run's pattern ``(i + 1) % 3`` -> ``(i | 1) % 3`` (CI's sample of 2026-11-28, seed 3247652684: set 1
+    ran twice on "huge")."""
+    import kerngen.harness.gpu.check as check
+
+    seen: list[str] = []
+    real = check._run_poisoned
+    monkeypatch.setattr(check, "_run_poisoned", lambda state, bound, runner, pattern, sync, copy:
+                        seen.append(pattern) or real(state, bound, runner, pattern, sync, copy))
+    assert evaluate("gelu_ok", GELU).verdict is Verdict.ok
+    assert seen == ["nan", "huge", "huge", "random", "random", "nan"]
+
+
 def test_a_race_on_shared_memory_is_wrong():
     r = evaluate("softmax_race", SOFTMAX)
     assert r.verdict is Verdict.incorrect and r.check.failed in (F.mismatch, F.nan_mismatch), describe(r)

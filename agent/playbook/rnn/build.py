@@ -1,15 +1,17 @@
 """Variant builders of the ``lstm`` family (:mod:`.family` says what and why): per layer the ``gemm`` family's kernel
 for the input projection (a ``linear`` + ``add`` graph made here, built at a configuration admissible at its
-shapes), then the recurrence (``lstm_layer.cu.j2``), the layers joined into one spec by
-:func:`~kerngen.agent.playbook.regions_spec.join`.
+shapes), then the recurrence (``lstm_layer.cu.j2``, or ``lstm_splitk.cu.j2`` for ``splitk``), the layers joined
+into one spec by :func:`~kerngen.agent.playbook.regions_spec.join`.
 
-The recurrence's tunables (JB hidden units per block, BR batch rows per thread, KC columns of h per staged chunk)
-are the family's own, shared by every layer (the layers have the same B and H): the per-layer sub-specs name them
-without declaring them, so the join leaves them as they are and the joined spec declares them once.
+The recurrence's tunables are the family's own, shared by every layer (the layers have the same B and H): the
+per-layer sub-specs name them without declaring them, so the join leaves them as they are and the joined spec
+declares them once. ``lstm_layer``: JB hidden units per block, BR batch rows per thread, KC columns of h per staged
+chunk; ``lstm_splitk``: :data:`.splitk.SK_TUNABLES`.
 """
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Any
 
 from kerngen.harness.spec.spec import MAX_STEPS, KernelSpec, Launch, ScalarArg, Scratch, TensorArg
@@ -23,11 +25,20 @@ from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.region import Region
 from kerngen.agent.playbook.regions_spec import join
 from kerngen.agent.playbook.render import MAX_SMEM, COOP_NB, render
+from kerngen.agent.playbook.rnn.splitk import SK_TUNABLES, splitk_exprs
 
-__all__ = ["lstm_persistent", "lstm_persistent_ffma", "lstm_step"]
+__all__ = ["lstm_persistent", "lstm_persistent_ffma", "lstm_splitk", "lstm_step"]
 
 GATES, YBUF = "kg_lstm_gates", "kg_lstm_y"  # scratch: one layer's projection (reused), the inner layers' outputs
 TUNABLES = {"JB": [1, 2, 4, 8, 16, 32], "BR": [1, 2, 4, 8], "KC": [16, 32, 64, 128]}
+
+
+class Rec(str, Enum):
+    """How a layer's recurrence runs."""
+
+    persistent = "persistent"  # lstm_layer, one cooperative launch
+    step = "step"  # lstm_layer, a launch per step
+    splitk = "splitk"  # lstm_splitk, one cooperative launch
 
 
 def _defaults(batch: int, hidden: int) -> dict[str, int]:
@@ -84,19 +95,37 @@ def _yshape(f: Any) -> tuple[int, int, int]:
     return (f.batch, f.steps, f.hidden) if f.batch_first else (f.steps, f.batch, f.hidden)
 
 
-def _recurrence(m: FamilyMatch, layer: int, persistent: bool) -> tuple[Region, KernelSpec]:
+def _layer(m: FamilyMatch, layer: int) -> tuple[Graph, Node, str, list[Tensor]]:
+    """Layer ``layer``'s recurrence as a region graph (its projected gates, h0 / c0 when given, W_hh), its node,
+    W_hh's name and the h0 / c0 tensors."""
     f = m.facts
     g = m.graph
-    B, T, H = f.batch, f.steps, f.hidden
-    hp = -(-H // 4) * 4
-    gates = Tensor(_g(f, layer), (*_yshape(f)[:2], 4 * H), "float32")
+    gates = Tensor(_g(f, layer), (*_yshape(f)[:2], 4 * f.hidden), "float32")
     w_hh = f.weights[layer * (4 if f.biases else 2) + 1]
     hx = [g.tensor(n) for n in (f.h0, f.c0) if n is not None]
     node = Node(_y(f, layer), "lstm", "input", {}, _yshape(f), "float32")
-    rg = Graph((gates, *hx), (g.tensor(w_hh),), (node,), Ref(node.name))
+    return Graph((gates, *hx), (g.tensor(w_hh),), (node,), Ref(node.name)), node, w_hh, hx
+
+
+def _recurrence(m: FamilyMatch, layer: int, kind: Rec) -> tuple[Region, KernelSpec]:
+    f = m.facts
+    B, T, H = f.batch, f.steps, f.hidden
+    rg, node, w_hh, hx = _layer(m, layer)
+    common = {"B": B, "T": T, "H": H, "BATCH_FIRST": int(f.batch_first), "HOFF": layer * B * H}
+    names = [str(rg.inputs[0].name), w_hh, *(t.name for t in hx), "hbuf", *(["cbuf"] if kind is Rec.step else []),
+             "out"]
+    args: list[Any] = [TensorArg(name=n) for n in names]
+    if kind is Rec.splitk:
+        sk = splitk_exprs(B, H)
+        launch = Launch(kernel="lstm_splitk", grid=sk.grid, block=[sk.defines["NT"]], shared_mem=sk.smem, args=args,
+                        cooperative=True)
+        spec = KernelSpec(name="lstm-splitk", source=render("lstm_splitk.cu.j2", has_h0=bool(hx)),
+                          defines={**common, "HK4": -(-H // 4) * 4, **sk.defines},
+                          scratch=[Scratch(name="hbuf", size=2 * B * (-(-H // 4) * 4))], steps=[launch])
+        return Region(2 * layer + 1, rg, Lead.rnn, (node.name,)), spec
+    persistent = kind is Rec.persistent
+    hp = -(-H // 4) * 4
     nt = f"JB * cdiv({B}, BR)"
-    tensors = [gates.name, w_hh, *(t.name for t in hx), "hbuf", *([] if persistent else ["cbuf"]), "out"]
-    args: list[Any] = [TensorArg(name=n) for n in tensors]
     launch = dict(kernel="lstm_layer", grid=[f"cdiv({H}, JB)"], block=[nt],
                   shared_mem=f"(4 * JB * {hp} + {B} * (KC + 4)) * 4")
     if persistent:
@@ -105,23 +134,38 @@ def _recurrence(m: FamilyMatch, layer: int, persistent: bool) -> tuple[Region, K
         steps = [Launch(**launch, args=[*args, ScalarArg(kind="int32", value=t)]) for t in range(T)]
     spec = KernelSpec(
         name="lstm-layer", source=render("lstm_layer.cu.j2", persistent=persistent, has_h0=bool(hx)),
-        defines={"B": B, "T": T, "H": H, "HP": hp, "BATCH_FIRST": int(f.batch_first), "HOFF": layer * B * H,
-                 "BQ": f"cdiv({B}, BR)", "NT": nt},
+        defines={**common, "HP": hp, "BQ": f"cdiv({B}, BR)", "NT": nt},
         scratch=[Scratch(name="hbuf", size=2 * B * H), *([] if persistent else [Scratch(name="cbuf", size=B * H)])],
         steps=steps)
     return Region(2 * layer + 1, rg, Lead.rnn, (node.name,)), spec
 
 
-def _build(m: FamilyMatch, defaults: dict[str, int], variant: str, gemm: tuple[str, ...],
-           persistent: bool) -> KernelSpec:
+def _knobs(f: Any, kind: Rec) -> tuple[dict[str, list[int]], dict[str, int], list[str], str]:
+    """The recurrence's tunables, defaults, constraints and a description of it."""
+    B, H = f.batch, f.hidden
+    if kind is Rec.splitk:
+        sk = splitk_exprs(B, H)
+        return (SK_TUNABLES, sk.default(), sk.constraints,
+                "in one cooperative launch, each block a tile of units x batch rows with its W_hh rows in shared "
+                "memory, the step's product split over K across its warps (h staged by cp.async), a grid barrier a "
+                "step")
+    smem = f"(4 * JB * {-(-H // 4) * 4} + {B} * (KC + 4)) * 4"
+    constraints = [f"JB * cdiv({B}, BR) <= 1024", f"BR <= max(1, {B})", f"JB <= max(1, {H})",
+                   f"{smem} <= {MAX_SMEM - 1024}", *([f"cdiv({H}, JB) <= {COOP_NB}"] if kind is Rec.persistent else [])]
+    desc = ("in one cooperative persistent launch (W_hh rows in shared memory, c in registers, a grid barrier a step)"
+            if kind is Rec.persistent else "one launch per step (c in scratch)")
+    return TUNABLES, _defaults(B, H), constraints, desc
+
+
+def _build(m: FamilyMatch, defaults: dict[str, int], variant: str, gemm: tuple[str, ...], kind: Rec) -> KernelSpec:
     f = m.facts
-    if not persistent and f.layers * (f.steps + 1) > MAX_STEPS:
+    if kind is Rec.step and f.layers * (f.steps + 1) > MAX_STEPS:
         raise ValueError(f"{f.layers} layers of {f.steps} steps need {f.layers * (f.steps + 1)} launches, past a "
                          f"spec's {MAX_STEPS}: the persistent variants run a layer in one launch")
     regions, specs, labels = [], [], []
     for layer in range(f.layers):
         r, s, used = _gemm(m, layer, gemm)
-        rr, rs = _recurrence(m, layer, persistent)
+        rr, rs = _recurrence(m, layer, kind)
         regions += [r, rr]
         specs += [s, rs]
         labels += [f"gemm {used} (layer {layer} projection)", f"lstm layer {layer}"]
@@ -134,30 +178,30 @@ def _build(m: FamilyMatch, defaults: dict[str, int], variant: str, gemm: tuple[s
     problem["out"] = _yshape(f)
     joined = join(regions, specs, storage, problem, labels, f"playbook-lstm-{variant.replace('_', '-')}",
                   frozen={r.index for r in regions if r.lead is Lead.contraction})
-    d = {**_defaults(f.batch, f.hidden), **{k: v for k, v in defaults.items() if k in TUNABLES}}
-    B, H = f.batch, f.hidden
-    smem = f"(4 * JB * {-(-H // 4) * 4} + {B} * (KC + 4)) * 4"
-    constraints = [f"JB * cdiv({B}, BR) <= 1024", f"BR <= max(1, {B})", f"JB <= max(1, {H})",
-                   f"{smem} <= {MAX_SMEM - 1024}", *([f"cdiv({H}, JB) <= {COOP_NB}"] if persistent else [])]
-    desc = (f"LSTM, {f.layers} layer(s) of hidden {H}, {f.steps} steps, batch {B}: per layer the input projection "
-            f"of every step as the gemm family's kernel ({labels[0].split(' (')[0]}), then the recurrence "
-            + ("in one cooperative persistent launch (W_hh rows in shared memory, c in registers, a grid barrier a "
-               "step)" if persistent else "one launch per step (c in scratch)"))
+    tunables, base, constraints, how = _knobs(f, kind)
+    d = {**base, **{k: v for k, v in defaults.items() if k in tunables}}
+    desc = (f"LSTM, {f.layers} layer(s) of hidden {f.hidden}, {f.steps} steps, batch {f.batch}: per layer the input "
+            f"projection of every step as the gemm family's kernel ({labels[0].split(' (')[0]}), then the recurrence "
+            + how)
     data = joined.model_dump()
-    data.update(description=desc, tunables={**data["tunables"], **TUNABLES},
+    data.update(description=desc, tunables={**data["tunables"], **tunables},
                 defaults={**data["defaults"], **d}, constraints=[*data["constraints"], *constraints])
-    if persistent:  # a system header, outside every region's namespace
+    if kind is not Rec.step:  # a system header, outside every region's namespace
         data["source"] = "#include <cooperative_groups.h>\n" + data["source"]
     return KernelSpec.model_validate(data)
 
 
+def lstm_splitk(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
+    return _build(m, defaults, "splitk", ("tf32x3", "tiled"), Rec.splitk)
+
+
 def lstm_persistent(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
-    return _build(m, defaults, "persistent", ("tf32x3", "tiled"), True)
+    return _build(m, defaults, "persistent", ("tf32x3", "tiled"), Rec.persistent)
 
 
 def lstm_persistent_ffma(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
-    return _build(m, defaults, "persistent_ffma", ("tiled",), True)
+    return _build(m, defaults, "persistent_ffma", ("tiled",), Rec.persistent)
 
 
 def lstm_step(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
-    return _build(m, defaults, "step", ("tiled",), False)
+    return _build(m, defaults, "step", ("tiled",), Rec.step)

@@ -11,8 +11,11 @@ scratch, is the ``gemm`` family's own kernel (3xTF32 ``tf32x3`` or FFMA ``tiled`
 block owns JB hidden units and keeps their four gates' rows of W_hh in shared memory, so the pointwise update (i, f,
 g, o as PyTorch orders them) fuses into the block that computed the gates and c never leaves registers; h is
 double-buffered in global memory (one grid barrier per step). ``persistent`` runs the T steps in one cooperative
-launch per layer (the recurrence is latency-bound: a launch per step would cost a launch per step); ``step``
-launches once per step (c in scratch), offered only while 2 L + L T launches fit a spec's MAX_STEPS (short
+launch per layer (the recurrence is latency-bound: a launch per step would cost a launch per step). ``splitk``
+(offered first) runs a layer in one cooperative launch too, organised for a latency-bound step
+(``lstm_splitk.cu.j2``, docs/lstm-recurrence.md): a block owns a tile of units x batch rows, stages its rows of h
+once a step, splits the step's product over K across its warps with a register tile a lane, and loads the next
+step's gx before the barrier. ``step`` launches once per step (c in scratch), offered only while 2 L + L T launches fit a spec's MAX_STEPS (short
 sequences): the simple reference the persistent one is checked against. The layers' specs are joined in order by
 :func:`.regions_spec.join` (the GEMMs' tunables fixed at their defaults: the recurrence is where the time is).
 
@@ -28,7 +31,7 @@ from kerngen.agent.playbook.family import Facts, Family, FamilyMatch
 from kerngen.agent.playbook.graph import Graph, Node
 from kerngen.agent.playbook.leads import Lead
 from kerngen.agent.playbook.not_covered import NotCovered
-from kerngen.agent.playbook.rnn.build import lstm_persistent, lstm_persistent_ffma, lstm_step
+from kerngen.agent.playbook.rnn.build import lstm_persistent, lstm_persistent_ffma, lstm_splitk, lstm_step
 
 __all__ = ["LSTM", "LstmFacts"]
 
@@ -118,6 +121,15 @@ def _recognise(g: Graph) -> FamilyMatch | None:
 
 
 IDEAS = (
+    Entry("lstm-splitk", "Per layer the 3xTF32 input projection, then one cooperative launch whose blocks each own a "
+          "tile of hidden units x batch rows (their W_hh rows in shared memory, only their batch rows of h read a "
+          "step): h staged by cp.async once a step, the step's product split over K across the warps with a "
+          "register tile per lane, the partial sums met in shared memory, the next step's gx loaded before the "
+          "grid barrier.", C, "one L2 round trip a step and a product bound by the FMA pipe, not shared memory",
+          "splitk", round0=True),
+    Entry("lstm-splitk-warps", "More or fewer warps splitting K, more copy groups in flight, other tiles: latency "
+          "hiding against the partial sums' traffic.", PAR, "the step's latency against its shared-memory traffic",
+          "splitk", ({"KW": 16}, {"KW": 4}, {"NG": 4}, {"JB": 8}), after=frozenset({"splitk"})),
     Entry("lstm-persistent", "Per layer, the input projection of every step as one 3xTF32 GEMM, then one cooperative "
           "persistent kernel for the recurrence: each block keeps its hidden units' W_hh rows in shared memory, fuses "
           "the gates' pointwise update and keeps c in registers; a grid barrier between steps.", C,
@@ -136,5 +148,6 @@ IDEAS = (
 
 LSTM = Family(name=NAME, leads=frozenset({Lead.rnn}), recognise=_recognise,
               constraints=("one nn.LSTM", "its output sequence read", "zeros or tensors for h0 / c0"),
-              variants={"persistent": lstm_persistent, "persistent_ffma": lstm_persistent_ffma, "step": lstm_step},
+              variants={"splitk": lstm_splitk, "persistent": lstm_persistent, "persistent_ffma": lstm_persistent_ffma,
+                        "step": lstm_step},
               ideas=IDEAS)
