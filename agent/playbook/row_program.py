@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Union
 
-__all__ = ["Length", "Pool", "PoolKind", "Reduction", "RowNode", "RowOp", "RowProgram", "RowOperand", "TensorRef"]
+__all__ = ["REDUCE_OPS", "Length", "Pool", "PoolKind", "Reduction", "RowNode", "RowOp", "RowProgram", "RowOperand",
+           "TensorRef"]
 
 RowOperand = Union[str, float]  # "t3" (a node), "e0" (an extra tensor) or a constant
 
@@ -46,6 +47,11 @@ class Reduction(str, Enum):
     max = "max"
     min = "min"
     logsumexp = "logsumexp"
+
+
+# the ATen reductions the row program and conv_tail's stages compute (max / min with a dim: their values)
+REDUCE_OPS = {"sum": Reduction.sum, "mean": Reduction.mean, "amax": Reduction.max, "amin": Reduction.min,
+              "max": Reduction.max, "min": Reduction.min, "logsumexp": Reduction.logsumexp}
 
 
 class PoolKind(str, Enum):

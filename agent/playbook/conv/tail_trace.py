@@ -31,6 +31,7 @@ from kerngen.agent.playbook.conv.tail_ir import Domain, Leaf, LeafKind, Reductio
 from kerngen.agent.playbook.graph import Graph, Node, Ref
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.pointwise import Translator, const, live_chain
+from kerngen.agent.playbook.row_program import REDUCE_OPS
 
 __all__ = ["STAGE_OPS", "trace_tail"]
 
@@ -39,13 +40,11 @@ __all__ = ["STAGE_OPS", "trace_tail"]
 _POOLS = {"max_pool2d": Reduction.max, "avg_pool2d": Reduction.mean}
 _ADAPTIVE = {"adaptive_avg_pool2d": Reduction.mean, "adaptive_max_pool2d": Reduction.max}
 _NORMS = ("instance_norm", "group_norm")
-_REDUCTIONS = {"min": Reduction.min, "amin": Reduction.min, "max": Reduction.max, "amax": Reduction.max, "sum": Reduction.sum,
-               "mean": Reduction.mean, "logsumexp": Reduction.logsumexp}
 # reductions of the tail this family has no kernel for: its own problems, refused with the op's name
 _REFUSED = ("argmax", "argmin", "prod", "var", "std", "norm", "linalg_vector_norm", "softmax", "log_softmax", "cumsum",
             "cumprod", "median", "layer_norm", "batch_norm")
 _SHAPE_OPS = ("squeeze", "unsqueeze", "view", "reshape", "flatten", "_unsafe_view")
-STAGE_OPS = frozenset((*_POOLS, *_ADAPTIVE, *_NORMS, *_REDUCTIONS, *_REFUSED))
+STAGE_OPS = frozenset((*_POOLS, *_ADAPTIVE, *_NORMS, *REDUCE_OPS, *_REFUSED))
 
 
 def is_stage(n: Node) -> bool:
@@ -128,7 +127,7 @@ class _TailTranslator(Translator):
     def visit(self, n: Node) -> None:
         self.node = n
         self.cur = self._domain_of(n)
-        if n.op in _REDUCTIONS and not (n.op in ("min", "max") and n.overload == "other"):
+        if n.op in REDUCE_OPS and not (n.op in ("min", "max") and n.overload == "other"):
             return self._reduction(n)
         if n.op in _POOLS:
             return self._pool(n, _POOLS[n.op])
@@ -216,7 +215,7 @@ class _TailTranslator(Translator):
         shape = self._canonical(x, name)
         rank = len(shape)
         axes = {d % rank for d in dims}
-        op = _REDUCTIONS[name]
+        op = REDUCE_OPS[name]
         src = self.domains[self.dom[x]]
         if axes == {1}:
             kind, per_sample = StageKind.channels, False

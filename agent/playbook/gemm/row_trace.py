@@ -22,8 +22,8 @@ from kerngen.agent.playbook.gemm.lead import Lead, find_gemms
 from kerngen.agent.playbook.graph import Graph, Node, Ref
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.pointwise import Translator
-from kerngen.agent.playbook.row_program import (Length, Pool, PoolKind, Reduction, RowNode, RowOp, RowProgram,
-                                                TensorRef)
+from kerngen.agent.playbook.row_program import (REDUCE_OPS, Length, Pool, PoolKind, Reduction, RowNode, RowOp,
+                                                RowProgram, TensorRef)
 
 __all__ = ["Layout", "RowTail", "ROW_CALLS", "trace_rows"]
 
@@ -32,8 +32,6 @@ ROW_CALLS = frozenset({"sum", "mean", "amax", "amin", "logsumexp", "max", "min",
                        "std", "var", "norm", "linalg_vector_norm", "argmax", "argmin", "cumsum", "cumprod",
                        "group_norm", "layer_norm", "instance_norm", "max_pool1d", "avg_pool1d", "adaptive_avg_pool1d",
                        "adaptive_max_pool1d"})
-_REDUCE = {"sum": Reduction.sum, "mean": Reduction.mean, "amax": Reduction.max, "amin": Reduction.min,
-           "max": Reduction.max, "min": Reduction.min, "logsumexp": Reduction.logsumexp}
 _VIEWS = ("unsqueeze", "squeeze", "view", "reshape", "_unsafe_view", "flatten", "contiguous", "clone", "detach")
 
 
@@ -216,11 +214,11 @@ class _RowTracer(Translator):
             self.env[n.name], self.layout[n.name] = self.env[x], self.layout[x]
         elif name in ("max", "min") and n.overload == "other":
             self.elementwise(n)  # torch.max(x, y): elementwise
-        elif name in _REDUCE:
+        elif name in REDUCE_OPS:
             dim = n.get("dim")
             if name in ("max", "min") and dim is None:
                 raise NotCovered(f"{name} over all elements is not row-local")
-            self.reduce(n, _REDUCE[name], x, dim, bool(n.get("keepdim", False)))
+            self.reduce(n, REDUCE_OPS[name], x, dim, bool(n.get("keepdim", False)))
             if name in ("max", "min"):
                 self.pairs.add(n.name)
         elif name in ("softmax", "log_softmax"):
