@@ -31,6 +31,9 @@ timeout --signal=INT 60 python3 -m pytest -q -m gpu -p no:cacheprovider -o timeo
   tests/agent/test_gpu_fam_attention.py::test_the_hopper_kernel_passes_at_a_spread_of_configurations \
   tests/agent/test_gpu_gemm_wgmma.py::test_kernelbench_files_at_their_own_size > "$OUT/i40p_tests_families.txt" 2>&1
 echo "families: pytest exit $? after $(since)"
+timeout --signal=INT 60 python3 -m pytest -q -m gpu -p no:cacheprovider -o timeout=40 tests/agent/test_gpu_conv_wgmma.py \
+  > "$OUT/i40p_tests_conv_wgmma.txt" 2>&1  # the shared wgmma pre-pass store, on the convolution core
+echo "conv wgmma: pytest exit $? after $(since)"
 grep -hE "^(FAILED|ERROR)|passed|failed" "$OUT"/i40p_tests_*.txt | cut -c1-300 | tail -20
 echo "== 2. before / after"
 timeout 100 python3 scripts/device/i40p_bench.py --out "$OUT" --budget-s 50 > "$OUT/i40p_bench.txt" 2>&1
