@@ -43,18 +43,18 @@ timeout 150 kerngen suite $PROBLEMS --runs "$W/runs" --no-compile --budget-ms 10
 log "4/4 exports loaded and timed with triton do_bench"
 timeout 140 python3 - "$W/runs" "$OUT/i33-suite.json" "$W/exports" <<'EOF' | tee "$OUT/i33-table.txt"
 import json, math, re, sys, time
+
+sys.path.insert(0, "scripts/device")
 from pathlib import Path
 
 import torch
 import triton.testing
 
 import kerngen
-from kerngen.harness.compile.nvrtc_info import arch_for_capability
-from kerngen.harness.gpu.buffers import torch_dtype
-from kerngen.harness.gpu.launcher import LoadedModule, PlanRunner
 from kerngen.harness.gpu.timing import L2Flusher, bench_side_by_side
 from kerngen.results.export import export_run
 from kerngen.results.manifest import read_manifest
+from direct_launch import direct_runner
 
 runs, suite_file, exports = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
 try:
@@ -82,13 +82,7 @@ for e in entries:
             args = [torch.randn(t.shape, dtype=dtypes[t.dtype], device="cuda") for t in man.arguments]
             row["loaded"] = triton.testing.do_bench(lambda: fn(*args), warmup=25, rep=200, return_mode="median")
             # the same kernel through the harness's launcher, interleaved with the loaded op rep by rep
-            v = fn.kerngen.variants[0]
-            cubin = fn.kerngen.cubin_for(arch_for_capability(*torch.cuda.get_device_capability()), v)
-            held = {t.name: a for t, a in zip(v.arguments, args)}
-            held |= {t.name: torch.empty(tuple(t.shape), dtype=dtypes[t.dtype], device="cuda") for t in v.outputs}
-            held |= {s.name: torch.empty((s.size,), dtype=torch_dtype(s.dtype), device="cuda") for s in v.plan.scratch}
-            direct = PlanRunner(LoadedModule(cubin, sorted({s.kernel for s in v.plan.launches})), v.plan, held,
-                                torch.cuda.current_stream())
+            direct, _, _ = direct_runner(fn, args)
             d, lo = bench_side_by_side([direct, lambda: fn(*args)], stream=torch.cuda.current_stream(),
                                        flusher=L2Flusher(torch.cuda.current_device()), budget_ms=300.0)
             row["pair"] = lo.median_ms / d.median_ms

@@ -37,6 +37,8 @@ timeout 180 kerngen generate $PROBLEMS --minutes 0.1 --rounds 1 --runs-dir "$W/r
 log "4/4 exports loaded: host us per call, do_bench against the kernel"
 timeout 110 python3 - "$W/runs" "$W/exports" <<'EOF' | tee "$OUT/i33b-table.txt"
 import math, sys, time
+
+sys.path.insert(0, "scripts/device")
 from pathlib import Path
 
 import torch
@@ -44,14 +46,12 @@ import triton.testing
 
 import kerngen
 from kerngen.agent.tree import load_run
-from kerngen.harness.compile.nvrtc_info import arch_for_capability
-from kerngen.harness.gpu.buffers import torch_dtype
 from kerngen.harness.gpu.clocks import ClockMonitor
-from kerngen.harness.gpu.launcher import LoadedModule, PlanRunner
 from kerngen.problems.info import default_tolerance
 from kerngen.problems.load import load_problem
 from kerngen.results.export import export_run
 from kerngen.results.manifest import read_manifest
+from direct_launch import direct_runner
 
 runs, exports = Path(sys.argv[1]), Path(sys.argv[2])
 # before this change (scripts/device/i33.sh, one H100, 2026-11-28): host us per op call; loaded/kernel where known
@@ -89,13 +89,7 @@ for folder in sorted(p for p in runs.iterdir() if p.is_dir() and p.name != "batc
         torch.cuda.synchronize()
         row["loaded"] = triton.testing.do_bench(lambda: fn(*args), warmup=25, rep=200, return_mode="median")
         # the same kernel with the same timer: the harness's launcher on buffers bound once (what a run times)
-        v = fn.kerngen.variants[0]
-        cubin = fn.kerngen.cubin_for(arch_for_capability(*torch.cuda.get_device_capability()), v)
-        held = {t.name: a for t, a in zip(v.arguments, args)}
-        held |= {t.name: torch.empty(tuple(t.shape), dtype=dtypes[t.dtype], device="cuda") for t in v.outputs}
-        held |= {s.name: torch.empty((s.size,), dtype=torch_dtype(s.dtype), device="cuda") for s in v.plan.scratch}
-        direct = PlanRunner(LoadedModule(cubin, sorted({s.kernel for s in v.plan.launches})), v.plan, held,
-                            torch.cuda.current_stream())
+        direct, held, v = direct_runner(fn, args)
         mon = ClockMonitor(torch.cuda.current_device())
         mon.start()
         row["direct"] = triton.testing.do_bench(direct, warmup=25, rep=200, return_mode="median")
