@@ -15,10 +15,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from kerngen.expr import TensorFacts
 from kerngen.harness.model.bench import Timer
 from kerngen.harness.model.execute import Launcher, PlanRunner
 from kerngen.harness.model.plan import KernelStep, ModelPlan
 from kerngen.harness.results import GpuFacts
+from kerngen.harness.tune.prune import static_reason
 
 from kerngen.agent.journal import Journal
 from kerngen.agent.model_llm import RegionAsk, RegionProposer, ask_region
@@ -85,7 +87,7 @@ def search_region(ctx: RegionSearch, rp: RegionPlan, row: RegionRow, until: floa
         if budget.over or (k and time.monotonic() > until):
             row.tried.append(VariantTry(variant=variant, ok=False, message=NOT_TRIED))
             continue
-        cfg = start[1] if start is not None and k == 0 else None
+        cfg = start[1] if start is not None and k == 0 else _fitting(ctx, rp, variant, row.region)
         label = variant if cfg is None else f"{variant} {_cfg(cfg, {})}"
         best = _better(best, _attempt(ctx, rp, row, variant, cfg, None, recorded, label))
         if start is not None and k == 0 and best is not None:  # its neighbours here before other variants
@@ -97,6 +99,29 @@ def search_region(ctx: RegionSearch, rp: RegionPlan, row: RegionRow, until: floa
     # a recorded try this session did not reach (a variant no longer offered): kept in the record, as data
     row.tried.extend(t.model_copy(update={"parent": None}) for t in list(recorded.values())[:KEEP])
     return best
+
+
+def _fitting(ctx: RegionSearch, rp: RegionPlan, variant: str, seed: int) -> dict[str, int] | None:
+    """None when the variant's default configuration fits this GPU (or nothing is known of it: no SM count);
+    else the first configuration near it that does (:func:`.model_tune.tune_configs`), or None to try the default
+    and report why it fails. The offer judges sm_90's limits; a cooperative grid of one block an SM at its default
+    (the lstm family's 128) cannot be resident on a GPU of fewer SMs (an H100 PCIe: 114), and the default's failure
+    would drop the variant untuned."""
+    if ctx.facts is None or ctx.facts.sm_count <= 0:
+        return None
+    try:
+        step = kernel_step(rp.region, variant, ctx.sizes)
+    except (NotCovered, KeyError, ValueError):
+        return None  # its try says why
+    tensors = {n: ctx.env[v] for n, v in step.bindings.items() if v in ctx.env}
+    if step.out.name in ctx.env:
+        tensors["out"] = ctx.env[step.out.name]
+    shapes = {n: TensorFacts(tuple(t.shape)) for n, t in tensors.items()}
+    _, kind, _ = static_reason(step.spec, step.config, sizes=step.sizes, tensors=shapes, gpu=ctx.facts)
+    if not kind:
+        return None
+    found = tune_configs(step.spec, dict(step.config), step.sizes, tensors, ctx.facts, 1, seed=seed)
+    return found[0] if found else None
 
 
 def tensor_cores_first(offered: list[str], device: Any) -> list[str]:

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kerngen.errors import JournalError, KerngenError
+from kerngen.harness.gpu.facts import gpu_facts
 from kerngen.harness.model.bench import Timer, step_times, time_end_to_end
 from kerngen.harness.model.check import ModelCheck, check_plan
 from kerngen.harness.model.execute import Launcher, PlanRunner
@@ -223,8 +224,8 @@ def _baseline(problem: Any, dev: Any, launcher: Launcher, timer: Timer, facts: G
     log(f"eager steps: {total:.4f} ms over {len(part.regions)} regions; "
         f"{len(planning.kernels)} covered by a family ({100 * sum(rows[r.region.index].share for r in planning.kernels):.1f}%"
         " of the time)")
-    if facts is None and dev.type == "cuda":
-        facts = GpuFacts(name=torch.cuda.get_device_name(dev))
+    if facts is None and dev.type == "cuda":  # the limits too: a variant's default may not fit this GPU's SMs
+        facts = gpu_facts(dev.index if dev.index is not None else torch.cuda.current_device(), with_ceilings=False)
     searched = planning.kernels + [rp for rp in planning.fallbacks
                                    if propose is not None and propose.wants(rp.region, rows[rp.region.index].share)]
     weights: dict[int, float] = {}

@@ -5,7 +5,9 @@ Two stages:
 1. :func:`static_prune` (pure CPU, no compiler): the spec's constraints over tunables and sizes,
    :func:`kerngen.harness.spec.plan.resolve` failures (bad grid, block, scratch ...), threads per
    block over ``GpuFacts.max_threads_per_block``, dynamic shared memory alone over
-   ``GpuFacts.max_shared_per_block_optin``.
+   ``GpuFacts.max_shared_per_block_optin``, a cooperative grid that cannot be resident at once on
+   ``GpuFacts.sm_count`` SMs even by threads and shared memory alone (registers are known only after
+   compiling: the launcher asks the driver's occupancy before every cooperative launch).
 2. :func:`resource_reason` (after NVRTC compiled the config, from its ptxas report): static +
    dynamic shared memory over the opt-in limit; registers that cannot fit one block:
    registers per thread x threads per block > ``GpuFacts.regs_per_block`` (with the hardware's
@@ -33,6 +35,9 @@ KINDS = ("constraint", "plan", "threads", "shared_mem", "registers")
 
 REG_ALLOC_UNIT = 256  # registers are allocated per warp in units of 256 (sm_50 .. sm_90)
 WARP = 32
+# what one SM holds at most, sm_80 .. sm_90 (CUDA C Programming Guide, "Technical Specifications"): an upper bound
+MAX_THREADS_PER_SM = 2048
+MAX_BLOCKS_PER_SM = 32
 
 
 class PrunedConfig(BaseModel):
@@ -148,6 +153,16 @@ def _plan_reason(spec: KernelSpec, cfg: dict[str, int], sizes: Mapping[str, int 
                 f"{launch.kernel}: {launch.shared_mem} B dynamic shared memory > "
                 f"{gpu.max_shared_per_block_optin} B per block"
             )
+        if launch.cooperative and gpu.sm_count > 0:
+            per_sm = min(MAX_BLOCKS_PER_SM, MAX_THREADS_PER_SM // max(threads, 1),
+                         gpu.shared_per_sm // launch.shared_mem if launch.shared_mem else MAX_BLOCKS_PER_SM)
+            blocks = launch.grid[0] * launch.grid[1] * launch.grid[2]
+            if blocks > per_sm * gpu.sm_count:
+                return None, "plan", (
+                    f"{launch.kernel}: a cooperative grid of {blocks} blocks, but at most {per_sm * gpu.sm_count} "
+                    f"can be resident at once ({gpu.sm_count} SMs x {per_sm} of {threads} threads and "
+                    f"{launch.shared_mem} B of shared memory)"
+                )
     return plan, "", ""
 
 

@@ -99,6 +99,42 @@ def test_partial_sums_read_before_every_warp_wrote_them_fail(problems):
     assert not _close(got, want)
 
 
+def test_a_gpu_of_fewer_sms_gets_a_grid_that_is_resident_at_once():
+    """The default's 128 blocks of 181 KB (one an SM) cannot all be resident on an H100 PCIe's 114 SMs: static
+    pruning refuses them there with the reason, and a model run's region search starts the variant from the nearest
+    configuration that fits (it would otherwise fail at launch and the variant go untuned); where the default fits,
+    or the SM count is unknown, the default stays."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from kerngen.agent.model_region import _fitting
+    from kerngen.expr import TensorFacts
+    from kerngen.harness.results import GpuFacts
+    from kerngen.harness.tune.prune import static_reason
+
+    region, step = _model()
+    r = region.region
+    env = {t.name: torch.empty(t.shape, device="meta") for t in (*r.inputs, *r.params, r.output)}
+    shapes = {n: TensorFacts(tuple(env[v].shape)) for n, v in step.bindings.items()}
+    shapes["out"] = TensorFacts(tuple(r.output.shape))
+
+    def refused(config, sms):
+        return static_reason(step.spec, config, sizes=step.sizes, tensors=shapes, gpu=GpuFacts(name="g", sm_count=sms))
+
+    _, kind, why = refused(step.config, 114)
+    assert kind == "plan" and "cooperative grid of 128 blocks, but at most 114 can be resident" in why
+    assert refused(step.config, 132)[1] == "" and refused(step.config, 0)[1] == ""
+    for sms, moved in ((0, False), (132, False), (114, True)):
+        ctx = SimpleNamespace(facts=GpuFacts(name="g", sm_count=sms), sizes=step.sizes, env=env)
+        cfg = _fitting(ctx, region, "splitk", 0)
+        assert (cfg is not None) == moved, (sms, cfg)
+        if moved:
+            assert refused({**step.config, **cfg}, 114)[1] == ""
+            assert sum(cfg[k] != step.config[k] for k in cfg) == 1  # a neighbour of the default
+        assert _fitting(ctx, region, "persistent", 0) is None  # small blocks: several an SM, 128 fit anywhere
+
+
 def test_the_constraints_refuse_what_does_not_fit():
     region, step = _model()
     facts = region.region.match.tensor_facts()
