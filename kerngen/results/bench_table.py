@@ -101,7 +101,7 @@ def print_bench(label: str, facts: GpuFacts, base: Baseline, result: EvalResult 
     if op is not None:
         console.print(f"exported op: {op.op.median_ms:.4f} ms beside its kernel's {op.kernel.median_ms:.4f} ms "
                       f"({op.gap_pct:+.1f}%), host {op.host_us:.0f} us a call; timed: the op through torch.ops and "
-                      "the kernel through the harness's launcher, alternating, same inputs")
+                      "the kernel through the harness's launcher, interleaved rep by rep, same inputs")
         if op.warning():
             console.print(f"[yellow]warning:[/] {op.warning()}")
     if base.compiled is None and base.compile_error:

@@ -94,7 +94,7 @@ def f(v, spec):
     return "-" if v is None or (isinstance(v, float) and not math.isfinite(v)) else format(v, spec)
 
 print(f"\nexported op vs kernel on {torch.cuda.get_device_name()} ({time.strftime('%Y-%m-%d', time.gmtime())} UTC)")
-print("kernel: the harness's launcher, as a run times it; op: torch.ops in the same worker, alternating, same inputs;")
+print("kernel: the harness's launcher, as a run times it; op: torch.ops in the same worker, interleaved rep by rep, same inputs;")
 print("loaded: kerngen export + kerngen.load in this process, triton.testing.do_bench (median, L2 cleared);")
 print("loaded/direct: the loaded op and the same kernel through the harness's launcher, interleaved rep by rep")
 head = ("problem", "kernel ms", "op ms", "op/kernel", "host us", "loaded ms", "loaded/kernel", "loaded/direct", "note")
