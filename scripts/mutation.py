@@ -122,6 +122,8 @@ EQUIVALENT: dict[tuple, str] = {
     ("compare", "core/ReplaceBinaryOperator_LShift_Mul", 60): "CHUNK_ELEMENTS `1 << 25` -> `1 * 25`: chunks of 25 "
     "elements give the whole-tensor verdict, only slower (test_memory_plan.py::"
     "test_chunked_compare_is_the_whole_tensor_comparison; CI's sample of 2026-11-28, seed 3047662003)",
+    ("compare", "core/ReplaceBinaryOperator_BitAnd_Mul", 161): "`bad & ~finite` -> `*`: both are bool tensors, "
+    "whose product is their logical and, of dtype bool (CI's sample of 2026-11-28, seed 2748359795)",
     ("compare", "core/ReplaceBinaryOperator_BitAnd_Mul", 162): "`still_poisoned(...) & bad` -> `*`: both are bool "
     "tensors, whose product is their logical and, of dtype bool",
 }
