@@ -31,6 +31,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -233,12 +234,17 @@ def _worker_session(w: Path, m: str, db: Path, mine: set[str], timeout_s: float)
     return wdb, cfg
 
 
-def _run_workers(sessions: list, pending: list[tuple[Path, str]], jobs: int, out: Path, timeout_s: float) -> list:
+def _run_workers(sessions: list, pending: list[tuple[Path, str]], jobs: int, out: Path, timeout_s: float,
+                 budget_s: float = 0.0) -> list:
     """The pending mutants shared among ``jobs`` workers, each in its own copy, side by side; the
-    sessions to read the results from: (module, worker's db) for every worker and module."""
+    sessions to read the results from: (module, worker's db) for every worker and module. With
+    ``budget_s`` the workers are stopped then (their sessions keep every mutant judged so far: a device
+    call has a time limit, and a run killed from outside would hand back nothing)."""
     shares = [set(job for _, job in pending[j::jobs]) for j in range(jobs)]
     results: list[tuple[str, Path]] = []
     failures: list[str] = []
+    running: list[subprocess.Popen] = []
+    stop = threading.Event()
 
     def worker(j: int) -> None:
         try:
@@ -247,7 +253,7 @@ def _run_workers(sessions: list, pending: list[tuple[Path, str]], jobs: int, out
                                                                              os.environ.get("PYTHONPATH")]))}
             for m, _, db in sessions:
                 mine = {job for d, job in pending if d == db} & shares[j]
-                if not mine:
+                if not mine or stop.is_set():
                     continue
                 wdb, cfg = _worker_session(w, m, db, mine, timeout_s)
                 results.append((m, wdb))
@@ -260,17 +266,32 @@ def _run_workers(sessions: list, pending: list[tuple[Path, str]], jobs: int, out
                                   capture_output=True).returncode != 0:
                     failures.append(f"worker {j}: the tests of {m} fail on its unmutated copy ({w / 'tree'})")
                     return
-                subprocess.run([*COSMIC_RAY, "exec", str(cfg), str(wdb)], cwd=w / "tree", env=env, check=True,
-                               capture_output=True)
+                if stop.is_set():
+                    return
+                proc = subprocess.Popen([*COSMIC_RAY, "exec", str(cfg), str(wdb)], cwd=w / "tree", env=env,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                running.append(proc)
+                err = proc.communicate()[1]
+                if proc.returncode != 0 and not stop.is_set():
+                    raise subprocess.CalledProcessError(proc.returncode, "cosmic-ray exec", stderr=err)
         except (OSError, subprocess.CalledProcessError) as exc:
             tail = (getattr(exc, "stderr", b"") or b"")[-600:]
             failures.append(f"worker {j}: {type(exc).__name__}: {exc} {tail.decode(errors='replace')}")
 
-    threads = [threading.Thread(target=worker, args=(j,)) for j in range(jobs)]
+    threads = [threading.Thread(target=worker, args=(j,), daemon=True) for j in range(jobs)]
+    deadline = time.monotonic() + budget_s if budget_s > 0 else None
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
+        t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+    if any(t.is_alive() for t in threads):
+        stop.set()
+        print(f"budget of {budget_s:.0f} s spent: the workers are stopped, the mutants judged so far count", flush=True)
+        for proc in list(running):
+            proc.kill()
+        grace = time.monotonic() + 30  # a worker still setting up its copy is a daemon: it dies with the process
+        for t in threads:
+            t.join(max(0.0, grace - time.monotonic()))
     if failures:
         raise SystemExit("\n".join(failures))
     return results
@@ -287,6 +308,8 @@ def main() -> int:
     ap.add_argument("--out", default="/tmp/kerngen-mutation")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per mutant's tests")
     ap.add_argument("--jobs", type=int, default=1, help="workers side by side, each on its own copy of the tree")
+    ap.add_argument("--budget-s", type=float, default=0.0, help="with --jobs: stop the workers after this many "
+                    "seconds and report the mutants judged by then (0: no limit)")
     ap.add_argument("--no-fail", action="store_true", help="exit 0 even when a mutant survives (CI's sample: "
                     "a survivor is printed for a person to kill or explain, not a reason to refuse a change)")
     args = ap.parse_args()
@@ -326,7 +349,7 @@ def main() -> int:
                 _skip(work, [job for i, (d, job) in enumerate(pending) if d == db and i not in keep])
     if args.jobs > 1:
         pending = [(db, job) for db, job in pending if job in _still_pending(sessions)]
-        read = _run_workers(sessions, pending, args.jobs, out, args.timeout)
+        read = _run_workers(sessions, pending, args.jobs, out, args.timeout, args.budget_s)
     else:
         read = [(m, db) for m, _, db in sessions]
         for m, cfg, db in sessions:
@@ -338,9 +361,10 @@ def main() -> int:
                 print(f"the tests of {m} fail on the unmutated source: fix them first ({PYTEST} {TESTS[m]})")
                 return 2
             subprocess.run([*COSMIC_RAY, "exec", str(cfg), str(db)], cwd=ROOT, check=True)
-    killed = survived = other = 0
+    killed = survived = other = unjudged = 0
     for m, db in read:
         with use_db(str(db), WorkDB.Mode.open) as work:
+            unjudged += sum(1 for _ in work.pending_work_items)
             for item, result in work.completed_work_items:
                 if result.output in ("not sampled", "equivalent", "gpu-only", OTHER_WORKER) or result.test_outcome is None:
                     continue
@@ -355,7 +379,8 @@ def main() -> int:
                     other += 1
     total = killed + survived
     score = f"{killed / total:.1%}" if total else "-"
-    print(f"mutants run: {total + other}; killed {killed}, survived {survived}, incompetent {other}; score {score}")
+    print(f"mutants run: {total + other}; killed {killed}, survived {survived}, incompetent {other}; score {score}"
+          + (f"; {unjudged} not judged (the budget)" if unjudged else ""))
     return 1 if survived and not args.no_fail else 0
 
 
