@@ -348,7 +348,8 @@ def main() -> int:
             with use_db(str(db), WorkDB.Mode.open) as work:
                 _skip(work, [job for i, (d, job) in enumerate(pending) if d == db and i not in keep])
     if args.jobs > 1:
-        pending = [(db, job) for db, job in pending if job in _still_pending(sessions)]
+        still = _still_pending(sessions)  # once: read per mutant, the sessions took minutes before any worker ran
+        pending = [(db, job) for db, job in pending if job in still]
         read = _run_workers(sessions, pending, args.jobs, out, args.timeout, args.budget_s)
     else:
         read = [(m, db) for m, _, db in sessions]
