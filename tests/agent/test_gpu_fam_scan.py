@@ -42,8 +42,12 @@ ODD_CASES = {  # name -> (forward args, returned expression, get_inputs body)
     # 3 rows of 200000: 13 chunks a row for the split kernels. Longer rows would test PyTorch more than us:
     # its own innermost-dim scan carries a serial total every 32 elements, so its fp32 error grows with L / 32
     "reverse_few_long_rows": ("x", "torch.cumsum(x.flip(1), dim=1).flip(1)", "return [torch.rand(3, 200000)]"),
+    # randn / 10: at randn's own scale the running sums reach ~150 and an fp32 blocked scan's error ~5e-5 of it (measured
+    # against fp64 on the host), so PyTorch's and ours differ by ~1e-4 = atol where a sum crosses zero: on one H200
+    # 2026-11-28, 2 of 3 runs had 2-6 of 3.08M elements over atol with ||out-ref||/||ref|| 3e-7. A tenth keeps the
+    # masking and the exclusive shift as tested (a wrong one is O(1) off) with a 9x margin to atol
     "exclusive_masked": ("x, m", "torch.cat((torch.zeros_like(x[:, :1]), torch.cumsum((x * m)[:, :-1], 1)), 1)",
-                         "x = torch.randn(77, 40000)\n    return [x, torch.rand(77, 40000) > 0.5]"),
+                         "x = torch.randn(77, 40000) / 10\n    return [x, torch.rand(77, 40000) > 0.5]"),
     "cumprod_outer_dim": ("x", "torch.cumprod(x, dim=0)", "return [torch.rand(300, 17, 129) * 0.2 + 0.9]"),
 }
 
