@@ -206,11 +206,13 @@ def conv_epi_igemm(m: FamilyMatch, defaults: dict[str, int], name: str = SPEC_PR
 
 # ---------------------------------------------------------------------------------------------
 # direct convolution
-def conv_epi_direct(m: FamilyMatch, defaults: dict[str, int], name: str = SPEC_PREFIX + "direct") -> KernelSpec:
+def conv_epi_direct(m: FamilyMatch, defaults: dict[str, int], name: str = SPEC_PREFIX + "direct",
+                    plain: bool = False) -> KernelSpec:
+    """``plain``: the built-in conv2d family's kernel (one group, no epilogue; see the template)."""
     f = m.facts
     x, w, g = f.x, f.weight, f.G
     kernel = "conv_epi_direct"
-    src = render("conv_epi_direct.cu.j2", kernel=kernel, **template_vars(m))
+    src = render("conv_epi_direct.cu.j2", kernel=kernel, plain=plain, **template_vars(m))
     ocg = f.OC // g
     ocb = next((v for v in (48, 32, 64, 16, 96) if ocg % v == 0), 8 if ocg % 8 == 0 else 4)
     oct_ = 16 if ocb % 16 == 0 else (8 if ocb % 8 == 0 else 4)

@@ -138,7 +138,7 @@ def gemm_tiled(m: FamilyMatch, defaults: dict[str, int], name: str = _name("tile
     ring = "CP_ASYNC == 1 and SMEM_T == 0" if k_contiguous else "CP_ASYNC == 1"  # every tile by cp.async
     defines: dict[str, str | int] = dict(
         M_=M, N_=N, K_=K, LDA=paren(f.LDA), LDB=paren(f.LDB), SA=paren(f.SA), SB=paren(f.SB),
-        TRANS_A=int(f.trans_a), TRANS_B=int(f.trans_b), VEC_A=vec_a, VEC_B=vec_b,
+        TRANS_A=int(f.trans_a), TRANS_B=int(f.trans_b), VEC_A=vec_a, VEC_B=vec_b, VEC_C=f"{N} % 4 == 0",
         EVEN=f"{M} % BM == 0 and {N} % BN == 0 and {K} % BK == 0", DIAG=int(f.diag))
     constraints = [
         f"{M} >= 1 and {N} >= 1", f"{M} < 2**31 and {N} < 2**31 and {K} < 2**31",
