@@ -181,6 +181,8 @@ def _skip(db, job_ids: list[str], why: str = "not sampled") -> None:
         db.set_multiple_results(job_ids, WorkResult(worker_outcome=WorkerOutcome.SKIPPED, output=why))
 
 
+# top-level folders never copied into a worker's tree: shared is linked, the rest hold carried wheels and builds
+_NOT_COPIED = (".git", ".whl", ".mut", ".ray", "shared")
 OTHER_WORKER = "another worker's"  # the result a worker's copy of a session gives the mutants it does not run
 
 
@@ -190,15 +192,21 @@ def _worker_tree(out: Path, j: int) -> Path:
     shutil.rmtree(w, ignore_errors=True)
     tree = w / "tree"
     listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True)
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True).stdout.decode().split("\0")
+    tops = {name.split("/", 1)[0] for name in tracked}
     if listed.returncode == 0:
         for name in filter(None, listed.stdout.decode().split("\0")):
+            top = name.split("/", 1)[0]
+            # the GPU host's copy lacks .git/info/exclude's lines: untracked dot folders (carried wheels) stay out
+            if top in _NOT_COPIED or (top.startswith(".") and top not in tops):
+                continue
             src = ROOT / name
             if src.is_file():  # a tracked file deleted in the work tree is not copied
                 (tree / name).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(src, tree / name)
     else:  # no git here (the GPU host's copy of the tree): everything but carried wheels, builds and runs
         shutil.copytree(ROOT, tree, symlinks=True, ignore=shutil.ignore_patterns(
-            ".git", ".whl", ".mut", ".ray", "build", "runs", "*.egg-info", "__pycache__", "shared"))
+            *_NOT_COPIED, "build", "runs", "*.egg-info", "__pycache__"))
     if (ROOT / "shared").exists():
         (tree / "shared").symlink_to((ROOT / "shared").resolve())
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-compile",

@@ -2,11 +2,13 @@
 # The WHOLE GPU tier (issue 39), from the repository root on the GPU host, after
 #   source scripts/device/setup.sh
 # Usage: bash scripts/device/i39.sh [all|1|2]   (default all; 1 and 2 are halves of the GPU test files,
-# for two device calls when the whole tier does not fit in one). pytest is stopped at $KG_TIMEOUT
+# for two device calls when the whole tier does not fit in one), or  i39.sh LABEL FILE...  (those files: the
+# tier shared among the lanes of a multi-GPU host, scripts/device/lanes.sh). pytest is stopped at $KG_TIMEOUT
 # seconds (default 560) so that what ran still comes back; prints the counts last, and leaves the
 # JUnit XML and the log in $OUT.
 set -uo pipefail
 part="${1:-all}"
+shift || true
 out="${OUT:-/tmp/i39-out}"
 mkdir -p "$out"
 mapfile -t files < <(grep -rlE "pytest\.mark\.gpu|mark\.multigpu" tests --include='test_*.py' | sort)
@@ -15,7 +17,8 @@ case "$part" in
   1) files=("${files[@]:0:$half}") ;;
   2) files=("${files[@]:$half}") ;;
   all) ;;
-  *) echo "usage: $0 [all|1|2]" >&2; exit 2 ;;
+  *) [ $# -gt 0 ] || { echo "usage: $0 [all|1|2|LABEL FILE...]" >&2; exit 2; }
+     files=("$@") ;;
 esac
 echo "GPU tier, part $part: ${#files[@]} files"
 start=$(date +%s)
