@@ -17,11 +17,13 @@ import pytest
 from kerngen.agent.playbook import PlaybookProposer, explain, family_of
 from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.compile.cubin import read_cubin
+from kerngen.harness.results import GpuFacts
 from kerngen.harness.spec.plan import resolve
 from kerngen.harness.spec.spec import KernelSpec
 from kerngen.problems.load import load_problem
 from kerngen.problems.ref import ProblemRef
 from tests.emu import cases
+from tests.agent.family_checks import resized_copy
 from tests.emu.runner import emulate
 from tests.resources import kernelbench
 
@@ -106,10 +108,79 @@ BROKEN = [  # (shape, config, the edit): each must be a mismatch
     ((100, 72, 36), None, ("for (int j0 = 0; j0 < TN; j0 += C_W)", "for (int j0 = 0; j0 < TN - C_W; j0 += C_W)")),
     ((65, 130, 20), None, ("crow[n0 + COL_OF(j0)] = o[0];", "crow[n0 + COL_OF(j0)] = o[0] * (r != 64);")),
     ((128, 256, 32), None, ("const float *p = p0 + u * QSTEP(COLS) * ld;", "const float *p = p0 + u * QSTEP(COLS);")),
+    # B by cp.async in the double buffer: its copies committed as soon as issued, waited for after the FFMAs
+    ((128, 256, 32), None, ("#define CP_LANDED() cp_wait<0>()", "#define CP_LANDED()")),
 ]
 
 
 @pytest.mark.needs_cxx
-@pytest.mark.parametrize("shape, config, edit", BROKEN, ids=["float4-order", "last-quad", "scalar-row", "loader-rows"])
+@pytest.mark.parametrize("shape, config, edit", BROKEN, ids=["float4-order", "last-quad", "scalar-row", "loader-rows", "cp.async-wait"])
 def test_a_broken_store_or_loader_is_a_mismatch(shape, config, edit):
     assert list(_emulate_tiled(shape, config, edit)) == ["out"]
+
+
+# ----- where no tile divides the shape, the tiled kernel is the fallback (the former "simple" GEMM) -----------------
+H200 = GpuFacts(name="NVIDIA H200", arch="sm_90", sm_count=132, max_shared_per_block_optin=232448, shared_per_sm=233472,
+                mem_bytes=150 * 2**30)  # what a worker reports of an H200
+
+
+@pytest.mark.parametrize("gpu", [None, H200], ids=["sm_90-limits", "H200"])
+@pytest.mark.parametrize("shape", [(1000, 1000, 1000), (1001, 998, 999)], ids=["1000^3", "1001x998x999"])
+def test_the_tiled_matmul_is_offered_where_no_tile_divides(shape, gpu):
+    # tests/agent/test_gpu_fold_parity.py takes this offer; main offered "simple" here and "tiled" not at all (a GPU
+    # run that imported main's kerngen.agent failed on exactly that)
+    prop = PlaybookProposer(load_problem(ProblemRef(source="matmul", shape=shape)), gpu=gpu)
+    tiled = prop.offer.get("tiled")
+    assert tiled is not None, prop.offer.why_not("tiled")
+    assert "simple" not in [v.variant for v in prop.offer.variants]
+    plan = resolve(tiled.spec, sizes={}, tensors=load_problem(ProblemRef(source="matmul", shape=shape)).info.tensor_facts(),
+                   config=dict(tiled.spec.defaults))
+    assert plan.defines["EVEN"] == 0
+
+
+@pytest.mark.needs_kernelbench
+def test_the_tiled_matmul_is_offered_for_level1_8():
+    prop = PlaybookProposer(load_problem(str(kernelbench("level1", "8_Matmul_with_irregular_shapes_.py"))), gpu=H200)
+    assert prop.offer.get("tiled") is not None, prop.offer.why_not("tiled")
+
+
+# ----- the gemm_rows family's streamed kernel (level 2's 14 on the GPU: float4 stores, transposing loaders) -----------
+ROWS_SMALL = dict(BM=32, BN=32, TM=4, TN=4, BK=8, BLOCK=64)  # 4 x 4 GEMM blocks of 2 warps, 4 k tiles: EVEN, VEC_C
+L2_14 = dict(batch_size=128, input_size=32, hidden_size=128)
+
+
+def _emulate_streamed(tmp_path, config: dict, seed: int, edit=None) -> dict[str, str]:
+    problem = load_problem(str(resized_copy(kernelbench("level2", "14_Gemm_Divide_Sum_Scaling.py"), tmp_path, **L2_14)))
+    spec = PlaybookProposer(problem).offer.get("streamed").spec
+    if edit is not None:
+        assert spec.source.count(edit[0]) == 1, edit[0]
+        spec = spec.model_copy(update={"source": spec.source.replace(*edit)})
+    case = cases.make_case(problem, seed)
+    emulate(spec, case.tensors, config={**ROWS_SMALL, **config}, sizes=case.sizes)
+    return cases.mismatches(case)
+
+
+@pytest.mark.needs_cxx
+@pytest.mark.needs_kernelbench
+@pytest.mark.parametrize("config", [{}, {"SMEM_T": 0}, {"CP_ASYNC": 1, "SMEM_T": 0}, {"CP_ASYNC": 1, "SMEM_T": 0, "STAGES": 3}],
+                         ids=["transposed", "as-is", "ring-2", "ring-3"])
+def test_the_streamed_gemm_rows_kernel_matches_pytorch(tmp_path, config):
+    # the offered defaults (SMEM_T 1: both nn.Linear tiles transposed through registers, float4 stores of gemm_out),
+    # the tiles as they are (scalar stores), and the cp.async ring, each on three input sets (warps start in another
+    # order each run)
+    for seed in (0, 1, 2):
+        assert _emulate_streamed(tmp_path, config, seed) == {}, (config, seed)
+
+
+STREAMED_BROKEN = [  # a barrier or a wait the double buffer needs, taken out: each must be a mismatch
+    ({}, ("    CP_LANDED();\n    __syncthreads();\n    for (int kt", "    CP_LANDED();\n    for (int kt")),
+    ({}, ("        CP_LANDED();\n      }\n      __syncthreads();", "        CP_LANDED();\n      }")),
+    ({"CP_ASYNC": 1, "SMEM_T": 0}, ("      cp_wait<STAGES - 2>();\n", "")),
+]
+
+
+@pytest.mark.needs_cxx
+@pytest.mark.needs_kernelbench
+@pytest.mark.parametrize("config, edit", STREAMED_BROKEN, ids=["first-barrier", "loop-barrier", "ring-wait"])
+def test_a_streamed_kernel_without_its_sync_is_a_mismatch(tmp_path, config, edit):
+    assert list(_emulate_streamed(tmp_path, config, 0, edit)) == ["out"]
