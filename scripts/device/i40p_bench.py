@@ -4,9 +4,11 @@ issue 40) holds the specs an older tree offered, at their offered defaults, keye
 builds the same problems' specs now. In one worker pool (what ``kerngen bench`` does: every kernel fully checked
 against PyTorch first, then timed with the L2 flushed, the median) each pair is evaluated ``--rounds`` times, old and
 new in turns (old, new, new, old), and the best time of each kept. Prints a table last; ``--out DIR`` also writes
-every number as JSON there. ``--record FILE --cases ...`` writes this tree's specs for those cases instead (with
-``--tree DIR``, another checkout's: laid out as scripts/playbook_job_hashes.py does). Not packaged: a developer's
-tool.
+every number as JSON there. A case ``problem|variant*N`` gets N rounds (each spec checked on 4N input sets in 2N
+evaluations: a rare wrong result shows). The header names the tree whose kerngen.agent was imported (a GPU host's
+editable install may be another tree's). ``--record FILE --cases ...`` writes this tree's specs for those cases
+instead (with ``--tree DIR``, another checkout's: laid out as scripts/playbook_job_hashes.py does). Not packaged: a
+developer's tool.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import kerngen.agent
 from kerngen.agent.playbook import PlaybookProposer
 from kerngen.harness.evaluator import Candidate, EvalOptions
 from kerngen.harness.pool.local import WorkerPool
@@ -63,7 +66,8 @@ def measure(pool: WorkerPool, key: str, old: KernelSpec, rounds: int = 1) -> dic
     pref = ref if isinstance(ref, ProblemRef) else ProblemRef(source=ref)
     cands = [Candidate(spec=s) for _ in range(rounds) for s in (old, new, new, old)]
     results = pool.evaluate(pref, cands, EvalOptions(**CHECK))
-    row = {"case": key, "old": old.name, "new": new.name}
+    variant = key.split("|")[1]
+    row = {"case": key, "old": old.name, "new": new.name, "variant_now": NOW.get(variant, variant)}
     for tag, picks in (("old", (0, 3)), ("new", (1, 2))):
         rs = [results[4 * r + i] for r in range(rounds) for i in picks]
         ok = [r.ms for r in rs if r.ok]
@@ -79,6 +83,10 @@ def table(rows: list[dict], gpu: str) -> str:
            "| case | old spec | old ms | new spec | new ms | both correct | new / old |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         case = r["case"].replace("|", ": ")  # a cell of the table
+        if r.get("variant_now") and not r["case"].endswith("|" + r["variant_now"]):
+            case += f" (now {r['variant_now']})"
+        if r.get("rounds", 1) > 1:
+            case += f" x{r['rounds']}"
         if "error" in r:
             out.append(f"| {case} | - | - | - | - | {r['error']} | - |")
             continue
@@ -124,13 +132,16 @@ def main() -> int:
     ap.add_argument("--tag", default="i40p", help="the JSON of --out is TAG_bench.json")
     args = ap.parse_args()
     cases = [c for c in args.cases.split(",") if c]
+    rounds = {c.partition("*")[0]: int(c.partition("*")[2] or args.rounds) for c in cases}
+    cases = list(rounds)
     if args.record is not None:
         return record(args.record, cases, args.tree)
     deadline = time.monotonic() + args.budget_s
     before = {k: KernelSpec.model_validate(v) for k, v in json.loads(gzip.decompress(args.before.read_bytes())).items()}
     rows = []
     with WorkerPool(timeout_s=600) as pool:
-        gpu = f"{pool.gpu_facts().name}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+        tree = Path(kerngen.agent.__file__).resolve().parent.parent
+        gpu = f"{pool.gpu_facts().name}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, tree {tree}"
         print(f"GPU: {gpu}", flush=True)
         for key in cases:
             old = before[key]
@@ -140,7 +151,7 @@ def main() -> int:
                 rows.append({"case": key, "error": "skipped (time budget)"})
                 continue
             try:
-                rows.append(measure(pool, key, old, args.rounds))
+                rows.append({**measure(pool, key, old, rounds[key]), "rounds": rounds[key]})
             except Exception as exc:  # noqa: BLE001 - one case failing leaves the others measured
                 rows.append({"case": key, "error": f"{type(exc).__name__}: {str(exc)[:160]}"})
     if args.out:
