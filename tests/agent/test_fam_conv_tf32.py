@@ -20,7 +20,7 @@ import torch
 from kerngen.agent.playbook import family_of, PlaybookProposer, explain
 from kerngen.agent.playbook.conv.build_tf32 import (CONV2D_IDEAS, CONV2D_SPEC_NAME, CONV_EPI_IDEAS, DEFAULTS, VARIANT,
                                                     smem_bytes)
-from kerngen.agent.playbook.gemm.build_matmul_tf32 import TERMS_PLAIN, TERMS_SPLIT
+from kerngen.agent.playbook.gemm.build_tf32 import TERMS_PLAIN, TERMS_SPLIT
 from kerngen.agent.playbook.coverage import offer
 from kerngen.agent.playbook.conv.epi import CONV_EPI
 from kerngen.agent.playbook.proposer import variant_of_spec

@@ -14,7 +14,7 @@ import torch
 
 from kerngen.agent.playbook import explain, family_of
 from kerngen.agent.playbook.conv.build_tf32 import VARIANT
-from kerngen.agent.playbook.gemm.build_matmul_tf32 import TERMS_PLAIN
+from kerngen.agent.playbook.gemm.build_tf32 import TERMS_PLAIN
 from kerngen.agent.playbook.coverage import offer
 from kerngen.harness.evaluator import Candidate, EvalOptions
 from kerngen.harness.results import Verdict

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from kerngen.agent.playbook import explain
-from kerngen.agent.playbook.gemm.build_matmul_tf32 import NO_FLUSH, SPLIT_VALUES, TERMS_PLAIN, sgemm_tf32x3, sgemm_tf32x3_padded
+from kerngen.agent.playbook.gemm.build_tf32 import NO_FLUSH, SPLIT_VALUES, TERMS_PLAIN, sgemm_tf32x3, sgemm_tf32x3_padded
 from kerngen.harness.evaluator import Candidate, EvalOptions
 from kerngen.harness.results import Verdict
 from kerngen.problems.load import load_problem

@@ -285,13 +285,16 @@ def test_half_precision_variants_compile(dtype):
 
 def test_constraints_reject_shapes_a_kernel_cannot_handle():
     m = explain(_kb("suite_matmul"))
-    spec = family_of(m).build(m, "tiled")
+    spec = family_of(m).build(m, "tf32x3")
     facts = m.tensor_facts()
     facts["A"] = TensorFacts((4000, 4096))
     facts["out"] = TensorFacts((4000, 4096))
     with pytest.raises(Exception, match="constraint"):
         plan.resolve(spec, sizes={}, tensors=facts)
-    plan.resolve(family_of(m).build(m, "simple"), sizes={}, tensors=facts)  # the safe GEMM takes it
+    plan.resolve(family_of(m).build(m, "tiled"), sizes={}, tensors=facts)  # the FFMA GEMM predicates its edges
+    facts["B"] = TensorFacts((4000, 4096))  # B's rows are not A's columns
+    with pytest.raises(Exception, match="constraint"):
+        plan.resolve(family_of(m).build(m, "tiled"), sizes={}, tensors=facts)
     sm = explain(_kb("kb_softmax_named"))
     spec = family_of(sm).build(sm, "rows_reg")
     f = sm.tensor_facts()
@@ -410,14 +413,14 @@ def test_proposer_for_a_problem_it_does_not_cover():
     assert b.spec is None and "permute" in b.error
 
 
-def test_matmul_repair_offers_the_safe_gemm():
+def test_the_playbook_does_not_repair():
     prop = PlaybookProposer(_kb("suite_matmul"))
     ctx = _ctx(prop.match)
     tiled = family_of(prop.match).build(prop.match, "tiled")
     failed = Failure(spec=tiled, result=EvalResult(verdict=Verdict.incorrect))
-    rep = prop.repair(ctx, failed, 1)  # the search's first attempt is 1
-    assert rep.spec is not None and rep.spec.name == "playbook-matmul-simple"
-    assert prop.repair(ctx, failed, 2).error == "playbook cannot repair"
+    for attempt in (1, 2):  # the search's first attempt is 1; the GEMMs bounds-check their own edges
+        rep = prop.repair(ctx, failed, attempt)
+        assert rep.spec is None and rep.error == "playbook cannot repair"
 
 
 def test_seed_specs():

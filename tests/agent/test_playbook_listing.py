@@ -50,9 +50,9 @@ def test_builtins_list_the_same_offer_with_and_without_counting(ref, shape):
 
 
 def test_a_moved_default_and_a_dropped_variant_are_the_same_either_way():
-    full, fast = _both("matmul", "1024x64x1024")  # N = 64: the tiled default BN 128 is pruned, moved to BN 64
-    assert full.offer.get("tiled").moved_from is not None
-    assert fast.offer.get("tiled").moved_from == full.offer.get("tiled").moved_from
+    full, fast = _both("matmul", "64x1024x1024")  # M = 64: the 3xTF32 default BM 128 is pruned, moved to BM 64
+    assert full.offer.get("tf32x3").moved_from is not None
+    assert fast.offer.get("tf32x3").moved_from == full.offer.get("tf32x3").moved_from
     full, fast = _both("matmul", "1000x2048x777", gpu=limits_for("sm_80"))  # wgmma: Hopper only; odd shape
     assert full.offer.dropped and _listed(fast) == _listed(full)
     assert [v.counted.report() for v in fast.offer.dropped if v.counted] == \

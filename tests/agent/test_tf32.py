@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from kerngen.agent.playbook import PlaybookProposer, explain
-from kerngen.agent.playbook.gemm.build_matmul_tf32 import (DEFAULTS, PADDED_VARIANT, SPEC_NAME, SPLIT_MAX_OUTPUTS, SPLIT_VALUES,
+from kerngen.agent.playbook.gemm.build_tf32 import (DEFAULTS, PADDED_VARIANT, SPEC_NAME, SPLIT_MAX_OUTPUTS, SPLIT_VALUES,
                                                TERMS_PLAIN, TERMS_SPLIT, TF32_IDEAS, VARIANT, sgemm_tf32x3,
                                                sgemm_tf32x3_padded, smem_bytes)
 from kerngen.agent.playbook.family import FamilyMatch

@@ -30,9 +30,9 @@ def test_writes_a_variant_spec_that_loads_and_tunes(tmp_path):
     res = invoke("playbook", "conv2d", "--variant", "igemm", "--out", str(out))
     assert res.exit_code == 0, res.output
     spec = KernelSpec.load(out)
-    assert spec.name == "playbook-conv2d-igemm" and spec.space_size() == 2160
-    assert {s.kernel for s in spec.steps} == {"conv2d_pack", "conv2d_igemm"}
-    assert "2160 configurations" in res.output
+    assert spec.name == "playbook-conv2d-igemm" and spec.space_size() == 1296
+    assert {s.kernel for s in spec.steps} == {"conv_epi_pack", "conv_epi_igemm"}
+    assert "1296 configurations" in res.output
 
 
 def test_first_variant_by_default_and_shape_flags(tmp_path):

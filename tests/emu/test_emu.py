@@ -23,9 +23,11 @@ PLAYBOOK = [  # (problem, shape, variant, config)
     ("softmax", (72, 256), "rows_reg", {"CACHE_HINT": 1, "BULK": 0, "TPR": 64, "RITER": 2}),
     ("softmax", (8, 4096), "long", None),
     ("layernorm", (4, 4, 16, 16), "split", None),
-    ("matmul", (64, 96, 32), "simple", None),
+    ("matmul", (70, 90, 33), "tiled", {"BM": 32, "BN": 32, "TM": 4, "TN": 4}),  # predicated edges, unaligned rows
+    ("matmul", (100, 72, 36), "tiled", None),  # the default: B by cp.async, A transposed through registers
     ("matmul", (128, 128, 64), "tiled", {"CP_ASYNC": 0}),
-    ("conv2d", (2, 3, 32, 32), "direct", None),
+    ("conv2d", (2, 3, 32, 32), "direct", {"TH": 4}),  # 7 output rows: conv_epi's direct wants TH <= OH
+    ("conv2d", (2, 3, 19, 17), "igemm", {"BM": 64, "TM": 4}),  # conv_epi's implicit GEMM (cp.async) on conv2d
     ("conv_relu_maxpool", (2, 3, 16, 16), "fused", None),
 ]
 

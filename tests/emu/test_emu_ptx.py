@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from kerngen.agent.playbook import explain
-from kerngen.agent.playbook.gemm.build_matmul_tf32 import TERMS_PLAIN, sgemm_tf32x3
+from kerngen.agent.playbook.gemm.build_tf32 import TERMS_PLAIN, sgemm_tf32x3
 from kerngen.harness.spec.spec import KernelSpec
 
 from tests.agent.family_checks import resized_copy

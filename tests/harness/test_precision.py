@@ -17,7 +17,7 @@ from kerngen.problems.ref import ProblemRef, parse_precision, parse_problem_ref,
 from kerngen.problems.torch_modes import (
     DEFAULTS_LABEL, Precision, precision_mode, pytorch_defaults, set_precision, strict_fp32,
 )
-from kerngen.agent.playbook.gemm.build_matmul_tf32 import TERMS_PLAIN, TERMS_SPLIT
+from kerngen.agent.playbook.gemm.build_tf32 import TERMS_PLAIN, TERMS_SPLIT
 from tests.agent.test_tf32 import mma_model, tf32
 
 SHAPE = (64, 64, 512)  # M, N, K: K long enough for TF32's rounding to show

@@ -7,6 +7,9 @@ max_pool2d), each built by its own family's builder at its shapes, and the two s
 The fused FFMA kernel writes a fourth of the conv's output and no intermediate; these write and read it once more
 in exchange for the tensor cores (4x H200, 2026-11-28: the VGG-style model's fused regions lost to cuDNN 1.3786 ms
 against 0.5233, while its plain conv + relu regions won on wgmma and tf32x3).
+
+The fused FFMA kernel itself (:func:`conv_relu_pool`, ``conv_relu_pool.cu.j2``, the default variant) is here too: it
+reads the convolution's geometry as conv_epi's kernels do (:func:`.conv.build_epi.frame`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Callable
 from kerngen.harness.spec.spec import KernelSpec
 
 from kerngen.agent.playbook.conv import build_wgmma as wgmma
-from kerngen.agent.playbook.conv.build_epi import frame
+from kerngen.agent.playbook.conv.build_epi import as_conv_epi, frame
 from kerngen.agent.playbook.conv.build_tf32 import conv_epi_tf32x3
 from kerngen.agent.playbook.conv.epi import read_conv_epi
 from kerngen.agent.playbook.entry import A, P, PAR, Entry
@@ -26,12 +29,51 @@ from kerngen.agent.playbook.pool.build import pool_window
 from kerngen.agent.playbook.pool.family import POOL
 from kerngen.agent.playbook.region import Region, lead_of
 from kerngen.agent.playbook.regions_spec import join
+from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
 
-__all__ = ["IDEAS", "MAX_CONV_SCRATCH", "TF32X3_POOL", "WGMMA_POOL", "conv_pool_tf32x3", "conv_pool_wgmma"]
+__all__ = ["IDEAS", "MAX_CONV_SCRATCH", "TF32X3_POOL", "WGMMA_POOL", "conv_pool_tf32x3", "conv_pool_wgmma",
+           "conv_relu_pool"]
 
 WGMMA_POOL, TF32X3_POOL = f"{wgmma.VARIANT}_pool", "tf32x3_pool"
 MAX_CONV_SCRATCH = 2**31  # elements of the conv's output held between the two kernels (8 GiB of fp32)
 _SPEC_PREFIX = "playbook-conv-relu-maxpool-"
+
+
+def conv_relu_pool(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
+    """conv2d + relu + max-pool in one FFMA kernel (the family's default variant)."""
+    f, fr = m.facts, frame(as_conv_epi(m))
+    x, w = m.x.name, f.weight
+    kernel = "conv_relu_maxpool"
+    src = render("conv_relu_pool.cu.j2", kernel=kernel, has_bias=fr.template_vars["has_bias"])
+    oc = f.OC
+    ocb = next((v for v in (64, 32, 16, 48, 8, 4) if oc % v == 0), 4)
+    oct_ = 16 if ocb % 16 == 0 else (8 if ocb % 8 == 0 else 4)
+    d = pick(defaults, dict(PTW=16, PTH=8, OCB=ocb, OCT=oct_))
+    pk, ps = f.PK, f.PS
+    oh, ow = fr.out_hw
+    poh, pow_ = f"({oh} - {pk}) // {ps} + 1", f"({ow} - {pk}) // {ps} + 1"
+    defs = dict(fr.defines, PK_=pk, PS_=ps, POH_=poh, POW_=pow_)
+    pr = f"(((PTH - 1) * {ps} + {pk}) - 1) * {f.SH} + {f.KH}"
+    pc = f"(((PTW - 1) * {ps} + {pk}) - 1) * {f.SW} + {f.KW}"
+    smem = f"4 * ({x}.shape[1] * {f.KH} * {f.KW} * OCB + {x}.shape[1] * ({pr}) * ({pc} + 1))"
+    ocbs = sorted({v for v in (4, 8, 16, 32, 64, 128, oc) if oc % v == 0 and v % 4 == 0 and v <= 256})
+    return make_spec(
+        "playbook-conv-relu-maxpool",
+        "conv2d + relu + max-pool fused: each thread keeps the PKxPK conv outputs under one pooled "
+        "output for OCT channels in registers and writes max(relu); input rows reused across taps in "
+        "registers; patch and weights in shared memory",
+        src,
+        dict(PTW=[4, 8, 16, 32], PTH=[1, 2, 4, 8, 16], OCB=ocbs or [4], OCT=[4, 8, 16]),
+        d,
+        defines=defs,
+        constraints=fr.checks + [
+            f"{x}.shape[0] <= 65535", f"{w}.shape[0] % OCB == 0", "OCB % OCT == 0", "OCT % 4 == 0",
+            "PTW * PTH * (OCB // OCT) <= 1024", "PTW * PTH * (OCB // OCT) >= 32", f"{smem} <= {MAX_SMEM}",
+            f"{poh} >= 1", f"{pow_} >= 1",
+        ],
+        steps=[dict(kernel=kernel, grid=["cdiv(POW_, PTW) * cdiv(POH_, PTH)", "OC_ // OCB", "N_"],
+                    block=["PTW", "PTH", "OCB // OCT"], shared_mem=smem, args=fr.args(x, w))],
+    )
 
 
 def _regions(m: FamilyMatch) -> tuple[list[Region], list[FamilyMatch], dict[str, str]]:

@@ -16,11 +16,12 @@ from typing import Any
 
 from kerngen.harness.spec.spec import KernelSpec
 
+from kerngen.agent.playbook.chain_ir import INPUT, Chain
 from kerngen.agent.playbook.epilogue import EpIndex, Epilogue
 from kerngen.agent.playbook.family import FamilyMatch
 from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
 
-__all__ = ["SPEC_PREFIX", "VARIANT_NAMES", "ConvFrame", "conv_epi_depthwise", "conv_epi_direct", "conv_epi_igemm",
+__all__ = ["SPEC_PREFIX", "VARIANT_NAMES", "ConvFrame", "as_conv_epi", "conv_epi_depthwise", "conv_epi_direct", "conv_epi_igemm",
            "frame", "operand_checks", "template_vars", "tensor_args"]
 
 SPEC_PREFIX = "playbook-conv-epi-"  # + variant: Family.spec_name's spelling, which the proposer reads back
@@ -133,6 +134,15 @@ def frame(m: FamilyMatch) -> ConvFrame:
     return ConvFrame(_defines(m), _checks(m), template_vars(m), _what(m), _out_hw(m), _in_hw(m)[0], m)
 
 
+def as_conv_epi(m: FamilyMatch) -> FamilyMatch:
+    """The built-in ``conv2d`` family's match (groups 1, dilation 1, no epilogue) as a conv_epi one: the conv2d
+    family's kernels are conv_epi's (:mod:`.conv.conv2d`)."""
+    f = m.facts
+    lead = f.weight.rsplit(".", 1)[0]
+    facts = f.model_copy(update=dict(x=m.x.name, dims=2, G=1, DH=1, DW=1, epilogue=Epilogue(lead, Chain((), INPUT), ())))
+    return FamilyMatch("conv_epi", m.inputs, m.params, m.outputs, facts, precision=m.precision)
+
+
 # ---------------------------------------------------------------------------------------------
 # implicit GEMM (one GEMM per group)
 def _igemm_tile(ocg: int) -> tuple[int, int, int, int]:
@@ -147,7 +157,7 @@ def _igemm_bns(ocg: int) -> list[int]:
     return [v for v in _BN_CHOICES if -(-ocg // v) * v * 4 <= ocg * 5 and (v >= 32 or ocg <= 16)] or [16]
 
 
-def conv_epi_igemm(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
+def conv_epi_igemm(m: FamilyMatch, defaults: dict[str, int], name: str = SPEC_PREFIX + "igemm") -> KernelSpec:
     f = m.facts
     x, w, g = f.x, f.weight, f.G
     kp, km = "conv_epi_pack", "conv_epi_igemm"
@@ -166,7 +176,7 @@ def conv_epi_igemm(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     m_tot = f"{x}.shape[0] * ({oh}) * ({ow})"
     h, _ = _in_hw(m)
     return make_spec(
-        SPEC_PREFIX + "igemm",
+        name,
         f"{_what(m)} as an implicit GEMM per group (M = N*OH*OW positions, N = OC/groups, K = C/groups*KH*KW): "
         "the dilated im2col tile of x gathered straight into shared memory (zero-filling 4-byte cp.async, or "
         "plain loads with ASYNC 0), weights packed once per call to [group][K][OC], a STAGES-deep pipeline, "
@@ -196,11 +206,13 @@ def conv_epi_igemm(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
 
 # ---------------------------------------------------------------------------------------------
 # direct convolution
-def conv_epi_direct(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
+def conv_epi_direct(m: FamilyMatch, defaults: dict[str, int], name: str = SPEC_PREFIX + "direct",
+                    plain: bool = False) -> KernelSpec:
+    """``plain``: the built-in conv2d family's kernel (one group, no epilogue; see the template)."""
     f = m.facts
     x, w, g = f.x, f.weight, f.G
     kernel = "conv_epi_direct"
-    src = render("conv_epi_direct.cu.j2", kernel=kernel, **template_vars(m))
+    src = render("conv_epi_direct.cu.j2", kernel=kernel, plain=plain, **template_vars(m))
     ocg = f.OC // g
     ocb = next((v for v in (48, 32, 64, 16, 96) if ocg % v == 0), 8 if ocg % 8 == 0 else 4)
     oct_ = 16 if ocb % 16 == 0 else (8 if ocb % 8 == 0 else 4)
@@ -209,7 +221,8 @@ def conv_epi_direct(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
         shape = dict(TW=[16, 32, 64, 128], TH=[1], PTY=[1], PTX=[1, 2, 4, 8])
     else:
         d = pick(defaults, dict(TW=16, TH=8, PTY=4, PTX=1, OCB=ocb, OCT=oct_, CCH=1))
-        shape = dict(TW=[8, 16, 32], TH=[4, 8, 16], PTY=[1, 2, 4, 8], PTX=[1, 2, 4])
+        # 14 and 28: tiles that fit outputs of 55 or 56 columns (the built-in conv2d_wide's) with no idle lanes
+        shape = dict(TW=[8, 14, 16, 28, 32], TH=[4, 8, 16], PTY=[1, 2, 4, 8], PTX=[1, 2, 4])
     sh, sw, kh, kw, dh, dw = f.SH, f.SW, f.KH, f.KW, f.DH, f.DW
     pr = f"((TH - 1) * {sh} + {(kh - 1) * dh + 1})"
     pc = f"((TW * PTX - 1) * {sw} + {(kw - 1) * dw + 1})"
@@ -221,7 +234,7 @@ def conv_epi_direct(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     cg = f.C // g
     nthreads = "TW * (TH // PTY) * (OCB // OCT)"
     return make_spec(
-        SPEC_PREFIX + "direct",
+        name,
         f"direct {_what(m)}: TH x TW*PTX output tile x OCB channels of one group per block, OCT x PTY x PTX "
         "outputs per thread in registers, input patch in shared memory split by stride phase (conflict-free "
         "for any stride and dilation), weights as [c][kh][kw][oc] float4 broadcasts, epilogue before the store",

@@ -26,16 +26,14 @@ from __future__ import annotations
 from kerngen.harness.spec.spec import KernelSpec
 
 from kerngen.agent.playbook.conv.build_epi import SPEC_PREFIX, frame
-from kerngen.agent.playbook.gemm.build_matmul_tf32 import ACC_FLOATS, MAX_ACC_FLOATS, MAX_REGS, REGS_EST, REGS_PER_SM
-from kerngen.agent.playbook.chain_ir import INPUT, Chain
+from kerngen.agent.playbook.gemm.build_tf32 import ACC_FLOATS, MAX_ACC_FLOATS, MAX_REGS, REGS_EST, REGS_PER_SM
 from kerngen.agent.playbook.entry import A, P, PAR, Entry
-from kerngen.agent.playbook.epilogue import Epilogue
 from kerngen.agent.playbook.family import FamilyMatch
 from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
 from kerngen.agent.playbook.terms import TERMS_SPLIT, TERMS_VALUES, offer_terms
 
-__all__ = ["CONV2D_IDEAS", "CONV2D_SPEC_NAME", "CONV_EPI_IDEAS", "DEFAULTS", "VARIANT", "as_conv_epi", "conv2d_tf32x3",
-           "conv_epi_tf32x3", "igemm_spec", "ideas", "smem_bytes"]
+__all__ = ["CONV2D_IDEAS", "CONV2D_SPEC_NAME", "CONV_EPI_IDEAS", "DEFAULTS", "VARIANT", "conv_epi_tf32x3", "igemm_spec",
+           "ideas", "smem_bytes"]
 
 VARIANT = "tf32x3"
 CONV2D_SPEC_NAME = "playbook-conv2d-tf32x3"
@@ -47,7 +45,7 @@ THREADS = "32 * (BM // WM) * (BN // WN)"
 SMEM = "4 * STAGES * (BM + BN) * (BK + 8) + 16 * BM"
 _BN_CHOICES = (128, 96, 64, 32, 16)  # the channel tile, largest first
 
-# untuned for the conv (no GPU yet): the GEMM's BK and FLUSH (gemm/build_matmul_tf32.DEFAULTS) with a third ring slot, as
+# untuned for the conv (no GPU yet): the GEMM's BK and FLUSH (gemm/build_tf32.DEFAULTS) with a third ring slot, as
 # the 4-byte gathers of A have longer latencies than the GEMM's 16-byte copies; the tile is _tile's
 DEFAULTS = dict(BK=32, STAGES=3, TERMS=TERMS_SPLIT, FLUSH=1)
 TUNABLES = dict(BM=[64, 128, 256], BK=[16, 32], WM=[16, 32, 64], WN=[16, 32, 48, 64, 96], STAGES=[2, 3, 4],
@@ -136,18 +134,6 @@ def igemm_spec(name: str, what: str, template_vars: dict, defaults: dict[str, in
                     args=[{"name": weight}, {"name": "wt"}, {"name": "ktab"}]),
                dict(kernel=KERNEL_MAIN, grid=[blocks, 1, phases * g], block=[THREADS], shared_mem=SMEM, args=args)],
     )
-
-
-def as_conv_epi(m: FamilyMatch) -> FamilyMatch:
-    """The built-in ``conv2d`` family's match (groups 1, dilation 1, no epilogue) as a conv_epi one."""
-    f = m.facts
-    lead = f.weight.rsplit(".", 1)[0]
-    facts = f.model_copy(update=dict(x=m.x.name, dims=2, G=1, DH=1, DW=1, epilogue=Epilogue(lead, Chain((), INPUT), ())))
-    return FamilyMatch("conv_epi", m.inputs, m.params, m.outputs, facts, precision=m.precision)
-
-
-def conv2d_tf32x3(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
-    return conv_epi_tf32x3(as_conv_epi(m), defaults, CONV2D_SPEC_NAME)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,7 +19,6 @@ from typing import Any
 from kerngen.harness.spec.spec import KernelSpec
 
 from kerngen.agent.playbook.conv.build_epi import SPEC_PREFIX, frame
-from kerngen.agent.playbook.conv.build_tf32 import as_conv_epi
 from kerngen.agent.playbook.entry import A, P, PAR, Entry
 from kerngen.agent.playbook.family import FamilyMatch
 from kerngen.agent.playbook.gemm.build_wgmma import (BM, ELEMENT_BYTES, MAX_PREP_ELEMENTS, PAD, REG_BUDGET, REGS,
@@ -29,8 +28,7 @@ from kerngen.agent.playbook.terms import TERMS_SPLIT, offer_terms
 from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
 
 __all__ = ["FLAT_3D", "ConvGemm", "conv_gemm", "CONV16_IDEAS", "CONV2D_IDEAS", "CONV2D_SPEC_NAME", "CONV_EPI_IDEAS", "CONV_EPI_SPEC_NAME", "VARIANT",
-           "conv16_wgmma", "conv2d_wgmma",
-           "conv_epi_wgmma", "conv_wgmma_spec", "vec_default", "vec_values"]
+           "conv16_wgmma", "conv_epi_wgmma", "conv_wgmma_spec", "vec_default", "vec_values"]
 
 VARIANT = "wgmma"
 TEMPLATE = "conv_wgmma.cu.j2"
@@ -178,12 +176,8 @@ def conv_wgmma_spec(c: ConvGemm, dtype: str, defaults: dict[str, int], name: str
     )
 
 
-def conv_epi_wgmma(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
-    return conv_wgmma_spec(conv_gemm(m), "float32", defaults, CONV_EPI_SPEC_NAME, m.tf32)
-
-
-def conv2d_wgmma(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
-    return conv_wgmma_spec(conv_gemm(as_conv_epi(m)), "float32", defaults, CONV2D_SPEC_NAME, m.tf32)
+def conv_epi_wgmma(m: FamilyMatch, defaults: dict[str, int], name: str = CONV_EPI_SPEC_NAME) -> KernelSpec:
+    return conv_wgmma_spec(conv_gemm(m), "float32", defaults, name, m.tf32)
 
 
 def conv16_wgmma(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:

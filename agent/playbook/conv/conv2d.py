@@ -1,13 +1,19 @@
 """Playbook families ``conv2d`` (one plain 2-D convolution of one fp32 NCHW input: groups 1, no dilation,
 numeric zero padding, nothing after it; direct, implicit-GEMM and 3xTF32 kernels) and ``conv_relu_maxpool``
 (conv2d, one relu and one square, unpadded, floor-mode max-pool, fused in one kernel, or the conv + relu on the
-tensor cores and then the pool). Builders: :mod:`.conv.build_conv2d`, :mod:`.conv.build_tf32`,
-:mod:`.conv.build_conv_pool`."""
+tensor cores and then the pool). The conv2d family's kernels are conv_epi's (:mod:`.conv.build_epi`,
+:mod:`.conv.build_tf32`, :mod:`.conv.build_wgmma`: a plain conv2d is a conv_epi problem with groups 1, dilation 1
+and no epilogue) under its own names, ideas and variant order; conv_relu_maxpool's: :mod:`.conv.build_conv_pool`."""
 
 from __future__ import annotations
 
-from kerngen.agent.playbook.conv.build_tf32 import CONV2D_IDEAS, CONV2D_SPEC_NAME, conv2d_tf32x3
-from kerngen.agent.playbook.conv.build_conv2d import conv2d_direct, conv2d_igemm, conv_relu_pool
+from functools import partial
+from typing import Callable
+
+from kerngen.harness.spec.spec import KernelSpec
+
+from kerngen.agent.playbook.conv.build_epi import as_conv_epi, conv_epi_direct, conv_epi_igemm
+from kerngen.agent.playbook.conv.build_tf32 import CONV2D_IDEAS, CONV2D_SPEC_NAME, conv_epi_tf32x3
 from kerngen.agent.playbook.conv import build_conv_pool as tc_pool
 from kerngen.agent.playbook.conv import build_wgmma as wgmma
 from kerngen.agent.playbook.entry import A, C, CF, Entry, M, PAR
@@ -116,19 +122,33 @@ _CRP_IDEAS = (
                     {"OCT": 4}), after=frozenset({"fused"})),
 )
 
+def _on_conv_epi(build: Callable[..., KernelSpec], name: str, m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
+    """conv_epi's ``build`` of the plain conv2d ``m``, its spec named ``name``."""
+    return build(as_conv_epi(m), defaults, name)
+
+
+def _igemm(m: FamilyMatch, defaults: dict[str, int], name: str) -> KernelSpec:
+    """conv_epi's implicit GEMM at this family's former default tile where the channels split by it (96 first, the
+    tuned optimum at the suite's shape, then 64 before 128), so that those convs compile as they did."""
+    bn = next((v for v in (96, 64, 128, 48) if m.facts.OC % v == 0), 0)
+    return conv_epi_igemm(m, {**({"BN": bn, "TN": 12 if bn % 12 == 0 else 8} if bn else {}), **defaults}, name)
+
+
+_CONV2D_NAMES = {"direct": "playbook-conv2d-direct", "igemm": "playbook-conv2d-igemm", "tf32x3": CONV2D_SPEC_NAME,
+                 wgmma.VARIANT: wgmma.CONV2D_SPEC_NAME}
+_CONV2D_BUILDERS = {"direct": partial(conv_epi_direct, plain=True), "igemm": _igemm, "tf32x3": conv_epi_tf32x3,
+                    wgmma.VARIANT: wgmma.conv_epi_wgmma}  # wgmma: Hopper only (coverage)
 CONV2D = Family(name="conv2d", leads=frozenset({Lead.conv}), recognise=_conv2d,
                 constraints=("one conv2d", "nothing else", "of the one forward input", "groups 1", "no dilation",
                              "numeric zero padding"),
-                variants={"direct": conv2d_direct, "igemm": conv2d_igemm, "tf32x3": conv2d_tf32x3,
-                          wgmma.VARIANT: wgmma.conv2d_wgmma},  # Hopper only (coverage)
+                variants={v: partial(_on_conv_epi, b, _CONV2D_NAMES[v]) for v, b in _CONV2D_BUILDERS.items()},
                 ideas=wgmma.CONV2D_IDEAS + _CONV2D_IDEAS + CONV2D_IDEAS,  # wgmma first in round 0
-                spec_names={"direct": "playbook-conv2d-direct", "igemm": "playbook-conv2d-igemm",
-                            "tf32x3": CONV2D_SPEC_NAME, wgmma.VARIANT: wgmma.CONV2D_SPEC_NAME})
+                spec_names=_CONV2D_NAMES)
 CONV_RELU_MAXPOOL = Family(name="conv_relu_maxpool", leads=frozenset({Lead.conv}), recognise=_relu_pool,
                            constraints=("one conv2d", "one relu", "one max_pool2d", "nothing else",
                                         "of the one forward input", "groups 1", "no dilation"),
                            # fused first (the default spec); the tensor-core ones: conv_epi's kernel, then pool's
-                           variants={"fused": conv_relu_pool, tc_pool.WGMMA_POOL: tc_pool.conv_pool_wgmma,
+                           variants={"fused": tc_pool.conv_relu_pool, tc_pool.WGMMA_POOL: tc_pool.conv_pool_wgmma,
                                      tc_pool.TF32X3_POOL: tc_pool.conv_pool_tf32x3},
                            ideas=tc_pool.IDEAS[:1] + _CRP_IDEAS + tc_pool.IDEAS[1:],  # wgmma first in round 0
                            spec_names={"fused": "playbook-conv-relu-maxpool"})

@@ -21,7 +21,7 @@ from kerngen.agent.playbook.epilogue import Epilogue
 from kerngen.agent.playbook.family import Facts, FamilyMatch
 from kerngen.agent.playbook.render import paren, MAX_SMEM, make_spec, pick, render
 
-__all__ = ["GemmFacts", "epilogue_vars", "gemm_facts", "gemm_gemv", "gemm_rowscale", "gemm_tiled"]
+__all__ = ["GemmFacts", "as_gemm", "epilogue_vars", "gemm_facts", "gemm_gemv", "gemm_rowscale", "gemm_tiled"]
 
 FAMILY = "gemm"  # the spec names are f"playbook-gemm-{variant}" (Family.spec_name), read back by the proposer
 
@@ -58,6 +58,7 @@ class GemmFacts(Facts):
     R: str = ""
     C: str = ""
     dtype: str = "float32"  # the gemm16 family's bf16 / fp16 problems
+    checks: tuple[str, ...] = ()  # more constraints on the bound tensors (the matmul family's: B's rows are K)
 
 
 
@@ -85,13 +86,23 @@ def gemm_facts(m: FamilyMatch) -> Any:
     return _facts(m, "gemm")
 
 
+def as_gemm(m: FamilyMatch) -> FamilyMatch:
+    """The built-in ``matmul`` family's match (a plain 2-D A (M, K) @ B (K, N) of its two inputs) as a gemm one:
+    the matmul family's kernels are this family's (:mod:`.gemm.matmul`)."""
+    a, b = m.inputs[0], m.inputs[1]
+    M, N, K = f"{a.name}.shape[0]", f"{b.name}.shape[1]", f"{a.name}.shape[1]"
+    facts = GemmFacts(kind="gemm", a=a.name, b=b.name, M=M, N=N, K=K, LDA=K, LDB=N, what=f"{a.name} @ {b.name}",
+                      shape=(1, a.shape[0], b.shape[1], a.shape[1]), checks=(f"{K} == {b.name}.shape[0]",))
+    return FamilyMatch("gemm", m.inputs, m.params, m.outputs, facts, precision=m.precision)
+
+
 def _gemv_serves(f: Any) -> bool:
     """The matrix-vector kernel takes N == 1 of this layout: a row-major A, no mask."""
     return not f.trans_a and not f.mask
 
 
 # ---------------------------------------------------------------------------------------------
-def gemm_tiled(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
+def gemm_tiled(m: FamilyMatch, defaults: dict[str, int], name: str = _name("tiled")) -> KernelSpec:
     f = _facts(m, "gemm")
     M, N, K, batch = paren(f.M), paren(f.N), paren(f.K), paren(f.BATCH)
     ep_vars, ep_args, formula = epilogue_vars(f)
@@ -127,7 +138,7 @@ def gemm_tiled(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     ring = "CP_ASYNC == 1 and SMEM_T == 0" if k_contiguous else "CP_ASYNC == 1"  # every tile by cp.async
     defines: dict[str, str | int] = dict(
         M_=M, N_=N, K_=K, LDA=paren(f.LDA), LDB=paren(f.LDB), SA=paren(f.SA), SB=paren(f.SB),
-        TRANS_A=int(f.trans_a), TRANS_B=int(f.trans_b), VEC_A=vec_a, VEC_B=vec_b,
+        TRANS_A=int(f.trans_a), TRANS_B=int(f.trans_b), VEC_A=vec_a, VEC_B=vec_b, VEC_C=f"{N} % 4 == 0",
         EVEN=f"{M} % BM == 0 and {N} % BN == 0 and {K} % BK == 0", DIAG=int(f.diag))
     constraints = [
         f"{M} >= 1 and {N} >= 1", f"{M} < 2**31 and {N} < 2**31 and {K} < 2**31",
@@ -140,13 +151,13 @@ def gemm_tiled(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
         *([] if tri_skip_ok else ["TRI_SKIP == 0"]),
         *([f"{N} > 1"] if _gemv_serves(f) else []),  # one column: the matrix-vector kernel's (a tile wastes N side)
         f"CP_ASYNC == 0 or ({vec_a} and {vec_b})",  # 16-byte copies need 16-byte aligned rows
-        f"cdiv({M}, BM) * cdiv({N}, BN) < 2**31", f"{batch} <= 65535",
+        f"cdiv({M}, BM) * cdiv({N}, BN) < 2**31", f"{batch} <= 65535", *f.checks,
     ]
     args = [{"name": f.a}, {"name": f.b}] + _bias_arg(f) + ep_args + [{"name": "out"}]
     epi = f", then {formula} in registers" if formula else ""
     masked = f", {mask} triangle kept ({'triu' if mask == 'upper' else 'tril'})" if mask else ""
     return make_spec(
-        _name("tiled"),
+        name,
         f"fp32 GEMM {f.what}{epi}{masked}: BM x BN block tile, TM x TN FFMA register tile per thread (no TF32), "
         "operand tiles in shared memory in their global layout (coalesced float4 loads, transposes as compile-time "
         "flags), register or cp.async pipeline, grouped block order for L2, predicated edges",

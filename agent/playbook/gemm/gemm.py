@@ -387,4 +387,4 @@ GEMM = Family(name="gemm", leads=frozenset({Lead.contraction, Lead.map}), recogn
               variants={"tiled": gemm_tiled, build_gemm_tf32.VARIANT: build_gemm_tf32.gemm_tf32x3,
                         "gemv": gemm_gemv, "rowscale": gemm_rowscale,
                         wgmma.VARIANT: wgmma.gemm_wgmma},  # Hopper only (coverage)
-              ideas=wgmma.GEMM_IDEAS + IDEAS + build_gemm_tf32.IDEAS)  # wgmma first in round 0
+              ideas=wgmma.GEMM_IDEAS + IDEAS + build_gemm_tf32.GEMM_IDEAS)  # wgmma first in round 0

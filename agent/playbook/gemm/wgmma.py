@@ -4,9 +4,8 @@ match facts into a :class:`GemmProblem`; the catalogue entries say what the vari
 (:mod:`.coverage` drops arch-specific variants elsewhere), its ideas first in round 0; the mma.sync and FFMA
 variants stay as they were, for other GPUs and as the fallback.
 
-- :func:`matmul_wgmma`: the built-in ``matmul`` family (plain 2-D fp32 A @ B): 3xTF32;
 - :func:`gemm_wgmma`: the ``gemm`` family (fp32 nn.Linear + epilogue, batched / transposed contractions, triu /
-  tril): 3xTF32;
+  tril) and the built-in ``matmul`` family (a plain 2-D fp32 A @ B, as a gemm match): 3xTF32;
 - :func:`gemm16_wgmma`: the ``gemm16`` family (:mod:`.gemm.gemm16`: the same problems in bf16 or fp16): bf16 / f16
   wgmma with fp32 accumulation.
 """
@@ -20,8 +19,7 @@ from kerngen.agent.playbook.family import FamilyMatch
 from kerngen.agent.playbook.gemm.build import GemmFacts, gemm_facts
 from kerngen.agent.playbook.gemm.build_wgmma import VARIANT, GemmProblem, Operand, gemm_wgmma_spec
 
-__all__ = ["GEMM16_IDEAS", "GEMM_IDEAS", "MATMUL_IDEAS", "VARIANT", "gemm16_wgmma", "gemm_problem", "gemm_wgmma",
-           "matmul_wgmma"]
+__all__ = ["GEMM16_IDEAS", "GEMM_IDEAS", "MATMUL_IDEAS", "VARIANT", "gemm16_wgmma", "gemm_problem", "gemm_wgmma"]
 
 
 def gemm_problem(f: GemmFacts, dtype: str, tf32: bool = False) -> GemmProblem:
@@ -29,29 +27,18 @@ def gemm_problem(f: GemmFacts, dtype: str, tf32: bool = False) -> GemmProblem:
     at --precision tf32)."""
     a = Operand(f.a, mn_major=f.trans_a, batched=f.SA != "0")  # A^T is stored [K][M]
     b = Operand(f.b, mn_major=not f.trans_b, batched=f.SB != "0")  # B is stored [K][N] unless transposed
-    checks = (f"({f.N}) > 1",) if not f.trans_a and not f.mask else ()  # N == 1: the gemv kernel's
+    checks = ((f"({f.N}) > 1",) if not f.trans_a and not f.mask else ()) + f.checks  # N == 1: the gemv kernel's
     return GemmProblem(a=a, b=b, M=f.M, N=f.N, K=f.K, batch=f.BATCH, dtype=dtype, shape=f.shape, bias=f.bias,
                        ep=f.ep, mask=f.mask, diag=f.diag, what=f.what, checks=checks, tf32=tf32)
 
 
-def gemm_wgmma(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
-    return gemm_wgmma_spec(gemm_problem(gemm_facts(m), "float32", m.tf32), defaults, f"playbook-gemm-{VARIANT}")
+def gemm_wgmma(m: FamilyMatch, defaults: dict[str, int], name: str = f"playbook-gemm-{VARIANT}") -> KernelSpec:
+    return gemm_wgmma_spec(gemm_problem(gemm_facts(m), "float32", m.tf32), defaults, name)
 
 
 def gemm16_wgmma(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     f = gemm_facts(m)
     return gemm_wgmma_spec(gemm_problem(f, f.dtype), defaults, f"playbook-gemm16-{VARIANT}")
-
-
-def matmul_wgmma(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
-    a, b = m.inputs[0], m.inputs[1]
-    if a.dtype != "float32":
-        raise ValueError(f"the matmul family is fp32; got {a.dtype}")
-    p = GemmProblem(a=Operand(a.name, False, False), b=Operand(b.name, True, False), M=f"{a.name}.shape[0]",
-                    N=f"{b.name}.shape[1]", K=f"{a.name}.shape[1]", batch="1", dtype="float32",
-                    shape=(1, a.shape[0], b.shape[1], a.shape[1]), what=f"{a.name} @ {b.name}",
-                    checks=(f"{a.name}.shape[1] == {b.name}.shape[0]",), tf32=m.tf32)
-    return gemm_wgmma_spec(p, defaults, f"playbook-matmul-{VARIANT}")
 
 
 _AFTER = frozenset({VARIANT})
