@@ -173,4 +173,4 @@ def conv_nd_wgmma(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
                  template_vars(m), defines, _checks(m), x, f.weight, f.bias,
                  tuple(p.name for p in f.epilogue.params), g, f.C // g, f.OC // g, oc, f.K[0] * f.K[1] * f.K[2],
                  f"({dout}) * ({hout}) * ({wout})", flip=f.transposed)
-    return conv_wgmma_spec(c, "float32", defaults, f"playbook-conv-nd-{WGMMA}", m.tf32)
+    return conv_wgmma_spec(c, "float32", defaults, f"playbook-conv-nd-{WGMMA}", m.tf32, m.tensor_facts())

@@ -14,13 +14,16 @@ zeros), the tuner may move it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
+
+from kerngen.expr import TensorFacts, evaluate_int
 
 from kerngen.harness.spec.spec import KernelSpec
 
 from kerngen.agent.playbook.conv.build_epi import SPEC_PREFIX, frame
 from kerngen.agent.playbook.entry import A, P, PAR, Entry
 from kerngen.agent.playbook.family import FamilyMatch
+from kerngen.agent.playbook.conv.split_wgmma import SPLIT_CHOICES, SUM_KERNEL, fill_defaults, split_plan
 from kerngen.agent.playbook.gemm.build_wgmma import (BM, ELEMENT_BYTES, MAX_PREP_ELEMENTS, PAD, REG_BUDGET, REGS,
                                                      SMEM, STAGE_BYTES, TF32_TERMS_TEXT, TUNABLES, Mode, mode_of,
                                                      planes_of)
@@ -107,9 +110,12 @@ def conv_gemm(m: FamilyMatch) -> ConvGemm:
                     f.KH * f.KW, f"({oh}) * ({ow})")
 
 
-def conv_wgmma_spec(c: ConvGemm, dtype: str, defaults: dict[str, int], name: str, tf32: bool = False) -> KernelSpec:
+def conv_wgmma_spec(c: ConvGemm, dtype: str, defaults: dict[str, int], name: str, tf32: bool = False,
+                    facts: Mapping[str, TensorFacts] | None = None) -> KernelSpec:
     """The wgmma implicit GEMM of convolution ``c`` in ``dtype``; ``tf32``: checked at ``--precision tf32`` (fp32:
-    TERMS 1 and 3 offered, 1 by default)."""
+    TERMS 1 and 3 offered, 1 by default). ``facts``: the bound tensors now, for the defaults of an output of too few
+    tiles to fill the GPU (:func:`.conv.split_wgmma.fill_defaults`: split-K or one consumer); ``SPLIT_K`` > 1 (asked
+    or so chosen) makes the split-K plan (:func:`.conv.split_wgmma.split_plan`)."""
     terms = defaults.get("TERMS", TERMS_SPLIT)
     if dtype != "float32" and terms != TERMS_SPLIT:
         raise ValueError(f"TERMS {terms}: 3 (3xTF32) or, for fp32 problems, 1 (plain TF32)")
@@ -124,18 +130,25 @@ def conv_wgmma_spec(c: ConvGemm, dtype: str, defaults: dict[str, int], name: str
     kpad = f"round_up({kr}, {PAD[esize]})"
     sp = f"({x}.numel // ({x}.shape[0] * {x}.shape[1]))"  # input positions of an image
     m_tot = f"{x}.shape[0] * {c.positions}"
-    units = f"{g} * cdiv({m_tot}, {BM}) * cdiv({ocg}, BN)"
     tv = c.template_vars
     vec = vec_default(c.cg, esize)
     narrow = g * -(-c.cg // vec) * vec < 32  # the flat x pre-pass (both are correct at any shape; this one is faster)
+    base = {**_defaults(half, c.ocg), "VEC": vec}
+    cfg, rows = pick(defaults, base), _rows_now(m_tot, facts)
+    fill = fill_defaults(cfg, defaults, g, rows, c.ocg, c.kvol * -(-c.cg // cfg["VEC"]) * cfg["VEC"]) \
+        if "SPLIT_K" not in defaults and rows else {}
+    split = {**defaults, **fill}.get("SPLIT_K", 1)
+    if split not in SPLIT_CHOICES:
+        raise ValueError(f"SPLIT_K {split} is not one of {', '.join(map(str, SPLIT_CHOICES))}")
+    units = f"{g} * cdiv({m_tot}, {BM}) * cdiv({ocg}, BN)" + (" * SPLIT_K" if split > 1 else "")
     src = render(TEMPLATE, kernel=KERNEL, xprep_kernel=XPREP_KERNEL, wprep_kernel=WPREP_KERNEL, narrow=narrow,
                  flip=c.flip, mode=mode.value, out_dtype=dtype, has_bias=tv["has_bias"],
                  statements=tv["ep_statements"], expr=tv["ep_expr"], n_ep=tv["n_ep"], bns=CONV_BNS, a_mn=False,
-                 b_mn=False, split_k=False)
+                 b_mn=False, split_k=False, split=split > 1, sum_kernel=SUM_KERNEL)
     tunables = {k: list(v) for k, v in TUNABLES.items()}
     tunables.update(BN=list(CONV_BNS), BK=[64, 128] if half else [32, 64], FLUSH=[0] if half else [1],
                     TERMS=[terms], VEC=vec_values(esize))
-    d = pick(defaults, {**_defaults(half, c.ocg), "VEC": vec})
+    d = pick({**defaults, **fill}, base)
     offer_terms(tunables, d, defaults, mode is Mode.tf32_terms)
     smem = SMEM.format(stage=STAGE_BYTES.format(planes=planes, bm=BM, esize=esize))
     xs_size = f"{planes} * {x}.shape[0] * {sp} * {g} * {cgp}"
@@ -151,6 +164,21 @@ def conv_wgmma_spec(c: ConvGemm, dtype: str, defaults: dict[str, int], name: str
     what = {Mode.bf16: "bf16", Mode.f16: "fp16", Mode.tf32x3: "fp32 at fp32 accuracy (3xTF32: x and the weights "
             "split into big + small tf32 planes by the pre-passes, small*big + big*small + big*big per k8 step)",
             Mode.tf32: "fp32 as plain TF32 (one term: NOT fp32 accurate)", Mode.tf32_terms: TF32_TERMS_TEXT}[mode]
+    total = f"{x}.shape[0] * ({c.oc}) * {c.positions}"  # outputs (NCHW)
+    epi_args = [*([{"name": c.bias}] if c.bias else []), {"name": "out"}, *({"name": e} for e in c.eps)]
+    main = dict(kernel=KERNEL, grid=[f"min({units}, CTAS)"], block=["128 * (CWG + 1)"], shared_mem=smem,
+                args=[{"name": "xs"}, tmap, *epi_args])
+    steps = [dict(kernel=XPREP_KERNEL, grid=[f"cdiv({x}.shape[0] * {sp} * {g} * {cgp}, 256)"], block=[256],
+                  args=[{"name": x}, {"name": "xs"}]) if narrow else
+             dict(kernel=XPREP_KERNEL, grid=[f"cdiv({sp}, 32)", f"cdiv({g} * {cgp}, 32)", f"{x}.shape[0]"],
+                  block=[32, 8], args=[{"name": x}, {"name": "xs"}]),
+             dict(kernel=WPREP_KERNEL, grid=[f"cdiv(({c.oc}) * {kpad}, 256)"], block=[256],
+                  args=[{"name": w}, {"name": "ws"}]), main]
+    scratch = [dict(name="xs", dtype=op, size=xs_size), dict(name="ws", dtype=op, size=ws_size)]
+    split_text = ""
+    if split > 1:
+        split_text = split_plan(steps, scratch, constraints, tunables, d, split=split, total=total,
+                                ktiles=f"cdiv({kpad}, BK)", epi_args=epi_args)
     return make_spec(
         name,
         f"{c.what} as an implicit GEMM per group on Hopper (sm_90a), {what}: pre-passes write x channels-last "
@@ -160,28 +188,26 @@ def conv_wgmma_spec(c: ConvGemm, dtype: str, defaults: dict[str, int], name: str
         "k tiles of A with zero-filling cp.async of VEC channels into 128-byte-swizzled shared memory (arriving on "
         "the slot's mbarrier once they landed, after a proxy fence) while its thread 0 loads B's tiles by TMA, "
         "STAGES slots deep; CWG consumer warpgroups multiply with wgmma m64nBN straight from shared memory, the conv "
-        "bias and epilogue in fp32 registers before the store",
+        "bias and epilogue in fp32 registers before the store" + split_text,
         src, tunables, d, arch_specific=True, defines=dict(c.defines, CGP=cgp, KR=kr, KPAD=kpad),
-        scratch=[dict(name="xs", dtype=op, size=xs_size), dict(name="ws", dtype=op, size=ws_size)],
-        constraints=constraints,
-        steps=[dict(kernel=XPREP_KERNEL, grid=[f"cdiv({x}.shape[0] * {sp} * {g} * {cgp}, 256)"], block=[256],
-                    args=[{"name": x}, {"name": "xs"}]) if narrow else
-               dict(kernel=XPREP_KERNEL, grid=[f"cdiv({sp}, 32)", f"cdiv({g} * {cgp}, 32)", f"{x}.shape[0]"],
-                    block=[32, 8], args=[{"name": x}, {"name": "xs"}]),
-               dict(kernel=WPREP_KERNEL, grid=[f"cdiv(({c.oc}) * {kpad}, 256)"], block=[256],
-                    args=[{"name": w}, {"name": "ws"}]),
-               dict(kernel=KERNEL, grid=[f"min({units}, CTAS)"], block=["128 * (CWG + 1)"], shared_mem=smem,
-                    args=[{"name": "xs"}, tmap, *([{"name": c.bias}] if c.bias else []), {"name": "out"},
-                          *({"name": e} for e in c.eps)])],
+        scratch=scratch, constraints=constraints, steps=steps,
     )
 
 
+def _rows_now(rows: str, facts: Mapping[str, TensorFacts] | None) -> int:
+    """The GEMM's rows (output positions of all images) at the bound tensors; 0 when unknown."""
+    try:
+        return evaluate_int(rows, facts) if facts else 0
+    except Exception:  # noqa: BLE001 - an expression these facts cannot resolve: no shape-based default
+        return 0
+
+
 def conv_epi_wgmma(m: FamilyMatch, defaults: dict[str, int], name: str = CONV_EPI_SPEC_NAME) -> KernelSpec:
-    return conv_wgmma_spec(conv_gemm(m), "float32", defaults, name, m.tf32)
+    return conv_wgmma_spec(conv_gemm(m), "float32", defaults, name, m.tf32, m.tensor_facts())
 
 
 def conv16_wgmma(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
-    return conv_wgmma_spec(conv_gemm(m), m.facts.dtype, defaults, CONV16_SPEC_NAME)
+    return conv_wgmma_spec(conv_gemm(m), m.facts.dtype, defaults, CONV16_SPEC_NAME, facts=m.tensor_facts())
 
 
 # ---------------------------------------------------------------------------------------------
