@@ -11,12 +11,12 @@
 set -u
 src=$(cd "$1" && pwd) || exit 2
 name=$(basename "$src" | tr -d .)
-tree=/tmp/tree-$name site=/tmp/site-$name
+tree=/tmp/tree-$name-$$ site=/tmp/site-$name-$$  # per call: two lanes of one host may run the same tree at once
 rm -rf "$tree" "$site"
 cp -r "$src" "$tree"
 [ -e "$tree/shared" ] || [ ! -d shared ] || cp -r shared "$tree/"
 python3 -m pip install -q --no-deps --no-build-isolation --no-compile --no-index --target "$site" "$tree" \
-  > "/tmp/in_tree-$name.log" 2>&1 || { echo "in_tree: installing $src failed (/tmp/in_tree-$name.log)"; exit 2; }
+  > "$tree.log" 2>&1 || { echo "in_tree: installing $src failed: $(tail -1 "$tree.log")"; exit 2; }
 rm -rf "$tree/kerngen"
 cd "$tree" || exit 2
 export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" PYTHONSAFEPATH=1
