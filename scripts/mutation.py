@@ -187,6 +187,19 @@ _NOT_COPIED = (".git", ".whl", ".mut", ".ray", "shared")
 OTHER_WORKER = "another worker's"  # the result a worker's copy of a session gives the mutants it does not run
 
 
+def copied(listed: list[str], tracked: list[str]) -> list[str]:
+    """The files of ``git ls-files -co --exclude-standard`` (``listed``) a worker's tree gets: not shared (linked) nor
+    the carried folders, and no untracked top-level dot folder (the GPU host's copy lacks .git/info/exclude's
+    lines, so its carried wheels and trees show there as untracked files)."""
+    tops = {name.split("/", 1)[0] for name in tracked if name}
+    keep = []
+    for name in filter(None, listed):
+        top = name.split("/", 1)[0]
+        if top not in _NOT_COPIED and not (top.startswith(".") and top not in tops):
+            keep.append(name)
+    return keep
+
+
 def _worker_tree(out: Path, j: int) -> Path:
     """Worker ``j``'s copy of the project (see the module docstring); returns its folder."""
     w = out / f"worker{j}"
@@ -194,13 +207,8 @@ def _worker_tree(out: Path, j: int) -> Path:
     tree = w / "tree"
     listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True)
     tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True).stdout.decode().split("\0")
-    tops = {name.split("/", 1)[0] for name in tracked}
     if listed.returncode == 0:
-        for name in filter(None, listed.stdout.decode().split("\0")):
-            top = name.split("/", 1)[0]
-            # the GPU host's copy lacks .git/info/exclude's lines: untracked dot folders (carried wheels) stay out
-            if top in _NOT_COPIED or (top.startswith(".") and top not in tops):
-                continue
+        for name in copied(listed.stdout.decode().split("\0"), tracked):
             src = ROOT / name
             if src.is_file():  # a tracked file deleted in the work tree is not copied
                 (tree / name).parent.mkdir(parents=True, exist_ok=True)
