@@ -47,3 +47,25 @@ def test_the_poison_is_made_again_chunk_by_chunk_without_a_copy(pattern, monkeyp
     other = poison(buf, "random", gen)
     if pattern == "random":
         assert other.seed != p.seed  # a fresh seed per run: the next run's poison differs
+
+
+def test_the_random_poison_makes_each_block_once_and_writes_a_one_byte_output(monkeypatch):
+    """One generator per block of POISON_BLOCK_BYTES, as many as the output has: the block count is
+    ceil(bytes / block), never one per byte (a loop over bytes is minutes on a GB output); and an
+    output of one byte is written too."""
+    import kerngen.harness.gpu.buffers as B
+
+    monkeypatch.setattr(B, "POISON_BLOCK_BYTES", 1000)
+    made = []
+    block = B.Poison._block
+    monkeypatch.setattr(B.Poison, "_block", lambda self, k, total: made.append(k) or block(self, k, total))
+    gen = torch.Generator().manual_seed(2)
+    buf = alloc_guarded("out", (37, 101), torch.float32, torch.device("cpu"), gen)  # 14,948 bytes: 15 blocks
+    poison(buf, "random", gen)
+    assert made == list(range(15))
+    for seed in range(8):  # a one-byte output holds its poison (1 in 256 that a seed's byte equals the fill)
+        gen = torch.Generator().manual_seed(seed)
+        one = alloc_guarded("flag", (1,), torch.uint8, torch.device("cpu"), gen)
+        one.view.fill_(0)
+        p = poison(one, "random", gen)
+        assert torch.equal(one.view, p.flat(0, 1))
