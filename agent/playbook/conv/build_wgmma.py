@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from kerngen.expr import TensorFacts, evaluate_int
+from kerngen.expr import ExprError, TensorFacts, evaluate_int
 
 from kerngen.harness.spec.spec import KernelSpec
 
@@ -198,7 +198,7 @@ def _rows_now(rows: str, facts: Mapping[str, TensorFacts] | None) -> int:
     """The GEMM's rows (output positions of all images) at the bound tensors; 0 when unknown."""
     try:
         return evaluate_int(rows, facts) if facts else 0
-    except Exception:  # noqa: BLE001 - an expression these facts cannot resolve: no shape-based default
+    except ExprError:  # an expression these facts cannot resolve: no shape-based default
         return 0
 
 
