@@ -151,6 +151,11 @@ EQUIVALENT: dict[tuple, str] = {
     ("compare", "core/ReplaceComparisonOperator_Eq_LtE", 99): "`acc.nbad == 0` -> `<= 0`: a count, never negative",
     ("compare", "core/ReplaceComparisonOperator_NotEq_IsNot", 79): "`out.dtype != ref.dtype` -> `is not`: torch "
     "dtypes are singletons",
+    ("compare", "core/NumberReplacer", 60, 29): f"CHUNK_ELEMENTS `1 << 25` -> `1 << 24`: {_CHUNKS}",
+    ("compare", "core/NumberReplacer", 198, 111): "`max(max_err, 0.0)` -> `-1.0`: the worst error is never "
+    "negative there (an element's error >= 0, an exact mismatch's 1.0, an empty output's 0.0)",
+    ("compare", "core/ReplaceBinaryOperator_BitAnd_Mul", 153): "`isfinite(o) & isfinite(r)` -> `*`: both are bool "
+    "tensors, whose product is their logical and, of dtype bool",
     ("compare", "core/ReplaceBinaryOperator_BitAnd_Mul", 161): "`bad & ~finite` -> `*`: both are bool tensors, "
     "whose product is their logical and, of dtype bool (CI's sample of 2026-11-28, seed 2748359795)",
     ("compare", "core/ReplaceBinaryOperator_BitAnd_Mul", 162): "`still_poisoned(...) & bad` -> `*`: both are bool "

@@ -217,6 +217,7 @@ def test_an_integer_output_is_compared_exactly_and_reported():
     ref = torch.arange(12, dtype=torch.int32).reshape(3, 4)
     same = compare(ref.clone(), ref, atol=0.0, rtol=0.0)
     assert same.ok and same.failed is None and same.mismatches == 0 and same.message == "out: exact match", same
+    assert same.max_abs_err == 0.0, same  # the default of Comparison (a mutant made it -1.0)
     out = ref.clone()
     out[1, 2] = 99
     c = compare(out, ref, atol=0.0, rtol=0.0)
@@ -278,17 +279,18 @@ def test_the_comparisons_chunk_fits_the_memory_plans_allowance():
 
 
 def test_an_element_near_zero_is_called_wrong_against_the_outputs_rms():
-    """Killed: ``rms = (den2 / n) ** 0.5`` -> ``* 0.5`` in _too_far. A precision loss's pattern calls an element
-    near zero wrong when it is off by more than the limit times the output's RMS (here 0.707: 7e-6 for fp32's
-    1e-5); the elements at 0 off by 5e-6 are not, the elements at 1 off by 3e-5 are."""
+    """Killed: ``rms = (den2 / n) ** 0.5`` -> ``* 0.5``, ``/ 0.5`` or ``den2 // n`` in _too_far. A precision loss's
+    pattern calls an element near zero wrong when it is off by more than the limit times the output's RMS (here
+    0.707: 7.07e-6 for fp32's 1e-5): the elements at 0 off by 5e-6 are not, those off by 8.5e-6 are, and so are
+    the elements at 1 off by 3e-5."""
     from kerngen.harness.gpu.compare import compare
     from kerngen.harness.results import CheckFailure
 
     ref = torch.cat([torch.ones(500), torch.zeros(500)])
-    out = torch.cat([torch.full((500,), 1 + 3e-5), torch.full((500,), 5e-6)])
+    out = torch.cat([torch.full((500,), 1 + 3e-5), torch.full((250,), 5e-6), torch.full((250,), 8.5e-6)])
     c = compare(out, ref, atol=1e-4, rtol=1e-4)
     assert c.failed is CheckFailure.precision_loss, c
-    assert c.pattern.startswith("500 of 1000 elements wrong: 0..499 (the first 500)"), c.pattern
+    assert c.pattern.startswith("750 of 1000 elements wrong: 0..499, 750..999;"), c.pattern
     # Killed: ``den2 / max(n, 1)`` -> ``max(n, 2)``: the RMS of one element is its magnitude, as of two equal ones
     # (0.18 off at a limit of 0.1: within 0.1 * (rms + |ref|) = 0.8, the element is not called wrong)
     for n in (1, 2):
@@ -317,3 +319,14 @@ def test_an_empty_output_compares_equal_and_names_no_element(dtype):
     for shape in [(0,), (2, 0, 3)]:
         c = compare(torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype), atol=1e-4, rtol=1e-4)
         assert c.ok and (c.mismatches, c.index, c.got, c.expected, c.rel_err) == (0, [], None, None, 0.0), c
+
+
+def test_an_exact_float_match_names_its_first_element():
+    """Killed: _Totals.ok_worst's start error -1.0 -> ``not 1.0`` or ``-0.0``: an output equal to its reference
+    (every error 0) named element 0 with the start's got and expected (0.0) instead of its own values: the first
+    occurrence of the largest error is named, as torch.argmax over the whole tensor would."""
+    from kerngen.harness.gpu.compare import compare
+
+    ref = torch.arange(1.0, 5.0)
+    c = compare(ref.clone(), ref, atol=0.0, rtol=0.0)
+    assert c.ok and (c.max_abs_err, c.index, c.got, c.expected) == (0.0, [0], 1.0, 1.0), c
