@@ -148,6 +148,10 @@ EQUIVALENT: dict[tuple, str] = {
     **{("compare", "core/NumberReplacer", 145, k): "_Totals.ok_worst's starting index, got or expected changed: the "
        "first chunk replaces the whole start (its error >= 0 > -1.0), and an empty output reports none of it (_result)"
        for k in range(66, 72)},
+    ("compare", "core/NumberReplacer", 145, 64): "_Totals.ok_worst's start error -1.0 -> -2.0: an element's error is "
+    ">= 0, above either, so the first chunk replaces the start as before",
+    ("compare", "core/ReplaceBinaryOperator_BitAnd_Mul", 188): "`still_poisoned(...) & bad` -> `*` in _compare_exact: "
+    "both are bool tensors, whose product is their logical and, of dtype bool",
     ("compare", "core/ReplaceComparisonOperator_Eq_LtE", 99): "`acc.nbad == 0` -> `<= 0`: a count, never negative",
     ("compare", "core/ReplaceComparisonOperator_NotEq_IsNot", 79): "`out.dtype != ref.dtype` -> `is not`: torch "
     "dtypes are singletons",

@@ -217,7 +217,7 @@ def test_an_integer_output_is_compared_exactly_and_reported():
     ref = torch.arange(12, dtype=torch.int32).reshape(3, 4)
     same = compare(ref.clone(), ref, atol=0.0, rtol=0.0)
     assert same.ok and same.failed is None and same.mismatches == 0 and same.message == "out: exact match", same
-    assert same.max_abs_err == 0.0, same  # the default of Comparison (a mutant made it -1.0)
+    assert (same.max_abs_err, same.rel_err) == (0.0, 0.0), same  # Comparison's defaults (mutants made them -1.0)
     out = ref.clone()
     out[1, 2] = 99
     c = compare(out, ref, atol=0.0, rtol=0.0)
@@ -249,7 +249,7 @@ def test_an_output_of_another_shape_is_a_shape_mismatch(shape):
     from kerngen.harness.results import CheckFailure
 
     c = compare(torch.ones(shape), torch.ones(4), atol=1.0, rtol=1.0)
-    assert not c.ok and c.failed is CheckFailure.shape_mismatch and c.mismatches == 0, c
+    assert not c.ok and c.failed is CheckFailure.shape_mismatch and (c.mismatches, c.rel_err) == (0, 0.0), c
 
 
 def test_the_relative_error_limit_is_met_at_the_limit_and_a_miss_counts_no_mismatches():
