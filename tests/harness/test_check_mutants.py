@@ -266,6 +266,8 @@ def test_the_relative_error_limit_is_met_at_the_limit_and_a_miss_counts_no_misma
     assert not over.ok and over.failed is CheckFailure.precision_loss and over.mismatches == 0, over
     gross = compare(out, ref, atol=2.0, rtol=0.0, rel_limit=0.1)  # over twice the limit: wrong
     assert not gross.ok and gross.failed is CheckFailure.mismatch and gross.mismatches == 0, gross
+    # Killed: ``rel > gross`` -> ``>=``: exactly twice the limit is still imprecise, not wrong
+    assert compare(out, ref, atol=2.0, rtol=0.0, rel_limit=0.125).failed is CheckFailure.precision_loss
 
 
 def test_the_comparisons_chunk_fits_the_memory_plans_allowance():
@@ -335,3 +337,4 @@ def test_an_exact_float_match_names_its_first_element():
     ref = torch.arange(1.0, 5.0)
     c = compare(ref.clone(), ref, atol=0.0, rtol=0.0)
     assert c.ok and (c.max_abs_err, c.index, c.got, c.expected) == (0.0, [0], 1.0, 1.0), c
+    assert c.mismatches == 0, c  # an ok comparison's count (a mutant said 1; the export reads it)
