@@ -40,12 +40,15 @@ EMU = "tests/harness/test_emu_check.py"
 COSMIC_RAY = [sys.executable, "-m", "cosmic_ray.cli"]
 # test_harness_cpu.py without its worker-pool tests (seconds each, and no code of these modules)
 CPU = "tests/harness/test_harness_cpu.py -k 'not pool and not worker and not interrupted and not problem_setup'"
+# the chunked comparison (every other test compares in one chunk): seconds, and no KernelBench file
+CHUNKED = " ".join(f"tests/harness/test_memory_plan.py::test_{t}" for t in (
+    "chunked_compare_is_the_whole_tensor_comparison", "compare_runs_on_the_chosen_device_with_a_host_reference"))
 # module -> the CPU tests that must kill its mutants
 TESTS = {
     "check": f"tests/harness/test_check_mutants.py tests/harness/test_integrity.py {EMU}",
     "evaluate": f"tests/harness/test_check_mutants.py {EMU}",
     "integrity": f"tests/harness/test_integrity.py {EMU}",
-    "compare": f"tests/harness/test_check_mutants.py tests/harness/test_error_pattern.py {CPU} {EMU}",
+    "compare": f"tests/harness/test_check_mutants.py tests/harness/test_error_pattern.py {CHUNKED} {CPU} {EMU}",
     "buffers": f"tests/harness/test_check_mutants.py tests/harness/test_buffers_scalar.py {CPU} {EMU}",
 }
 # (module, operator, line) of mutants that cannot change a verdict, and why (docs/harness-tests.md); a key
@@ -53,6 +56,8 @@ TESTS = {
 # others of them are killed; mutants inside annotations are found by _annotations()
 _DIGEST = ("the seal's digest stays a keyed function of the tensor's bytes that is the same for the same bytes "
            "and changes with any one word, so a seal breaks exactly when it did")
+_CHUNKS = ("the verdict and every figure are those of the whole-tensor comparison whatever the chunk (test_memory_plan.py::"
+           "test_chunked_compare_is_the_whole_tensor_comparison, in compare's tests), only the time and memory differ")
 EQUIVALENT: dict[tuple, str] = {
     ("integrity", "core/NumberReplacer", 26): f"_MASK 2**64 - 1 -> another width (2**63, 2**65, - 2): {_DIGEST}",
     ("integrity", "core/ReplaceBinaryOperator_LShift_BitAnd", 26): f"_MASK -> -1 (no mask, an unbounded int): {_DIGEST}",
@@ -123,6 +128,43 @@ EQUIVALENT: dict[tuple, str] = {
     ("compare", "core/ReplaceBinaryOperator_LShift_Mul", 60): "CHUNK_ELEMENTS `1 << 25` -> `1 * 25`: chunks of 25 "
     "elements give the whole-tensor verdict, only slower (test_memory_plan.py::"
     "test_chunked_compare_is_the_whole_tensor_comparison; CI's sample of 2026-11-28, seed 3047662003)",
+    ("compare", "core/ReplaceBinaryOperator_LShift_BitXor", 60): "CHUNK_ELEMENTS `1 << 25` -> `1 ^ 25` (24): chunks "
+    f"of 24 elements: {_CHUNKS}",
+    ("compare", "core/ReplaceBinaryOperator_LShift_Add", 60): f"CHUNK_ELEMENTS `1 << 25` -> `1 + 25` (26): {_CHUNKS}",
+    ("compare", "core/ReplaceBinaryOperator_Mul_Div", 66): "compare(out, ref, *, atol, ...) -> (out, ref, /, atol, "
+    "...): every caller passes out and ref by position and the rest by name, which both signatures take alike",
+    ("compare", "core/NumberReplacer", 89): "describe(..., atol=0.0, rtol=0.0, exact=True): with exact the pattern "
+    "reads `out != ref` and `a == b` (error_pattern.py), never atol or rtol, so any numbers there give the same text",
+    ("compare", "core/ReplaceComparisonOperator_Eq_LtE", 185): "`nbad == 0` -> `nbad <= 0`: nbad is a count of "
+    "elements, never negative",
+    ("compare", "core/ReplaceComparisonOperator_Eq_LtE", 174): "`worst.numel() == 0` -> `<= 0`: a count of "
+    "elements, never negative",
+    ("compare", "core/NumberReplacer", 94, 40): "`range(0, max(numel, 1), step)` -> `max(numel, 2)`: one more "
+    "loop turn at most (numel 0 or 1), over empty slices, which add nothing to the totals",
+    ("compare", "core/NumberReplacer", 146): "_Totals.bad_worst's start (-1.0, 0, 0.0, 0.0), any number changed: "
+    "it is read only when an element mismatched, and the first chunk with one replaces it (`err > best[0]`), its "
+    "error being > 0 (isclose holds for equal values; a NaN's error counts as inf)",
+    ("compare", "core/ReplaceUnaryOperator_USub_Not", 146): "_Totals.bad_worst's start error -1.0 -> `not 1.0` "
+    "(False, 0): a mismatched element's error is > 0, so the first chunk with one replaces it as before",
+    **{("compare", "core/NumberReplacer", 145, k): "_Totals.ok_worst's starting index, got or expected changed: the "
+       "first chunk replaces the whole start (its error >= 0 > -1.0), and an empty output reports none of it (_result)"
+       for k in range(66, 72)},
+    ("compare", "core/NumberReplacer", 145, 64): "_Totals.ok_worst's start error -1.0 -> -2.0: an element's error is "
+    ">= 0, above either, so the first chunk replaces the start as before",
+    ("compare", "core/ReplaceBinaryOperator_BitAnd_Mul", 188): "`still_poisoned(...) & bad` -> `*` in _compare_exact: "
+    "both are bool tensors, whose product is their logical and, of dtype bool",
+    ("compare", "core/ReplaceComparisonOperator_Eq_LtE", 99): "`acc.nbad == 0` -> `<= 0`: a count, never negative",
+    ("compare", "core/ReplaceComparisonOperator_NotEq_IsNot", 79): "`out.dtype != ref.dtype` -> `is not`: torch "
+    "dtypes are singletons",
+    ("compare", "core/NumberReplacer", 60, 29): f"CHUNK_ELEMENTS `1 << 25` -> `1 << 24`: {_CHUNKS}",
+    ("compare", "core/NumberReplacer", 198, 111): "`max(max_err, 0.0)` -> `-1.0`: the worst error is never "
+    "negative there (an element's error >= 0, an exact mismatch's 1.0, an empty output's 0.0)",
+    ("compare", "core/ReplaceBinaryOperator_BitAnd_Mul", 153): "`isfinite(o) & isfinite(r)` -> `*`: both are bool "
+    "tensors, whose product is their logical and, of dtype bool",
+    ("compare", "core/NumberReplacer", 94, 41): "`range(0, max(numel, 1), step)` -> `max(numel, 0)`: an empty output "
+    "gets no loop turn instead of one over empty slices, which adds nothing to the totals",
+    ("compare", "core/NumberReplacer", 94, 43): "`max(1, chunk)` -> `max(0, chunk)`: differs only for chunk <= 0, "
+    "which no caller gives (CHUNK_ELEMENTS; the tests' chunks are >= 1)",
     ("compare", "core/ReplaceBinaryOperator_BitAnd_Mul", 161): "`bad & ~finite` -> `*`: both are bool tensors, "
     "whose product is their logical and, of dtype bool (CI's sample of 2026-11-28, seed 2748359795)",
     ("compare", "core/ReplaceBinaryOperator_BitAnd_Mul", 162): "`still_poisoned(...) & bad` -> `*`: both are bool "

@@ -194,9 +194,9 @@ def _compare_exact(out, ref, poison, name) -> Comparison:
 
 
 def _result(ok, failed, nbad, worst: tuple[float, int, float, float], rel, name, shape, numel) -> Comparison:
-    max_err, flat, got, expected = worst
+    max_err, flat, got, expected = worst if numel else (0.0, 0, None, None)  # empty: no element to name
     max_err = max(max_err, 0.0)
-    index = list(_unravel(flat, shape))
+    index = list(_unravel(flat, shape)) if numel else []
     where = f"{name}[{', '.join(map(str, index))}]"
     if ok:
         msg = f"{name}: max abs err {max_err:.3g} at {where}, rel err {rel:.3g}"

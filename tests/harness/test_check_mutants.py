@@ -203,3 +203,138 @@ def test_random_poisons_are_drawn_from_a_wide_range_of_seeds():
     buf = alloc_guarded("out", (8,), torch.float32, torch.device("cpu"), gen)
     seeds = {poison(buf, "random", gen).seed for _ in range(200)}
     assert len(seeds) == 200
+
+
+def test_an_integer_output_is_compared_exactly_and_reported():
+    """Killed (compare's full run, 2026-11-28): ``out != ref`` -> ``==`` and ``nbad == 0`` -> ``== 1`` in
+    _compare_exact (an integer output that matches failed, or one wrong element passed), the default ``mismatches``
+    0 -> -1 (an exact match reported -1 mismatches: the export's fallback check reads ``mismatches == 0`` as "every
+    element matches"), and the worst error 1.0 -> 2.0 (an exact mismatch's error is a flag of 1.0, against which
+    check._record weighs a float output's error to name the worst output)."""
+    from kerngen.harness.gpu.compare import compare
+    from kerngen.harness.results import CheckFailure
+
+    ref = torch.arange(12, dtype=torch.int32).reshape(3, 4)
+    same = compare(ref.clone(), ref, atol=0.0, rtol=0.0)
+    assert same.ok and same.failed is None and same.mismatches == 0 and same.message == "out: exact match", same
+    assert (same.max_abs_err, same.rel_err) == (0.0, 0.0), same  # Comparison's defaults (mutants made them -1.0)
+    out = ref.clone()
+    out[1, 2] = 99
+    c = compare(out, ref, atol=0.0, rtol=0.0)
+    assert not c.ok and c.failed is CheckFailure.mismatch and (c.mismatches, c.index) == (1, [1, 2]), c
+    assert (c.got, c.expected, c.max_abs_err, c.rel_err) == (99.0, 6.0, 1.0, 1.0), c
+
+
+def test_an_integer_output_wrong_but_written_is_a_mismatch_not_unwritten():
+    """Killed: ``still_poisoned(out, poison) & bad`` -> ``|``, ``<<`` or ``>>`` in _compare_exact (a wrong integer
+    output with a poison called never written where an element still holds the poison's bits, but rightly: the
+    reference has that value there; or an unwritten row called a mismatch)."""
+    from kerngen.harness.gpu.compare import compare
+    from kerngen.harness.results import CheckFailure
+
+    ref = torch.arange(12, dtype=torch.int32).reshape(3, 4)
+    p = Poison.of(torch.full((3, 4), 5, dtype=torch.int32))  # the reference holds 5 at [1, 1]
+    out = ref.clone()
+    out[0, 0] = 50  # every element written, one of them wrong
+    assert compare(out, ref, atol=0.0, rtol=0.0, poison=p).failed is CheckFailure.mismatch
+    out[2] = 5  # a row never written
+    assert compare(out, ref, atol=0.0, rtol=0.0, poison=p).failed is CheckFailure.unwritten_output
+
+
+@pytest.mark.parametrize("shape", [(3,), (2, 2), (4, 1), (5,)])
+def test_an_output_of_another_shape_is_a_shape_mismatch(shape):
+    """Killed: ``tuple(out.shape) != tuple(ref.shape)`` -> ``>`` (an output shorter than its reference, or of the same
+    size in another shape, was compared on the elements it has and passed)."""
+    from kerngen.harness.gpu.compare import compare
+    from kerngen.harness.results import CheckFailure
+
+    c = compare(torch.ones(shape), torch.ones(4), atol=1.0, rtol=1.0)
+    assert not c.ok and c.failed is CheckFailure.shape_mismatch and (c.mismatches, c.rel_err) == (0, 0.0), c
+
+
+def test_the_relative_error_limit_is_met_at_the_limit_and_a_miss_counts_no_mismatches():
+    """Killed: ``rel > limit`` -> ``>=`` (an output exactly at the limit failed; the message says "exceeds"), and the
+    mismatches 0 -> -1 of a precision loss and of a gross one: every element is within atol/rtol there, and the
+    export's fallback check (exported_kernel.py) reads ``mismatches == 0`` as just that."""
+    from kerngen.harness.gpu.compare import compare
+    from kerngen.harness.results import CheckFailure
+
+    ref, out = torch.tensor([4.0]), torch.tensor([5.0])  # within atol=2; ||out-ref||/||ref|| = 1/4 exactly
+    at = compare(out, ref, atol=2.0, rtol=0.0, rel_limit=0.25)
+    assert at.ok and at.rel_err == 0.25, at
+    over = compare(out, ref, atol=2.0, rtol=0.0, rel_limit=0.2)  # over the limit, under twice it: imprecise
+    assert not over.ok and over.failed is CheckFailure.precision_loss and over.mismatches == 0, over
+    gross = compare(out, ref, atol=2.0, rtol=0.0, rel_limit=0.1)  # over twice the limit: wrong
+    assert not gross.ok and gross.failed is CheckFailure.mismatch and gross.mismatches == 0, gross
+    # Killed: ``rel > gross`` -> ``>=``: exactly twice the limit is still imprecise, not wrong
+    assert compare(out, ref, atol=2.0, rtol=0.0, rel_limit=0.125).failed is CheckFailure.precision_loss
+
+
+def test_the_comparisons_chunk_fits_the_memory_plans_allowance():
+    """Killed: CHUNK_ELEMENTS ``1 << 25`` -> ``1 << 26`` (or ``2 << 25``): the verdict stays the whole tensor's, but
+    the memory plan counts the comparison's working set for chunks of at most COMPARE_CHUNK_BYTES of fp32 (2**25
+    elements): larger chunks take up to twice the GPU memory the plan left for them. Smaller chunks only cost time."""
+    from kerngen.harness.gpu.compare import CHUNK_ELEMENTS
+    from kerngen.harness.gpu.memory_plan import COMPARE_CHUNK_BYTES
+
+    assert 4 * CHUNK_ELEMENTS <= COMPARE_CHUNK_BYTES
+
+
+def test_an_element_near_zero_is_called_wrong_against_the_outputs_rms():
+    """Killed: ``rms = (den2 / n) ** 0.5`` -> ``* 0.5``, ``/ 0.5`` or ``den2 // n`` in _too_far. A precision loss's
+    pattern calls an element near zero wrong when it is off by more than the limit times the output's RMS (here
+    0.707: 7.07e-6 for fp32's 1e-5): the elements at 0 off by 5e-6 are not, those off by 8.5e-6 are, and so are
+    the elements at 1 off by 3e-5."""
+    from kerngen.harness.gpu.compare import compare
+    from kerngen.harness.results import CheckFailure
+
+    ref = torch.cat([torch.ones(500), torch.zeros(500)])
+    out = torch.cat([torch.full((500,), 1 + 3e-5), torch.full((250,), 5e-6), torch.full((250,), 8.5e-6)])
+    c = compare(out, ref, atol=1e-4, rtol=1e-4)
+    assert c.failed is CheckFailure.precision_loss, c
+    assert c.pattern.startswith("750 of 1000 elements wrong: 0..499, 750..999;"), c.pattern
+    # Killed: ``den2 / max(n, 1)`` -> ``max(n, 2)``: the RMS of one element is its magnitude, as of two equal ones
+    # (0.18 off at a limit of 0.1: within 0.1 * (rms + |ref|) = 0.8, the element is not called wrong)
+    for n in (1, 2):
+        one = compare(torch.full((n,), 4.72), torch.full((n,), 4.0), atol=1.0, rtol=0.0, rel_limit=0.1)
+        assert one.failed is CheckFailure.precision_loss and one.pattern == "", (n, one)
+
+
+def test_a_dtype_without_a_relative_error_limit_is_held_to_atol_and_rtol_alone():
+    """Killed: the limit of a dtype REL_ERR_LIMITS does not list, 0.0 (none) -> 1.0 (a float8 output within atol but
+    3x its tiny reference was called a mismatch); and its gross threshold, GROSS_REL_ERR's 0.0 -> 1.0: with a limit
+    given (--precision tf32; the export passes gross_rel_err as the limit) "wrong" starts at twice that limit."""
+    from kerngen.harness.gpu.compare import compare, gross_rel_err, rel_err_limit
+    from kerngen.harness.results import CheckFailure
+
+    assert rel_err_limit(torch.float8_e4m3fn) == 0.0 and gross_rel_err(torch.float8_e4m3fn) == 0.0
+    ref = torch.full((8,), 0.002).to(torch.float8_e4m3fn)  # 2**-9
+    out = torch.full((8,), 0.0078125).to(torch.float8_e4m3fn)  # 2**-7: within atol=0.01, rel err 3
+    c = compare(out, ref, atol=0.01, rtol=0.0)
+    assert c.ok and c.rel_err == pytest.approx(3.0), c
+    half, off = torch.full((8,), 0.5).to(torch.float8_e4m3fn), torch.full((8,), 0.75).to(torch.float8_e4m3fn)
+    wrong = compare(off, half, atol=0.5, rtol=0.0, rel_limit=0.2)  # rel err 0.5 > 2 x 0.2
+    assert wrong.failed is CheckFailure.mismatch, wrong
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_an_empty_output_compares_equal_and_names_no_element(dtype):
+    """An output with no element is equal to its reference (it was a ZeroDivisionError, found by compare's mutants:
+    ``worst.numel() == 0`` -> ``== -1`` let it reach argmax, and _Totals' starting worst was reported as one)."""
+    from kerngen.harness.gpu.compare import compare
+
+    for shape in [(0,), (2, 0, 3)]:
+        c = compare(torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype), atol=1e-4, rtol=1e-4)
+        assert c.ok and (c.mismatches, c.index, c.got, c.expected, c.rel_err) == (0, [], None, None, 0.0), c
+
+
+def test_an_exact_float_match_names_its_first_element():
+    """Killed: _Totals.ok_worst's start error -1.0 -> ``not 1.0`` or ``-0.0``: an output equal to its reference
+    (every error 0) named element 0 with the start's got and expected (0.0) instead of its own values: the first
+    occurrence of the largest error is named, as torch.argmax over the whole tensor would."""
+    from kerngen.harness.gpu.compare import compare
+
+    ref = torch.arange(1.0, 5.0)
+    c = compare(ref.clone(), ref, atol=0.0, rtol=0.0)
+    assert c.ok and (c.max_abs_err, c.index, c.got, c.expected) == (0.0, [0], 1.0, 1.0), c
+    assert c.mismatches == 0, c  # an ok comparison's count (a mutant said 1; the export reads it)
