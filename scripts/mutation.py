@@ -408,8 +408,10 @@ def main() -> int:
                 if not list(work.pending_work_items):
                     continue
             # a test command that fails unmutated would "kill" every mutant
-            if subprocess.run(f"{PYTEST} {TESTS[m]}", shell=True, cwd=ROOT, capture_output=True).returncode != 0:
-                print(f"the tests of {m} fail on the unmutated source: fix them first ({PYTEST} {TESTS[m]})")
+            base = subprocess.run(f"{PYTEST} {TESTS[m]}", shell=True, cwd=ROOT, capture_output=True, text=True)
+            if base.returncode != 0:
+                print(f"the tests of {m} fail on the unmutated source: fix them first ({PYTEST} {TESTS[m]})\n"
+                      f"{(base.stdout + base.stderr)[-3000:]}")
                 return 2
             subprocess.run([*COSMIC_RAY, "exec", str(cfg), str(db)], cwd=ROOT, check=True)
     killed = survived = other = unjudged = 0
