@@ -3,7 +3,11 @@ the problems, how many have a correct kernel, how many had no run (a shard cut b
 geometric-mean speedup against torch.compile and eager (true fp32), and against torch.compile at PyTorch's
 defaults; kerngen's own metrics (:func:`kerngen.results.suite.suite_metrics`) over the shards' entries together.
 
-    python scripts/levels_merge.py levels-*.json [--markdown]
+    python scripts/levels_merge.py levels-*.json [--json | --files]
+
+``--files`` prints the table per file instead (the figures each headline row is derived from); ``--families`` the
+geomeans per level and playbook family (the family of each file from the checked-in `kerngen playbook` tables,
+tests/data/playbook/kernelbench_level{1,2}.json).
 
 A report that cannot be read is named on stderr and left out (exit 1 if none can)."""
 
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 from collections import defaultdict
@@ -56,6 +61,54 @@ def rows(reports: list[SuiteReport]) -> list[dict]:
     return out
 
 
+def _file_order(e: SuiteEntry) -> tuple:
+    number = re.search(r"/(\d+)_[^/]*$", e.problem)
+    return level_of(e), int(number.group(1)) if number else 0, e.problem
+
+
+def file_rows(reports: list[SuiteReport]) -> list[dict]:
+    """One row per problem (a problem in two shards: the later report's entry), by level then file number."""
+    latest: dict[str, SuiteEntry] = {}
+    for r in reports:
+        for e in r.entries:
+            latest[e.problem] = e
+    out = []
+    for e in sorted(latest.values(), key=_file_order):
+        out.append({"level": level_of(e), "file": e.problem.rsplit("/", 1)[-1], "correct": e.verdict == "ok",
+                    "why": e.why.kind.value if e.why is not None else ("" if e.verdict == "ok" else e.verdict),
+                    "kernel_ms": e.kernel.median_ms if e.kernel else None,
+                    "eager_ms": e.eager.median_ms if e.eager else None,
+                    "compile_ms": e.compiled.median_ms if e.compiled else None,
+                    "vs_eager": e.speedup_eager, "vs_compile": e.speedup_compile})
+    return out
+
+
+TABLES = Path(__file__).resolve().parents[1] / "tests" / "data" / "playbook"
+
+
+def families(tables: Path = TABLES) -> dict[tuple[str, str], str]:
+    """(level, file name) -> the playbook family the checked-in `kerngen playbook --json` table gives it."""
+    out = {}
+    for table in sorted(tables.glob("kernelbench_level*.json")):
+        level = table.stem.removeprefix("kernelbench_")
+        out |= {(level, r["file"]): r["family"] or "-" for r in json.loads(table.read_text())["rows"]}
+    return out
+
+
+def family_rows(files: list[dict], family_of: dict[tuple[str, str], str]) -> list[dict]:
+    """Per (level, family): files, correct ones, fast_1 and geomean against torch.compile over the timed ones."""
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for f in files:
+        groups[(f["level"], family_of.get((f["level"], f["file"]), "?"))].append(f)
+    out = []
+    for (level, family), fs in sorted(groups.items()):
+        timed = [f["vs_compile"] for f in fs if f["correct"] and f["vs_compile"]]
+        out.append({"level": level, "family": family, "files": len(fs), "correct": sum(f["correct"] for f in fs),
+                    "fast_1_compile": sum(x > 1 for x in timed) / len(fs),
+                    "geomean_compile": math.exp(sum(map(math.log, timed)) / len(timed)) if timed else None})
+    return out
+
+
 def _x(v: float | None, spec: str = ".2f", suffix: str = "x") -> str:
     return "-" if v is None else f"{v:{spec}}{suffix}"
 
@@ -63,7 +116,10 @@ def _x(v: float | None, spec: str = ".2f", suffix: str = "x") -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("reports", nargs="+", type=Path)
-    ap.add_argument("--json", action="store_true", help="print the rows as JSON")
+    shown = ap.add_mutually_exclusive_group()
+    shown.add_argument("--json", action="store_true", help="print the rows as JSON")
+    shown.add_argument("--files", action="store_true", help="a markdown row per file instead of per level")
+    shown.add_argument("--families", action="store_true", help="a markdown row per level and playbook family")
     args = ap.parse_args(argv)
     reports, bad = read_reports(args.reports)
     for b in bad:
@@ -71,6 +127,21 @@ def main(argv: list[str] | None = None) -> int:
     if not reports:
         print("no report could be read", file=sys.stderr)
         return 1
+    if args.files:
+        print("| level | file | correct | why not | kernel ms | eager ms | torch.compile ms | vs eager | vs compile |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for f in file_rows(reports):
+            print(f"| {f['level']} | {f['file']} | {'yes' if f['correct'] else 'no'} | {f['why']} "
+                  f"| {_x(f['kernel_ms'], '.4f', '')} | {_x(f['eager_ms'], '.4f', '')} | {_x(f['compile_ms'], '.4f', '')} "
+                  f"| {_x(f['vs_eager'])} | {_x(f['vs_compile'])} |")
+        return 0
+    if args.families:
+        print("| level | family | files | correct | fast_1 vs compile | geomean vs compile |")
+        print("|---|---|---|---|---|---|")
+        for f in family_rows(file_rows(reports), families()):
+            print(f"| {f['level']} | {f['family']} | {f['files']} | {f['correct']} | {f['fast_1_compile']:.2f} "
+                  f"| {_x(f['geomean_compile'])} |")
+        return 0
     table = rows(reports)
     if args.json:
         print(json.dumps(table, indent=2))

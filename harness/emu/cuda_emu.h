@@ -20,7 +20,8 @@
 #define __constant__
 #define __managed__
 #define __forceinline__ inline
-#define __noinline__ __attribute__((noinline))
+// no __noinline__ macro: libstdc++'s own __attribute__((__noinline__)) would break under it (source_rewrite.py
+// turns a kernel's __noinline__ into the attribute)
 #define __launch_bounds__(...)
 #define __maxnreg__(...)
 #define __align__(n) __attribute__((aligned(n)))

@@ -1,10 +1,13 @@
-"""The two source rewrites the emulator needs before g++ sees a kernel (line numbers kept):
+"""The source rewrites the emulator needs before g++ sees a kernel (line numbers kept):
 
 - ``asm(...)`` / ``asm volatile(...)`` / ``__asm__(...)``: a call of the routine that emulates its
   instruction (``ptx_asm.translate``, routines in emu_ptx.h), or, for an instruction that is not emulated,
   a call of an undefined function that names it, which the linker reports only if the emitted code calls it.
 - ``extern __shared__ T name[];`` (dynamic shared memory) becomes ``T *&name = ...`` bound to the
   launch's dynamic shared memory pointer, at namespace or function scope alike.
+- ``__noinline__`` becomes ``__attribute__((noinline))`` here, not by a macro of the shim: libstdc++ 12+ writes
+  ``__attribute__((__noinline__))`` in its own headers, which such a macro breaks wherever they are read after it
+  (g++ 13's, from the driver's headers: "'noinline' was not declared").
 
 Comments and string literals are skipped.
 """
@@ -23,7 +26,8 @@ _TOKENS = re.compile(
     r"|'(?:\\.|[^'\\\n])*'"
     r"|(?P<asm>\b(?:asm|__asm__|__asm)\b(?:\s+(?:volatile|__volatile__|inline|goto))*\s*\()"
     r"|(?P<dyn>\b(?:extern\s+__shared__|__shared__\s+extern)\s+(?P<decl>[^;{}]*?)\s*\b(?P<name>[A-Za-z_]\w*)\s*"
-    r"\[\s*\]\s*;)",
+    r"\[\s*\]\s*;)"
+    r"|(?P<noinline>\b__noinline__\b)",
     re.S,
 )
 
@@ -42,6 +46,9 @@ def rewrite_source(source: str) -> str:
             name = m.group("name")
             out.append(f"{decl} *&{name} = reinterpret_cast<{decl} *&>(kg_emu::g_dyn_smem);"
                        + _line_breaks(m.group("dyn")))
+            pos = m.end()
+        elif m.group("noinline"):
+            out.append("__attribute__((noinline))")
             pos = m.end()
         else:
             out.append(m.group(0))

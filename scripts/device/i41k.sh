@@ -17,7 +17,7 @@ echo "== 1. GPU tests"
 timeout --signal=INT 75 python3 -m pytest -q -m gpu -p no:cacheprovider -o timeout=60 \
   tests/agent/test_gpu_conv_wgmma_splitk.py > "$OUT/i41k_tests_splitk.txt" 2>&1
 echo "split-K: pytest exit $? after $(since)"
-timeout --signal=INT 50 python3 -m pytest -q -m gpu -p no:cacheprovider -o timeout=40 \
+timeout --signal=INT 80 python3 -m pytest -q -m gpu -p no:cacheprovider -o timeout=60 \
   tests/agent/test_gpu_conv_wgmma.py -k "odd_sizes or kernelbench_conv" > "$OUT/i41k_tests_conv_wgmma.txt" 2>&1
 echo "conv wgmma (one launch): pytest exit $? after $(since)"
 grep -hE "^(FAILED|ERROR)|passed|failed" "$OUT"/i41k_tests_*.txt | cut -c1-300 | tail -20

@@ -9,6 +9,8 @@
 # On 8 GPUs, 24 shards take three calls of about 9 minutes, e.g. for call C (0, 1, 2):
 #   LANE_TAIL=6 bash scripts/device/lanes.sh 560 $(for g in 0 1 2 3 4 5 6 7; do echo "'bash scripts/device/levels.sh $((C*8+g)) 24'"; done)
 # then, on any machine:  python scripts/levels_merge.py levels-*.json   (per level: correct, fast_1, geomeans)
+# LEVELS_SKIP=FILE leaves out the files it lists (one per line, `levelN/NAME.py` or any path ending so: those measured
+# in an earlier call) before the sharding, so the rest can be split anew over the lanes left.
 set -u
 shard=$1 n=$2 minutes=${3:-0.4}
 OUT=${OUT:-/tmp/levels-out}
@@ -16,7 +18,8 @@ KB=${KB:-shared/kernelbench}
 [ -d "$KB" ] || KB=../shared/kernelbench
 mkdir -p "$OUT"
 runs=/tmp/levels-runs-$shard
-mapfile -t all < <(for l in level1 level2; do ls "$KB/$l" | grep '\.py$' | sort -V | sed "s|^|$KB/$l/|"; done)
+mapfile -t all < <(for l in level1 level2; do ls "$KB/$l" | grep '\.py$' | sort -V | sed "s|^|$KB/$l/|"; done \
+  | { if [ -n "${LEVELS_SKIP:-}" ]; then grep -v -F -f <(sed 's|.*/\(level[12]/\)|\1|' "$LEVELS_SKIP"); else cat; fi; })
 files=()
 for i in "${!all[@]}"; do (( i % n == shard )) && files+=("${all[$i]}"); done
 echo "[levels $shard/$n $(date -u +%T)] ${#files[@]} files: $(for f in "${files[@]}"; do echo "${f%/*}" | grep -o '[12]$' | tr -d '\n'; echo ":$(basename "$f" | cut -d_ -f1)"; done | paste -sd' ')"

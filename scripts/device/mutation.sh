@@ -14,9 +14,10 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   || { echo "the wheels in .mut/ did not install"; exit 2; }
 jobs=${1:-$(( $(nproc) > 3 ? $(nproc) - 2 : 1 ))}
 shift || true
-echo "[mutation $(date -u +%T)] $jobs workers on $(nproc) cores"
+echo "[mutation $(date -u +%T)] $jobs workers on $(nproc) cores; $(g++ --version | head -1)"
 python3 scripts/mutation.py --jobs "$jobs" --out /tmp/mutation "$@" > "$OUT/mutation.txt" 2>&1
 echo "rc=$?" >> "$OUT/mutation.txt"
-tar czf "$OUT/mutation-db.tgz" -C /tmp/mutation $(cd /tmp/mutation && ls -d worker*/*.sqlite 2>/dev/null)
+dbs=$(cd /tmp/mutation 2>/dev/null && ls -d worker*/*.sqlite 2>/dev/null)
+[ -n "$dbs" ] && tar czf "$OUT/mutation-db.tgz" -C /tmp/mutation $dbs  # none when no worker started
 grep -E "^SURVIVED" "$OUT/mutation.txt" | sort | uniq -c | sort -rn | head -40
 tail -3 "$OUT/mutation.txt"

@@ -3,6 +3,7 @@ PyTorch, the CUDA intrinsics it emulates, and the bugs it must catch."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -471,3 +472,40 @@ extern "C" __global__ void k(const float *x, float *out, int n) {
         emulate(_spec(src, [_launch("k", 1, 32, T + [N], shared_mem=64)], defines={"SHIFT": 1}), {"x": x, "out": out})
     with pytest.raises(EmuError, match="wrote byte 124 of 'dynamic shared memory', which has 124 bytes"):
         emulate(_spec(src, [_launch("k", 1, 32, T + [N], shared_mem=124)], defines={"SHIFT": 1}), {"x": x, "out": out})
+
+
+
+def test_the_shim_leaves_the_standard_librarys_noinline_attribute_alone(tmp_path):
+    """libstdc++ 12+ writes ``__attribute__((__noinline__))`` in its headers (bits/shared_ptr_base.h; g++ 13's reach it
+    from the driver's own <fstream>/<random>): under the shim's old ``__noinline__`` macro that did not compile, and
+    the emulator's driver failed on the GPU host ("'noinline' was not declared"). Any header after the shim:"""
+    from kerngen.harness.emu import runner
+
+    unit = tmp_path / "unit.cpp"
+    unit.write_text("#include <memory>\n#include <fstream>\n#include <random>\n"
+                    "__attribute__((__noinline__)) int twice(int x) { return 2 * x; }\n"
+                    "int main() { return std::make_shared<int>(twice(0)).use_count() - 1; }\n")
+    done = subprocess.run(
+        [runner.compiler(), *runner.CXX_FLAGS, f"-I{runner.EMU_DIR / 'include'}", f"-I{runner.EMU_DIR}",
+         "-include", str(runner.EMU_DIR / "cuda_emu.h"), "-c", str(unit), "-o", str(tmp_path / "unit.o")],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+NOINLINE_SRC = r"""
+__noinline__ __device__ float twice(float v) { return 2.f * v; }  // __noinline__ in a comment stays
+extern "C" __global__ void k(const float *x, float *out, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = twice(x[i]);
+}
+"""
+
+
+def test_a_kernels_noinline_function_becomes_the_attribute_and_runs():
+    rewritten = rewrite_source(NOINLINE_SRC)
+    assert rewritten.startswith("\n__attribute__((noinline)) __device__ float twice")
+    assert "// __noinline__ in a comment stays" in rewritten and rewritten.count("\n") == NOINLINE_SRC.count("\n")
+    x = torch.randn(40)
+    out = torch.full((40,), float("nan"))
+    emulate(_spec(NOINLINE_SRC, [_launch("k", 1, 64, T + [N])]), {"x": x, "out": out})
+    assert torch.equal(out, 2 * x)

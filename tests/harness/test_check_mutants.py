@@ -338,3 +338,198 @@ def test_an_exact_float_match_names_its_first_element():
     c = compare(ref.clone(), ref, atol=0.0, rtol=0.0)
     assert c.ok and (c.max_abs_err, c.index, c.got, c.expected) == (0.0, [0], 1.0, 1.0), c
     assert c.mismatches == 0, c  # an ok comparison's count (a mutant said 1; the export reads it)
+
+
+def test_timed_outputs_verified_without_a_sampler_pass_when_right_and_fail_when_wrong():
+    """Killed: ``else 0`` -> ``else 1`` / ``else -1`` in verify_timed_outputs (no sampler counted as one sampled
+    wrong element: every timing without a sampler failed, or raised on ``None.samples``; CI's sample of
+    2026-11-28, seed 1670868624)."""
+    from kerngen.harness.gpu.check import ProblemState, verify_timed_outputs
+    from kerngen.harness.results import CheckFailure
+    from kerngen.harness.spec.plan import ResolvedPlan
+    from kerngen.problems.load import load_problem
+    from kerngen.problems.ref import ProblemRef
+
+    state = ProblemState(load_problem(ProblemRef(source="conv2d", shape=(2, 3, 32, 32))), torch.device("cpu"))
+    bound = state.new_set(31, ResolvedPlan(config={}, defines={}, scratch=[], steps=[]))
+    refs = state.reference(bound)
+    state.seal_refs(bound, refs)
+    bound.outputs["out"].view.copy_(refs[0])
+    assert verify_timed_outputs(state, [bound]) is None
+    bound.outputs["out"].view.add_(1.0)
+    ev = verify_timed_outputs(state, [bound])
+    assert ev is not None and ev.failed is CheckFailure.timed_output_mismatch, ev
+
+
+def test_two_runs_in_host_memory_are_compared_chunk_by_chunk_over_their_whole_length():
+    """Killed: ``fb[i:i + step]`` -> ``fb[i:i ^ step]`` in check._equal (from the third chunk of 2**26 elements on, the
+    second run's chunk was empty or shorter: two equal runs of a large output in host memory were called
+    different). CPU tensors of 2**27 + 8 bytes: three chunks."""
+    from kerngen.harness.gpu.check import _equal
+
+    a = torch.zeros(2**27 + 8, dtype=torch.uint8)
+    b = a.clone()
+    assert _equal(a, b)
+    b[-1] = 1
+    assert not _equal(a, b)
+    # killed: ``a.shape != b.shape or a.dtype != b.dtype`` -> ``and`` (the same bytes in another shape were equal)
+    assert not _equal(torch.zeros(4), torch.zeros(2, 2)) and not _equal(torch.zeros(4), torch.zeros(4, dtype=torch.int32))
+
+
+def test_each_timed_sampler_seeds_its_generator_afresh():
+    """Killed: the sampler's seed ``urandom(8) >> 1`` -> ``& 1`` or ``% 1`` (one or two seeds in all: the sampled
+    elements of the timed calls would be the same few every time, and a kernel could learn them)."""
+    from kerngen.harness.gpu.check import TimedSampler
+
+    class _State:  # what TimedSampler reads of a problem state: its tolerance
+        problem = type("P", (), {"ref": type("R", (), {"precision": None})()})()
+        info = type("I", (), {"atol": 1e-4, "rtol": 1e-4})()
+
+    seeds = {TimedSampler(_State())._generator(torch.device("cpu")).initial_seed() for _ in range(8)}
+    assert len(seeds) == 8, seeds
+
+
+def test_an_exact_check_names_its_output_and_element_in_the_evidence():
+    """Killed: ``c.max_abs_err >= evidence.max_abs_err`` -> ``>`` in check._record (an output equal to its reference,
+    error 0, left the evidence naming no output or element, where compare names the first element)."""
+    from kerngen.harness.gpu.check import _record
+    from kerngen.harness.gpu.compare import compare
+    from kerngen.harness.results import CheckEvidence
+
+    ev = CheckEvidence(atol=1e-4, rtol=1e-4)
+    ref = torch.arange(1.0, 5.0)
+    _record(ev, compare(ref.clone(), ref, atol=1e-4, rtol=1e-4), "out")
+    assert (ev.max_err_output, ev.max_err_index, ev.got, ev.expected, ev.max_abs_err) == ("out", [0], 1.0, 1.0, 0.0)
+
+
+def test_the_check_keeps_exactly_the_last_sets_for_the_timed_runs(monkeypatch):
+    """Killed: ``i >= len(seeds) - keep_max`` -> ``>>`` (3 >> 2 = 0: every set kept, past the memory plan's count of
+    what waits for the timed runs) or ``+`` (none kept)."""
+    import kerngen.harness.gpu.check as check
+    from kerngen.problems.load import load_problem
+    from kerngen.problems.ref import ProblemRef
+
+    state = check.ProblemState(load_problem(ProblemRef(source="gelu", shape=(8, 8))), torch.device("cpu"))
+    monkeypatch.setattr(check, "_check_one_set", lambda state, module, plan, stream, seed, i, *rest: f"set {i}")
+    kept: list = []
+    ev = check.run_check(state, None, None, None, [11, 12, 13], lambda: None, keep=kept, keep_max=2)
+    assert ev.failed is None and kept == ["set 1", "set 2"]
+    kept = []  # and ``-`` -> ``^``, the same as ``-`` for 3 sets: 4 - 1 = 3, 4 ^ 1 = 5
+    check.run_check(state, None, None, None, [11, 12, 13, 14], lambda: None, keep=kept, keep_max=1)
+    assert kept == ["set 3"]
+
+
+def test_the_timed_sampler_goes_on_past_an_empty_output():
+    """Killed: ``continue`` -> ``break`` after an output with no element (the outputs after it were never sampled)."""
+    from types import SimpleNamespace
+
+    sampler = _sampler()
+    empty, wrong = torch.zeros(0), torch.ones(64)
+    bound = SimpleNamespace(outputs={"a": SimpleNamespace(view=empty), "b": SimpleNamespace(view=wrong)},
+                            refs=[torch.zeros(0), torch.zeros(64)])
+    sampler.sample(bound)
+    assert sampler.samples == 64 and sampler.failures() == 64
+
+
+def test_the_timed_sampler_can_draw_an_outputs_first_element():
+    """Killed: ``randint(0, n, ...)`` -> ``randint(1, n, ...)`` (element 0 never sampled: a one-element output could not
+    be sampled at all)."""
+    from types import SimpleNamespace
+
+    sampler = _sampler()
+    sampler.sample(SimpleNamespace(outputs={"out": SimpleNamespace(view=torch.ones(1))}, refs=[torch.zeros(1)]))
+    assert (sampler.samples, sampler.failures()) == (1, 1)
+
+
+def test_the_timed_sampler_counts_nan_where_the_reference_has_nan_as_right():
+    """Killed: ``equal_nan=True`` -> ``False`` (a NaN where the reference has one counted as a wrong element)."""
+    from types import SimpleNamespace
+
+    sampler = _sampler()
+    nan = torch.full((8,), float("nan"))
+    sampler.sample(SimpleNamespace(outputs={"out": SimpleNamespace(view=nan.clone())}, refs=[nan]))
+    assert sampler.samples == 8 and sampler.failures() == 0
+
+
+def test_the_reference_of_a_set_without_pristine_copies_comes_from_its_seed():
+    """Killed: ``bound.pristine is not None`` -> ``is None`` / ``not (...)`` in ProblemState.reference (a set the memory
+    plan keeps no pristine copies of reached for them)."""
+    from kerngen.harness.gpu.check import ProblemState
+    from kerngen.harness.results import MemoryPlan
+    from kerngen.harness.spec.plan import ResolvedPlan
+    from kerngen.problems.load import load_problem
+    from kerngen.problems.ref import ProblemRef
+
+    state = ProblemState(load_problem(ProblemRef(source="gelu", shape=(8, 16))), torch.device("cpu"))
+    plan = ResolvedPlan(config={}, defines={}, scratch=[], steps=[])
+    lean = state.new_set(5, plan, MemoryPlan(free_bytes=1 << 30, input_bytes=512, output_bytes=512,
+                                             pristine_on_gpu=False))
+    full = state.new_set(5, plan)
+    assert lean.pristine is None and full.pristine is not None
+    assert torch.equal(state.reference(lean)[0], state.reference(full)[0])
+
+
+def test_the_timed_samplers_wrong_elements_add_up_over_its_calls():
+    """Killed: ``self.bad + count`` -> ``^`` or ``-`` (a second call's wrong elements cancelled the first's), and
+    ``failures()``'s 0 of a sampler never called -> 1 or -1."""
+    from types import SimpleNamespace
+
+    sampler = _sampler()
+    assert sampler.failures() == 0
+    bound = SimpleNamespace(outputs={"out": SimpleNamespace(view=torch.ones(16))}, refs=[torch.zeros(16)])
+    sampler.sample(bound)
+    sampler.sample(bound)
+    assert (sampler.calls, sampler.samples, sampler.failures()) == (2, 32, 32)
+
+
+def test_the_references_wait_in_host_memory_exactly_when_the_memory_plan_says(monkeypatch):
+    """Killed: ``memory is not None and not memory.refs_on_gpu`` -> ``memory is None and ...`` (or its negations) in
+    _check_one_set: the references stayed on the GPU where the plan counted them in host memory, or the reverse."""
+    from types import SimpleNamespace
+
+    import kerngen.harness.gpu.check as check
+    from kerngen.harness.results import CheckEvidence, MemoryPlan
+    from kerngen.harness.spec.plan import ResolvedPlan
+    from kerngen.problems.load import load_problem
+    from kerngen.problems.ref import ProblemRef
+
+    state = check.ProblemState(load_problem(ProblemRef(source="gelu", shape=(8, 16))), torch.device("cpu"))
+    asked: list[bool] = []
+    monkeypatch.setattr(check, "_run_poisoned", lambda *args: [])  # no kernel: only where the references go
+    monkeypatch.setattr(check.ProblemState, "reference", lambda self, bound, to_host=False: asked.append(to_host) or [])
+    module = SimpleNamespace(runner=lambda plan, tensors, stream: None)
+    plan = ResolvedPlan(config={}, defines={}, scratch=[], steps=[])
+    for memory in (MemoryPlan(free_bytes=1 << 30, input_bytes=512, output_bytes=512, refs_on_gpu=False),
+                   MemoryPlan(free_bytes=1 << 30, input_bytes=512, output_bytes=512), None):
+        check._check_one_set(state, module, plan, None, 5, 0, lambda: None, CheckEvidence(), memory)
+    assert asked == [True, False, False]
+
+
+def test_a_reference_that_works_in_place_leaves_the_pristine_inputs_alone(tmp_path):
+    """Killed: ``x.clone() if isinstance(x, Tensor)`` -> ``if not isinstance(...)`` in ProblemState.reference (an
+    in-place reference, a KernelBench ReLU(inplace=True), wrote over the pristine copies the check verifies against)."""
+    from kerngen.harness.gpu.check import ProblemState
+    from kerngen.harness.spec.plan import ResolvedPlan
+    from kerngen.problems.load import load_problem
+    from kerngen.problems.ref import ProblemRef
+
+    path = tmp_path / "relu_inplace.py"
+    path.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+                    "    def __init__(self):\n        super().__init__()\n        self.relu = nn.ReLU(inplace=True)\n\n"
+                    "    def forward(self, x):\n        return self.relu(x)\n\n\n"
+                    "def get_inputs():\n    return [torch.randn(8, 16)]\n\n\ndef get_init_inputs():\n    return []\n")
+    state = ProblemState(load_problem(ProblemRef(source=str(path))), torch.device("cpu"))
+    bound = state.new_set(9, ResolvedPlan(config={}, defines={}, scratch=[], steps=[]))
+    before = bound.pristine[0].clone()
+    assert (before < 0).any()
+    first, second = state.reference(bound)[0], state.reference(bound)[0]
+    assert torch.equal(bound.pristine[0], before) and torch.equal(first, second) and torch.equal(first, before.relu())
+
+
+def _sampler():
+    """A TimedSampler at atol = rtol = 1e-4, without a problem state."""
+    from kerngen.harness.gpu.check import TimedSampler
+
+    sampler = TimedSampler.__new__(TimedSampler)
+    sampler.atol, sampler.rtol, sampler.bad, sampler.samples, sampler.calls, sampler._gen = 1e-4, 1e-4, None, 0, 0, {}
+    return sampler

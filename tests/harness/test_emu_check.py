@@ -470,3 +470,35 @@ def test_fresh_seeds_are_never_the_default_seed(monkeypatch):
     for first in (0, 1, 2, 255):
         monkeypatch.setattr(evaluate_module.os, "urandom", lambda n, b=first: bytes([b]) + bytes(n - 1))
         assert all(s != 0 for s in evaluate_module.fresh_seeds(3))
+
+
+def test_a_mark_left_in_scratch_by_one_run_is_gone_by_the_next():
+    """Scratch is poisoned before every run of the check: a kernel that doubles its output once it finds the mark
+    an earlier run left there is correct on every run (killed: the loop poisoning scratch in check._run skipped,
+    when the run after the reference found the mark and was called a mismatch)."""
+    r = evaluate("gelu_marks_scratch", GELU)
+    assert r.verdict is Verdict.ok and r.check is not None and r.check.failed is None, describe(r)
+
+
+def test_a_check_of_more_than_three_sets_cycles_the_poison_patterns(monkeypatch):
+    """Each set's two runs take two different poison patterns, each set a pattern of its own first, cycling past the
+    third set (killed: ``i % 3`` -> ``i & 3`` or ``% 4``, an IndexError on the fourth set; ``% 2``, one pattern never
+    used first; ``i % 3`` -> ``i - 3`` and ``(i + 1) % 3`` -> ``(i + 1) - 3``, an IndexError on the seventh and sixth
+    set: seven sets)."""
+    import kerngen.harness.gpu.check as check
+    from kerngen.harness.gpu.buffers import POISON_PATTERNS
+
+    used: list[str] = []
+    real = check._run_poisoned
+    monkeypatch.setattr(check, "_run_poisoned", lambda state, bound, runner, pattern, *rest:
+                        used.append(pattern) or real(state, bound, runner, pattern, *rest))
+    r = evaluate("gelu_ok", GELU, options=EvalOptions(seeds=7, bench=False, timeout_s=60))
+    assert r.verdict is Verdict.ok and r.check is not None and len(r.check.seeds) == 7, describe(r)
+    firsts, seconds = used[0::2], used[1::2]
+    assert firsts == [POISON_PATTERNS[i % 3] for i in range(7)] and seconds == [POISON_PATTERNS[(i + 1) % 3] for i in range(7)]
+
+
+def test_a_bitwise_deterministic_kernel_is_not_called_otherwise():
+    """Killed: ``"" if evidence.deterministic else " (not bitwise deterministic)"`` with the condition negated."""
+    r = evaluate("gelu_ok", GELU, options=EvalOptions(seeds=2, bench=False, timeout_s=60))
+    assert r.verdict is Verdict.ok and r.check.deterministic and "not bitwise" not in r.check.message, describe(r)

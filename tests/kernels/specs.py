@@ -218,6 +218,17 @@ _gelu("gelu_wrong_when_timed", "Cheat 8: correct unless its scratch word holds a
   out[i] = (p == 0xFFFFFFFFu || p == 0x7F7F7F7Fu) ? 0.0f : gelu_f(x[i]);""",
       "probe", params="const float* x, float* out, long long n, const unsigned int* probe",
       scratch=[{"name": "probe", "dtype": "int32", "size": 1}])
+# Correct only while every run starts from fresh scratch: a second launch leaves a mark there, and a run that finds
+# the mark doubles its output. The check poisons scratch before every run (and the timed loop before every call),
+# so the mark is never seen and the kernel is ok; a harness that let scratch carry over would call it a mismatch.
+_add("gelu_marks_scratch", GELU, GELU_F + """
+// Correct while its scratch is fresh on every run: leave_mark writes a word that gelu doubles its output on.
+extern "C" __global__ void gelu(const float* x, float* out, long long n, const unsigned int* mark) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = mark[0] == 0x5EED5EEDu ? 2.0f * gelu_f(x[i]) : gelu_f(x[i]);
+}
+extern "C" __global__ void leave_mark(unsigned int* mark) { mark[0] = 0x5EED5EEDu; }""",
+     [*_gelu_steps("mark"), launch("leave_mark", [1], [1], "mark")], scratch=[{"name": "mark", "dtype": "int32", "size": 1}])
 # Reads its own output before writing it (uninitialized memory): what the poison left there moves
 # element 0 by 0.9 of the tolerance, up or down. Each run alone matches the reference; the two
 # runs of one input set disagree by 1.8 tolerances (nondeterministic).

@@ -52,3 +52,33 @@ def test_shards_merge_per_level_with_kerngens_own_metrics(merge, tmp_path, capsy
     assert "| level1 | 2 | 2 | 0 | 0 | 0.50 | 1.00x |" in out and "| level2 | 1 | 0 | 1 | 0 |" in out
     assert "left out:" in err and "bad.json" in err
     assert merge.main([str(tmp_path / "bad.json")]) == 1
+
+
+def test_files_lists_each_problem_once_in_number_order_with_its_reason(merge, tmp_path, capsys):
+    kb = "shared/kernelbench"
+    (tmp_path / "a.json").write_text(json.dumps(report([
+        entry(f"{kb}/level1/10_J.py", 2.0, 4.0), entry(f"{kb}/level1/9_I.py", None, why=Why.no_run)])))
+    (tmp_path / "b.json").write_text(json.dumps(report([
+        entry(f"{kb}/level2/3_E.py", None, why=Why.degenerate), entry(f"{kb}/level1/9_I.py", 0.5, 0.8)])))
+    rows = merge.file_rows(merge.read_reports([tmp_path / "a.json", tmp_path / "b.json"])[0])
+    assert [(r["file"], r["correct"], r["why"], r["vs_compile"]) for r in rows] == [
+        ("9_I.py", True, "", 0.5), ("10_J.py", True, "", 2.0), ("3_E.py", False, "degenerate", None)]
+    assert merge.main(["--files", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[2:] == ["| level1 | 9_I.py | yes |  | - | - | - | 0.80x | 0.50x |",
+                       "| level1 | 10_J.py | yes |  | - | - | - | 4.00x | 2.00x |",
+                       "| level2 | 3_E.py | no | degenerate | - | - | - | - | - |"]
+
+
+def test_families_group_the_files_by_the_checked_in_playbook_tables(merge):
+    table = merge.families()
+    assert table[("level1", "1_Square_matrix_multiplication_.py")] == "matmul" and len(table) == 200
+    files = [{"level": "level1", "file": "a.py", "correct": True, "vs_compile": 2.0},
+             {"level": "level1", "file": "b.py", "correct": True, "vs_compile": 0.5},
+             {"level": "level1", "file": "c.py", "correct": False, "vs_compile": None},
+             {"level": "level2", "file": "a.py", "correct": True, "vs_compile": 3.0}]
+    rows = merge.family_rows(files, {("level1", "a.py"): "gemm", ("level1", "b.py"): "gemm",
+                                     ("level1", "c.py"): "gemm", ("level2", "a.py"): "regions"})
+    assert [(r["level"], r["family"], r["files"], r["correct"]) for r in rows] == [
+        ("level1", "gemm", 3, 2), ("level2", "regions", 1, 1)]
+    assert rows[0]["geomean_compile"] == pytest.approx(1.0) and rows[0]["fast_1_compile"] == pytest.approx(1 / 3)
