@@ -474,7 +474,7 @@ def test_fresh_seeds_are_never_the_default_seed(monkeypatch):
 
 def test_a_mark_left_in_scratch_by_one_run_is_gone_by_the_next():
     """Scratch is poisoned before every run of the check: a kernel that doubles its output once it finds the mark
-    an earlier run left there is correct on every run (killed: the loop poisoning scratch in check._run skipped,
+    an earlier run left there is correct on every run (killed: the loop poisoning scratch in check._run_poisoned skipped,
     when the run after the reference found the mark and was called a mismatch)."""
     r = evaluate("gelu_marks_scratch", GELU)
     assert r.verdict is Verdict.ok and r.check is not None and r.check.failed is None, describe(r)
