@@ -16,6 +16,7 @@ shard=$1 n=$2 minutes=${3:-0.4}
 OUT=${OUT:-/tmp/levels-out}
 KB=${KB:-shared/kernelbench}
 [ -d "$KB" ] || KB=../shared/kernelbench
+[ -z "${LEVELS_SKIP:-}" ] || [ -r "$LEVELS_SKIP" ] || { echo "levels: LEVELS_SKIP=$LEVELS_SKIP cannot be read" >&2; exit 2; }
 mkdir -p "$OUT"
 runs=/tmp/levels-runs-$shard
 mapfile -t all < <(for l in level1 level2; do ls "$KB/$l" | grep '\.py$' | sort -V | sed "s|^|$KB/$l/|"; done \
