@@ -3,7 +3,7 @@ the problems, how many have a correct kernel, how many had no run (a shard cut b
 geometric-mean speedup against torch.compile and eager (true fp32), and against torch.compile at PyTorch's
 defaults; kerngen's own metrics (:func:`kerngen.results.suite.suite_metrics`) over the shards' entries together.
 
-    python scripts/levels_merge.py levels-*.json [--json | --files]
+    python scripts/levels_merge.py levels-*.json [--json | --files | --families]
 
 ``--files`` prints the table per file instead (the figures each headline row is derived from); ``--families`` the
 geomeans per level and playbook family (the family of each file from the checked-in `kerngen playbook` tables,
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import re
 import sys
 from collections import defaultdict
@@ -42,14 +41,22 @@ def read_reports(paths: list[Path]) -> tuple[list[SuiteReport], list[str]]:
     return reports, bad
 
 
-def rows(reports: list[SuiteReport]) -> list[dict]:
-    by_level: dict[str, dict[str, SuiteEntry]] = defaultdict(dict)
+def latest(reports: list[SuiteReport]) -> list[SuiteEntry]:
+    """Each problem's entry once: of a problem in two shards, the later report's."""
+    by_problem: dict[str, SuiteEntry] = {}
     for r in reports:
         for e in r.entries:
-            by_level[level_of(e)][e.problem] = e  # a problem in two shards: the later report's entry
+            by_problem[e.problem] = e
+    return list(by_problem.values())
+
+
+def rows(reports: list[SuiteReport]) -> list[dict]:
+    by_level: dict[str, list[SuiteEntry]] = defaultdict(list)
+    for e in latest(reports):
+        by_level[level_of(e)].append(e)
     out = []
     for level in sorted(by_level):
-        entries = list(by_level[level].values())
+        entries = by_level[level]
         m = suite_metrics(entries)
         why = [e.why.kind for e in entries if e.why is not None]
         out.append({"level": level, "problems": m.problems, "correct": m.correct, "no_run": why.count(Why.no_run),
@@ -68,12 +75,8 @@ def _file_order(e: SuiteEntry) -> tuple:
 
 def file_rows(reports: list[SuiteReport]) -> list[dict]:
     """One row per problem (a problem in two shards: the later report's entry), by level then file number."""
-    latest: dict[str, SuiteEntry] = {}
-    for r in reports:
-        for e in r.entries:
-            latest[e.problem] = e
     out = []
-    for e in sorted(latest.values(), key=_file_order):
+    for e in sorted(latest(reports), key=_file_order):
         out.append({"level": level_of(e), "file": e.problem.rsplit("/", 1)[-1], "correct": e.verdict == "ok",
                     "why": e.why.kind.value if e.why is not None else ("" if e.verdict == "ok" else e.verdict),
                     "kernel_ms": e.kernel.median_ms if e.kernel else None,
@@ -95,17 +98,17 @@ def families(tables: Path = TABLES) -> dict[tuple[str, str], str]:
     return out
 
 
-def family_rows(files: list[dict], family_of: dict[tuple[str, str], str]) -> list[dict]:
-    """Per (level, family): files, correct ones, fast_1 and geomean against torch.compile over the timed ones."""
-    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
-    for f in files:
-        groups[(f["level"], family_of.get((f["level"], f["file"]), "?"))].append(f)
+def family_rows(reports: list[SuiteReport], family_of: dict[tuple[str, str], str]) -> list[dict]:
+    """Per (level, family): files, correct ones, fast_1 and geomean against torch.compile (kerngen's own metrics, as
+    the rows per level)."""
+    groups: dict[tuple[str, str], list[SuiteEntry]] = defaultdict(list)
+    for e in latest(reports):
+        groups[(level_of(e), family_of.get((level_of(e), e.problem.rsplit("/", 1)[-1]), "?"))].append(e)
     out = []
-    for (level, family), fs in sorted(groups.items()):
-        timed = [f["vs_compile"] for f in fs if f["correct"] and f["vs_compile"]]
-        out.append({"level": level, "family": family, "files": len(fs), "correct": sum(f["correct"] for f in fs),
-                    "fast_1_compile": sum(x > 1 for x in timed) / len(fs),
-                    "geomean_compile": math.exp(sum(map(math.log, timed)) / len(timed)) if timed else None})
+    for (level, family), entries in sorted(groups.items()):
+        m = suite_metrics(entries)
+        out.append({"level": level, "family": family, "files": m.problems, "correct": m.correct,
+                    "fast_1_compile": m.compile.fast_p.get("1"), "geomean_compile": m.compile.geomean_speedup})
     return out
 
 
@@ -138,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.families:
         print("| level | family | files | correct | fast_1 vs compile | geomean vs compile |")
         print("|---|---|---|---|---|---|")
-        for f in family_rows(file_rows(reports), families()):
-            print(f"| {f['level']} | {f['family']} | {f['files']} | {f['correct']} | {f['fast_1_compile']:.2f} "
+        for f in family_rows(reports, families()):
+            print(f"| {f['level']} | {f['family']} | {f['files']} | {f['correct']} | {_x(f['fast_1_compile'], '.2f', '')} "
                   f"| {_x(f['geomean_compile'])} |")
         return 0
     table = rows(reports)

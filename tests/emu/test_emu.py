@@ -474,7 +474,6 @@ extern "C" __global__ void k(const float *x, float *out, int n) {
         emulate(_spec(src, [_launch("k", 1, 32, T + [N], shared_mem=124)], defines={"SHIFT": 1}), {"x": x, "out": out})
 
 
-
 def test_the_shim_leaves_the_standard_librarys_noinline_attribute_alone(tmp_path):
     """libstdc++ 12+ writes ``__attribute__((__noinline__))`` in its headers (bits/shared_ptr_base.h; g++ 13's reach it
     from the driver's own <fstream>/<random>): under the shim's old ``__noinline__`` macro that did not compile, and

@@ -73,12 +73,12 @@ def test_files_lists_each_problem_once_in_number_order_with_its_reason(merge, tm
 def test_families_group_the_files_by_the_checked_in_playbook_tables(merge):
     table = merge.families()
     assert table[("level1", "1_Square_matrix_multiplication_.py")] == "matmul" and len(table) == 200
-    files = [{"level": "level1", "file": "a.py", "correct": True, "vs_compile": 2.0},
-             {"level": "level1", "file": "b.py", "correct": True, "vs_compile": 0.5},
-             {"level": "level1", "file": "c.py", "correct": False, "vs_compile": None},
-             {"level": "level2", "file": "a.py", "correct": True, "vs_compile": 3.0}]
-    rows = merge.family_rows(files, {("level1", "a.py"): "gemm", ("level1", "b.py"): "gemm",
-                                     ("level1", "c.py"): "gemm", ("level2", "a.py"): "regions"})
+    kb = "shared/kernelbench"
+    reports = [SuiteReport.model_validate(report([
+        entry(f"{kb}/level1/a.py", 2.0), entry(f"{kb}/level1/b.py", 0.5), entry(f"{kb}/level1/c.py", None, why=Why.no_run),
+        entry(f"{kb}/level2/a.py", 3.0)]))]
+    rows = merge.family_rows(reports, {("level1", "a.py"): "gemm", ("level1", "b.py"): "gemm",
+                                       ("level1", "c.py"): "gemm", ("level2", "a.py"): "regions"})
     assert [(r["level"], r["family"], r["files"], r["correct"]) for r in rows] == [
         ("level1", "gemm", 3, 2), ("level2", "regions", 1, 1)]
     assert rows[0]["geomean_compile"] == pytest.approx(1.0) and rows[0]["fast_1_compile"] == pytest.approx(1 / 3)
