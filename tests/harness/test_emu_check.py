@@ -31,7 +31,9 @@ pytestmark = pytest.mark.needs_cxx
 GELU = ProblemRef(source="gelu", shape=(37, 41))  # 1517 elements: not a multiple of 4
 GELU_WIDE = ProblemRef(source="gelu", shape=(128, 256))  # one element's error stays far under the rel-err limit
 SOFTMAX = ProblemRef(source="softmax", shape=(6, 300))
-SOFTMAX_WIDE = ProblemRef(source="softmax", shape=(4, 2048))  # values ~5e-4: bf16 rounding hides inside atol
+# values ~1e-4: bf16 rounding hides inside atol=1e-4 (and rtol=1e-4) up to |v| ~0.05. Rows of 2048 randn reached
+# that once in ~1,000 runs (an x ~5.2 sigma past the row's mean: a mismatch, CI's flake); rows of 8192 need ~6.6.
+SOFTMAX_WIDE = ProblemRef(source="softmax", shape=(4, 8192))
 LAYERNORM = ProblemRef(source="layernorm", shape=(2, 4, 8, 8))
 MATMUL = ProblemRef(source="matmul", shape=(32, 48, 40))
 OPTIONS = EvalOptions(seeds=3, bench=True, budget_ms=20, timeout_s=60)
