@@ -4,6 +4,11 @@ geometric-mean speedup against torch.compile and eager (true fp32), and against 
 defaults; kerngen's own metrics (:func:`kerngen.results.suite.suite_metrics`) over the shards' entries together.
 
     python scripts/levels_merge.py levels-*.json [--json | --files | --families]
+    python scripts/levels_merge.py docs/measurements/2026-11-28-4xh200-c.md docs/measurements/levels-2026-11-29/*.json.gz
+
+A report is a `kerngen suite --json` file (gzipped: ``.json.gz``), or a markdown file holding tables per file as
+``--files`` prints them (the rows docs keep when the reports themselves were not): its rows become entries with
+their two speedups only, so the level rows from it have no TF32-defaults column.
 
 ``--files`` prints the table per file instead (the figures each headline row is derived from); ``--families`` the
 geomeans per level and playbook family (the family of each file from the checked-in `kerngen playbook` tables,
@@ -14,6 +19,7 @@ A report that cannot be read is named on stderr and left out (exit 1 if none can
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import re
 import sys
@@ -22,7 +28,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from kerngen.results.suite import SuiteEntry, SuiteReport, Why, suite_metrics
+from kerngen.problems.ref import ProblemRef
+from kerngen.results.suite import NoKernel, SuiteEntry, SuiteReport, Why, suite_metrics
+
+FILES_HEADER = "| level | file | correct | why not | kernel ms | eager ms | torch.compile ms | vs eager | vs compile |"
 
 
 def level_of(entry: SuiteEntry) -> str:
@@ -31,22 +40,54 @@ def level_of(entry: SuiteEntry) -> str:
     return m.group(1) if m else "other"
 
 
+def _speedup(cell: str) -> float | None:
+    return None if cell == "-" else float(cell.removesuffix("x"))
+
+
+def read_table(text: str, name: str) -> SuiteReport:
+    """The per-file rows of every ``--files`` table in a markdown text, as a report (ValueError if none)."""
+    entries, inside = [], False
+    for line in text.splitlines():
+        if line.strip() == FILES_HEADER:
+            inside = True
+            continue
+        if not line.startswith("|"):
+            inside = False
+        if not inside or line.startswith("|---"):
+            continue
+        level, file, correct, why, _, _, _, eager_x, compile_x = (c.strip() for c in line.strip().strip("|").split("|"))
+        kind = Why(why) if why in Why._value2member_map_ else None
+        entries.append(SuiteEntry(
+            problem=f"{level}/{file}", ref=ProblemRef(source=f"{level}/{file}"),
+            verdict="ok" if correct == "yes" else (why or "no_kernel"),
+            why=NoKernel(kind=kind, text=why) if kind else None,
+            speedup_eager=_speedup(eager_x), speedup_compile=_speedup(compile_x)))
+    if not entries:
+        raise ValueError("no table per file in it")
+    return SuiteReport(gpu=f"the tables of {name}", entries=entries, metrics=suite_metrics(entries))
+
+
 def read_reports(paths: list[Path]) -> tuple[list[SuiteReport], list[str]]:
     reports, bad = [], []
     for p in paths:
         try:
-            reports.append(SuiteReport.model_validate(json.loads(p.read_text())))
-        except (OSError, ValueError, ValidationError) as exc:
+            if p.suffix == ".md":
+                reports.append(read_table(p.read_text(), p.name))
+                continue
+            raw = gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_bytes()
+            reports.append(SuiteReport.model_validate(json.loads(raw)))
+        except (OSError, EOFError, ValueError, ValidationError) as exc:
             bad.append(f"{p}: {type(exc).__name__}: {' '.join(str(exc).split())[:160]}")
     return reports, bad
 
 
 def latest(reports: list[SuiteReport]) -> list[SuiteEntry]:
-    """Each problem's entry once: of a problem in two shards, the later report's."""
-    by_problem: dict[str, SuiteEntry] = {}
+    """Each problem's entry once: of a problem in two shards, the later report's. A problem is its level and file
+    name, so that a table's row (``level1/9_X.py``) and a report's entry (``.../kernelbench/level1/9_X.py``) meet."""
+    by_problem: dict[tuple[str, str], SuiteEntry] = {}
     for r in reports:
         for e in r.entries:
-            by_problem[e.problem] = e
+            by_problem[(level_of(e), e.problem.rsplit("/", 1)[-1])] = e
     return list(by_problem.values())
 
 

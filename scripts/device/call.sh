@@ -6,7 +6,7 @@
 # MUT_JOBS (default 46) MUTATION ARGS on cores MUT_CORES (default 16-63: a 4-GPU host; 8-31 on a 2-GPU one), or is
 # left out when MUTATION ARGS is "". Every lane stops at SECONDS (scripts/device/lanes.sh); $OUT/lanes.tgz holds
 # every lane's folder. E.g. KernelBench shards and check.py's mutants on 4 GPUs:
-#   LEVELS_SKIP=docs/measurements/levels-2026-11-28-measured.txt KG_GEN_S=400 KG_SUITE_S=120 bash scripts/device/call.sh \
+#   LEVELS_SKIP=docs/measurements/levels-measured.txt KG_GEN_S=400 KG_SUITE_S=120 bash scripts/device/call.sh \
 #     540 "--module check --budget-s 420 --no-fail" "bash scripts/device/levels.sh 0 8" ... "bash scripts/device/levels.sh 3 8"
 set -u
 source scripts/device/setup.sh || exit 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import json
 from pathlib import Path
@@ -82,3 +83,29 @@ def test_families_group_the_files_by_the_checked_in_playbook_tables(merge):
     assert [(r["level"], r["family"], r["files"], r["correct"]) for r in rows] == [
         ("level1", "gemm", 3, 2), ("level2", "regions", 1, 1)]
     assert rows[0]["geomean_compile"] == pytest.approx(1.0) and rows[0]["fast_1_compile"] == pytest.approx(1 / 3)
+
+
+def test_a_docs_table_per_file_and_a_gzipped_report_merge_as_reports(merge, tmp_path, capsys):
+    """The rows `--files` printed into a doc read back as a report; a later (gzipped) report's entry of the same
+    file replaces the row, whatever the path it names the file by."""
+    kb = "shared/kernelbench"
+    (tmp_path / "a.json").write_text(json.dumps(report([
+        entry(f"{kb}/level1/9_I.py", 0.5, 0.8), entry(f"{kb}/level1/10_J.py", 2.0, 4.0),
+        entry(f"{kb}/level2/3_E.py", None, why=Why.degenerate)])))
+    assert merge.main(["--files", str(tmp_path / "a.json")]) == 0
+    doc = tmp_path / "doc.md"
+    doc.write_text("# a session\n\nsome text\n\n" + capsys.readouterr().out + "\nmore text\n| a | b |\n|---|---|\n")
+    (tmp_path / "b.json.gz").write_bytes(gzip.compress(json.dumps(report([
+        entry(f"/elsewhere/{kb}/level1/9_I.py", 3.0, 3.0)])).encode()))
+    (tmp_path / "empty.md").write_text("# nothing measured\n")
+    (tmp_path / "cut.json.gz").write_bytes(gzip.compress(b"{}")[:-4])
+    from_doc = merge.rows(merge.read_reports([doc])[0])
+    assert [(r["level"], r["problems"], r["correct"], r["degenerate"]) for r in from_doc] == [
+        ("level1", 2, 2, 0), ("level2", 1, 0, 1)]
+    assert from_doc[0]["geomean_compile"] == pytest.approx(1.0) and from_doc[0]["geomean_eager"] == pytest.approx(
+        (0.8 * 4.0) ** 0.5)
+    reports, bad = merge.read_reports([doc, tmp_path / "b.json.gz", tmp_path / "empty.md", tmp_path / "cut.json.gz"])
+    assert len(reports) == 2 and [b.split(":")[0] for b in bad] == [str(tmp_path / "empty.md"), str(tmp_path / "cut.json.gz")]
+    one = merge.rows(reports)[0]
+    assert (one["problems"], one["correct"], one["fast_1_compile"]) == (2, 2, 1.0)
+    assert one["geomean_compile"] == pytest.approx((3.0 * 2.0) ** 0.5)
