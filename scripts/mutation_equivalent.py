@@ -133,6 +133,8 @@ EQUIVALENT: dict[tuple, str] = {
     ("check", "core/NumberReplacer", 312, 31): "_equal's chunk 2**26 -> 2**27 or 2**25 elements: the same answer",
     ("check", "core/RemoveDecorator", 52): "Footprint without @dataclass: it is made only by ProblemState.footprint, "
     "GPU-only code (CUDA memory queries) whose mutants are skipped",
+    ("check", "core/ReplaceTrueWithFalse", 52): "Footprint's @dataclass(frozen=True) -> frozen=False: nothing assigns to "
+    "a Footprint's fields (it is read once by the memory plan), so freezing changes no verdict",
     ("check", "core/ReplaceComparisonOperator_Eq_IsNot", 190): "`r.device.type == self.device.type` -> `is not` in "
     "seal_refs: device.type gives a new str on every call, so every reference is sealed, host ones too, whose "
     "digest never changes (out of any kernel's reach)",

@@ -374,6 +374,9 @@ def test_two_runs_in_host_memory_are_compared_chunk_by_chunk_over_their_whole_le
     assert not _equal(a, b)
     # killed: ``a.shape != b.shape or a.dtype != b.dtype`` -> ``and`` (the same bytes in another shape were equal)
     assert not _equal(torch.zeros(4), torch.zeros(2, 2)) and not _equal(torch.zeros(4), torch.zeros(4, dtype=torch.int32))
+    # killed: ``a.shape != b.shape`` -> ``a.shape > b.shape`` (shapes sort as tuples: a first run of a smaller shape,
+    # the second run's prefix in bytes or the same bytes in another shape, was equal)
+    assert not _equal(torch.zeros(2, 2), torch.zeros(4)) and not _equal(torch.zeros(3), torch.zeros(4))
 
 
 def test_each_timed_sampler_seeds_its_generator_afresh():
