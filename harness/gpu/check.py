@@ -66,7 +66,7 @@ class ProblemState:
         self.device = device
         self._seed = seed
         self.gen = torch.Generator(device=device)
-        self.gen.manual_seed(seed)
+        self.gen.seed()  # guard bytes and poisons from a fresh seed each time (the model is built from `seed`)
         self._build_model()
         self.params = self._guard_params()
         self._digest_key = new_key()  # digests of inputs that are made again rather than kept

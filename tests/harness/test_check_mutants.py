@@ -536,3 +536,24 @@ def _sampler():
     sampler = TimedSampler.__new__(TimedSampler)
     sampler.atol, sampler.rtol, sampler.bad, sampler.samples, sampler.calls, sampler._gen = 1e-4, 1e-4, None, 0, 0, {}
     return sampler
+
+
+def test_two_checks_of_one_problem_draw_other_guard_bytes_from_the_same_model():
+    """The guards' and poisons' generator is seeded afresh for each ProblemState (it was a fixed 1234: every worker
+    and every run drew the same guard bytes and random-poison seeds in the same order, which a kernel could learn);
+    the reference model is still built from the state's seed, so its weights are the same."""
+    from kerngen.harness.gpu.check import ProblemState
+    from kerngen.harness.spec.plan import ResolvedPlan
+    from kerngen.problems.load import load_problem
+    from kerngen.problems.ref import ProblemRef
+
+    problem = load_problem(ProblemRef(source="conv2d", shape=(2, 3, 16, 16)))
+    a, b = (ProblemState(problem, torch.device("cpu")) for _ in range(2))
+    assert a.gen.initial_seed() != b.gen.initial_seed()
+    assert a.params.keys() == b.params.keys() and a.params
+    for name in a.params:
+        assert torch.equal(a.params[name].view, b.params[name].view), name
+        assert not torch.equal(a.params[name].guard_copy, b.params[name].guard_copy), name
+    plan = ResolvedPlan(config={}, defines={}, scratch=[], steps=[])
+    out_a, out_b = a.new_set(7, plan).outputs["out"], b.new_set(7, plan).outputs["out"]
+    assert not torch.equal(out_a.guard_copy, out_b.guard_copy)
