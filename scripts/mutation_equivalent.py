@@ -123,8 +123,8 @@ EQUIVALENT: dict[tuple, str] = {
     "reset_params also after some other failures, and restoring intact parameters changes nothing",
     ("check", "core/ReplaceComparisonOperator_Is_Eq", 297): "`copy is RunCopy.host` -> `==`: enum members equal "
     "only themselves",
-    ("check", "core/NumberReplacer", 63): "ProblemState's default generator seed 1234 -> 1233 or 1235: another fixed "
-    "seed for the guards and poisons (docs/harness-tests.md: noticed, a fixed seed)",
+    ("check", "core/NumberReplacer", 63): "ProblemState's default seed 1234 -> 1233 or 1235: the reference model's "
+    "weights from another fixed seed (the guards and poisons are seeded afresh), the same for every candidate",
     ("check", "core/NumberReplacer", 370): "TimedSampler.samples starts at 1 or -1: a count in the failure's message",
     ("check", "core/NumberReplacer", 383): "TimedSampler.calls counts by 2 or 0: a count in the failure's message",
     ("check", "core/ReplaceBinaryOperator_LShift_Add", 312): "_equal's chunk `1 << 26` -> `1 + 26`: the same answer "
