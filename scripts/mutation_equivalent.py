@@ -121,6 +121,8 @@ EQUIVALENT: dict[tuple, str] = {
     "seal_refs: a reference moved to host memory is sealed too (its digest never changes: out of any kernel's reach)",
     ("check", "core/ReplaceComparisonOperator_Is_LtE", 238): "`failed is input_mutated` -> `<=` (string order): "
     "reset_params also after some other failures, and restoring intact parameters changes nothing",
+    ("check", "core/ReplaceComparisonOperator_Is_GtE", 238): "`failed is input_mutated` -> `>=` (string order): "
+    "reset_params also after the failures sorting after it, and restoring intact parameters changes nothing",
     ("check", "core/ReplaceComparisonOperator_Is_Eq", 297): "`copy is RunCopy.host` -> `==`: enum members equal "
     "only themselves",
     ("check", "core/NumberReplacer", 63): "ProblemState's default seed 1234 -> 1233 or 1235: the reference model's "
