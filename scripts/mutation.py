@@ -10,6 +10,8 @@ a verdict. docs/harness-tests.md has the last scores.
     python scripts/mutation.py --sample 40        # a random sample (CI: --sample 4 --no-fail)
     python scripts/mutation.py --module compare   # one module
     python scripts/mutation.py --jobs 32          # 32 workers side by side (a many-core host: minutes)
+    python scripts/mutation.py --jobs 14 --budget-s 480   # stop after 8 minutes (a device call), the judged count
+    python scripts/mutation.py --resume --budget-s 480    # ... and go on where it stopped (the next call)
 
 With ``--jobs N`` the project is never mutated in place: each worker gets its own copy of the tree
 (tracked and untracked files, ``shared`` linked) with kerngen installed from it, not editable, into
@@ -112,6 +114,21 @@ def _still_pending(sessions: list) -> set[str]:
     return ids
 
 
+def _mark_skips(work, m: str) -> int:
+    """Mark module ``m``'s pending mutants in EQUIVALENT, inside annotations or in GPU-only code as skipped in the
+    session ``work``; how many."""
+    notes, gpu = _annotations(m), _gpu_only(m)
+    equivalent = [w.job_id for w in work.pending_work_items for s in w.mutations
+                  if (m, s.operator_name, s.start_pos[0]) in EQUIVALENT
+                  or (m, s.operator_name, s.start_pos[0], s.occurrence) in EQUIVALENT
+                  or any(a <= tuple(s.start_pos) < b for a, b in notes)]
+    _skip(work, equivalent, "equivalent")
+    on_gpu = [w.job_id for w in work.pending_work_items for s in w.mutations
+              if any(a <= tuple(s.start_pos) < b for a, b in gpu)]
+    _skip(work, on_gpu, "gpu-only")
+    return len(set(equivalent)) + len(set(on_gpu))
+
+
 def _skip(db, job_ids: list[str], why: str = "not sampled") -> None:
     from cosmic_ray.work_item import WorkerOutcome, WorkResult
 
@@ -180,12 +197,13 @@ def _worker_session(w: Path, m: str, db: Path, mine: set[str], timeout_s: float)
 
 
 def _run_workers(sessions: list, pending: list[tuple[Path, str]], jobs: int, out: Path, timeout_s: float,
-                 budget_s: float = 0.0) -> tuple[list, bool]:
+                 budget_s: float = 0.0, resume: bool = False) -> tuple[list, bool]:
     """The pending mutants shared among ``jobs`` workers, each in its own copy, side by side; the
     sessions to read the results from: (module, worker's db) for every worker and module, and whether a
     worker failed (its share then stays unjudged, the rest is read). With
     ``budget_s`` the workers are stopped then (their sessions keep every mutant judged so far: a device
-    call has a time limit, and a run killed from outside would hand back nothing)."""
+    call has a time limit, and a run killed from outside would hand back nothing). With ``resume`` the workers of an
+    earlier run in ``out`` go on with their own sessions' pending mutants."""
     shares = [set(job for _, job in pending[j::jobs]) for j in range(jobs)]
     results: list[tuple[str, Path]] = []
     failures: list[str] = []
@@ -194,10 +212,24 @@ def _run_workers(sessions: list, pending: list[tuple[Path, str]], jobs: int, out
 
     def worker(j: int) -> None:
         try:
-            w = _worker_tree(out, j)
+            w = out / f"worker{j}" if resume else _worker_tree(out, j)
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(w / "site"),
                                                                              os.environ.get("PYTHONPATH")]))}
             for m, _, db in sessions:
+                if resume:  # its own session as left, its module as installed (a killed mutant leaves it mutated)
+                    wdb, cfg = w / f"{m}.sqlite", w / f"{m}.toml"
+                    if not wdb.exists():
+                        continue
+                    shutil.copy2(w / "tree" / "harness" / "gpu" / f"{m}.py",
+                                 w / "site" / "kerngen" / "harness" / "gpu" / f"{m}.py")
+                    results.append((m, wdb))
+                    proc = subprocess.Popen([*COSMIC_RAY, "exec", str(cfg), str(wdb)], cwd=w / "tree", env=env,
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                    running.append(proc)
+                    err = proc.communicate()[1]
+                    if proc.returncode != 0 and not stop.is_set():
+                        raise subprocess.CalledProcessError(proc.returncode, "cosmic-ray exec", stderr=err)
+                    continue
                 mine = {job for d, job in pending if d == db} & shares[j]
                 if not mine or stop.is_set():
                     continue
@@ -262,7 +294,6 @@ def _baseline_passes(modules: list[str]) -> bool:
 
 def main() -> int:
     from cosmic_ray.work_db import WorkDB, use_db
-    from cosmic_ray.work_item import TestOutcome
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sample", type=int, default=0, help="run this many mutants, drawn at random (0: all)")
@@ -276,10 +307,14 @@ def main() -> int:
                     "then (0: no limit)")
     ap.add_argument("--no-fail", action="store_true", help="exit 0 even when a mutant survives (CI's sample: "
                     "a survivor is printed for a person to kill or explain, not a reason to refuse a change)")
+    ap.add_argument("--resume", action="store_true", help="go on with the --jobs run left in --out (stopped by its "
+                    "budget, e.g. by an earlier device call of the same lease): each worker its own pending mutants")
     args = ap.parse_args()
     started = time.monotonic()  # the budget counts from here: a device call's limit takes in init and the baseline
     modules = args.module or sorted(TESTS)
     out = Path(args.out)
+    if args.resume:
+        return _resume(modules, out, args, started)
     out.mkdir(parents=True, exist_ok=True)
     sessions = []
     for m in modules:
@@ -292,16 +327,7 @@ def main() -> int:
     skipped = 0
     for m, _, db in sessions:
         with use_db(str(db), WorkDB.Mode.open) as work:
-            notes, gpu = _annotations(m), _gpu_only(m)
-            equivalent = [w.job_id for w in work.pending_work_items for s in w.mutations
-                          if (m, s.operator_name, s.start_pos[0]) in EQUIVALENT
-                          or (m, s.operator_name, s.start_pos[0], s.occurrence) in EQUIVALENT
-                          or any(a <= tuple(s.start_pos) < b for a, b in notes)]
-            _skip(work, equivalent, "equivalent")
-            on_gpu = [w.job_id for w in work.pending_work_items for s in w.mutations
-                      if any(a <= tuple(s.start_pos) < b for a, b in gpu)]
-            _skip(work, on_gpu, "gpu-only")
-            skipped += len(set(equivalent)) + len(set(on_gpu))
+            skipped += _mark_skips(work, m)
             pending += [(db, w.job_id) for w in work.pending_work_items]
     print(f"{len(pending) + skipped} mutants; {skipped} skipped: inside annotations, in EQUIVALENT, or in GPU-only "
           "code", flush=True)
@@ -330,6 +356,33 @@ def main() -> int:
             if not _baseline_passes([m]):  # a test command that fails unmutated would "kill" every mutant
                 return 2
             subprocess.run([*COSMIC_RAY, "exec", str(cfg), str(db)], cwd=ROOT, check=True)
+    return _report(read, worker_failed, args.no_fail)
+
+
+def _resume(modules: list[str], out: Path, args, started: float) -> int:
+    """``--resume``: the workers of the run in ``out`` go on (new entries of EQUIVALENT skipped first)."""
+    from cosmic_ray.work_db import WorkDB, use_db
+
+    workers = sorted(out.glob("worker*/*.sqlite"))
+    sessions = [(m, out / f"{m}.toml", out / f"{m}.sqlite") for m in modules if (out / f"{m}.sqlite").exists()]
+    if not workers or not sessions:
+        print(f"nothing to resume in {out}: no worker's session of {', '.join(modules)}", flush=True)
+        return 2
+    for wdb in workers:
+        with use_db(str(wdb), WorkDB.Mode.open) as work:
+            _mark_skips(work, wdb.stem)
+    jobs = len({wdb.parent for wdb in workers})
+    left = max(1.0, args.budget_s - (time.monotonic() - started)) if args.budget_s > 0 else 0.0
+    print(f"resuming {jobs} workers of {out}", flush=True)
+    read, worker_failed = _run_workers(sessions, [], jobs, out, args.timeout, left, resume=True)
+    return _report(read, worker_failed, args.no_fail)
+
+
+def _report(read: list[tuple[str, Path]], worker_failed: bool, no_fail: bool) -> int:
+    """Print every survivor with its diff and the score; the exit status (see the module docstring)."""
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import TestOutcome
+
     killed = survived = other = unjudged = 0
     for m, db in read:
         with use_db(str(db), WorkDB.Mode.open) as work:
@@ -352,7 +405,7 @@ def main() -> int:
           + (f"; {unjudged} not judged (the budget)" if unjudged else ""))
     if worker_failed:
         return 2
-    return 1 if survived and not args.no_fail else 0
+    return 1 if survived and not no_fail else 0
 
 
 if __name__ == "__main__":
