@@ -156,7 +156,9 @@ def test_conv_nd_3d_and_stride_1_transposed(tmp_path):
     r = _resolve(spec, m)
     assert spec.name == "playbook-conv-nd-wgmma" and "CW_KVOL - 1 - rs" not in spec.source
     assert (r.defines["D_"], r.defines["KD_"], r.defines["DD_"], r.defines["OD_"], r.defines["KR"]) == (9, 3, 2, 7, 27 * 6)
-    assert [(s.name, s.size) for s in r.scratch] == [("xs", 2 * 2 * 9 * 11 * 13 * 6), ("ws", 2 * 20 * 164)]  # K 162 -> 164
+    # K 162 -> 164; 6 k tiles of 32 for 5 output tiles: split in 2 slices of 3 (fp32 partials of the 2 x 20 x 7 x 6 x 7)
+    assert [(s.name, s.size) for s in r.scratch] == [("xs", 2 * 2 * 9 * 11 * 13 * 6), ("ws", 2 * 20 * 164),
+                                                    ("partials", 2 * 2 * 20 * 7 * 6 * 7)]
     _compiles_clean(spec, m, {})
     t = explain(conv_problem(tmp_path, "nn.ConvTranspose2d(8, 48, (3, 5), padding=(1, 2), dilation=(2, 1), groups=2)",
                              (2, 8, 13, 17), forward="self.conv(x) * 2"))

@@ -14,7 +14,8 @@ import torch
 
 from kerngen.agent.playbook import explain
 from kerngen.agent.playbook.conv.build_epi import frame
-from kerngen.agent.playbook.conv.split_wgmma import MIN_SLICE_KT, SPLIT_CHOICES, SUM_KERNEL, fill_defaults
+from kerngen.agent.playbook.conv.split_wgmma import (MIN_SLICE_KT, SHORT_SLICE_KT, SPLIT_CHOICES, SUM_KERNEL,
+                                                     fill_defaults)
 from kerngen.agent.playbook.render import render
 from kerngen.harness.spec.spec import KernelSpec
 from tests.agent.family_checks import forward_problem
@@ -67,8 +68,10 @@ def test_small_outputs_default_to_a_split_that_fills_the_grid(tmp_path):
     # layer3 3 x 3 (M 3136, N 256: 50 tiles): 2 slices; its 1 x 1 downsample (K 128: 4 k tiles) cannot split, so one
     # consumer (100 tiles of 64 rows); layer1 (M 50176: 392 tiles) as before
     assert build(region(tmp_path, 256, 256, 3, 1, 14)).default_config()["SPLIT_K"] == 2
-    down = build(region(tmp_path, 128, 256, 1, 2, 28))
-    assert "SPLIT_K" not in down.tunables and down.default_config()["CWG"] == 1
+    down = build(region(tmp_path, 128, 256, 1, 2, 28))  # ResNet18's r13: 4 k tiles, 2 slices of SHORT_SLICE_KT
+    assert down.default_config()["SPLIT_K"] == 2 and down.default_config()["CWG"] == 2
+    shallow = build(region(tmp_path, 64, 256, 1, 2, 28))  # 2 k tiles: no split keeps 2 a slice, one consumer
+    assert "SPLIT_K" not in shallow.tunables and shallow.default_config()["CWG"] == 1
     big = build(region(tmp_path, 64, 64, 3, 1, 56, "torch.relu(self.bn(self.conv(x)))"))
     assert "SPLIT_K" not in big.tunables and big.default_config()["CWG"] == 2
     # what the caller names stays: a tile asked for is kept (and split to fill), a consumer count is never overridden
@@ -80,8 +83,11 @@ def test_fill_defaults():
     cfg = dict(BN=128, WGM=1, CWG=2, BK=32, CTAS=132)
     assert fill_defaults(cfg, {}, 1, 784, 512, 4608) == {"SPLIT_K": 4}
     assert fill_defaults(cfg, {}, 1, 784, 512, 256) == {"SPLIT_K": 2}  # 8 k tiles: 2 slices of MIN_SLICE_KT
-    assert MIN_SLICE_KT == 4 and fill_defaults(cfg, {}, 1, 3136, 256, 128) == {"CWG": 1}
-    assert fill_defaults(cfg, {"CWG": 2}, 1, 3136, 256, 128) == {}
+    assert MIN_SLICE_KT == 4 and SHORT_SLICE_KT == 2
+    assert fill_defaults(cfg, {}, 1, 3136, 256, 128) == {"SPLIT_K": 2}  # 4 k tiles: 2 slices of SHORT_SLICE_KT
+    assert fill_defaults(cfg, {}, 1, 3136, 256, 224) == {"SPLIT_K": 2}  # 7 k tiles: not 4 slices of 1
+    assert fill_defaults(cfg, {}, 1, 3136, 256, 64) == {"CWG": 1}  # 2 k tiles: no split of 2 a slice
+    assert fill_defaults(cfg, {"CWG": 2}, 1, 3136, 256, 64) == {}
     assert fill_defaults(cfg, {}, 1, 16 * 3136, 64, 576) == {}  # 392 tiles: the grid is full
     assert fill_defaults(dict(cfg, CTAS=66), {}, 1, 784, 512, 4608) == {"SPLIT_K": 2}
 
