@@ -206,9 +206,8 @@ def test_bench_measures_again_with_a_lead_when_the_host_falls_behind(monkeypatch
     """A sample whose start the GPU reached before the call was enqueued holds host time: above
     1% of such reps, the series is redone with a GPU spin queued before every rep's flush."""
     log: list[str] = []
-    lead = f"sleep{timing.LEAD_CYCLES}"
     # the host is late on every rep until a lead is queued
-    _fake_cuda(monkeypatch, log, per_call_ms=1.0, host_late=lambda log: lead not in log)
+    _fake_cuda(monkeypatch, log, per_call_ms=1.0, host_late=lambda log: not any(x.startswith("sleep") for x in log))
 
     class Flusher:
         def flush(self, stream):
@@ -216,7 +215,10 @@ def test_bench_measures_again_with_a_lead_when_the_host_falls_behind(monkeypatch
 
     t = timing.bench(lambda: log.append("fn"), stream=_FakeStream(log), flusher=Flusher(), budget_ms=20.0,
                      warmup_ms=5.0, min_reps=4, max_reps=100)
-    assert (t.lead_cycles, t.late_reps, t.reps) == (timing.LEAD_CYCLES, 0, 20)
+    # the lead is the minimum, or more where this host's own time per rep is longer (a loaded machine: it was a
+    # flake when the test asked for exactly the minimum)
+    assert t.lead_cycles >= timing.LEAD_CYCLES and (t.late_reps, t.reps) == (0, 20)
+    lead = f"sleep{t.lead_cycles}"
     kept = log[log.index(lead):]
     assert kept[:6] == [lead, "flush", "rec", "fn", "late?", "rec"] and kept.count(lead) == 20
     assert log.count("sync") == 4  # first call, estimate, the late series, the kept series
