@@ -44,6 +44,10 @@ EQUIVALENT: dict[tuple, str] = {
     "total - k * B is never negative: k * B <= b <= total)",
     ("buffers", "core/ReplaceBinaryOperator_Sub_BitXor", 158): "(n + B - 1) -> (n + B) ^ 1: ceil(n / B) or one "
     "more loop turn, over an empty slice with an empty block",
+    ("buffers", "core/NumberReplacer", 132, 22): "last = (max(b, a + 1) - 1) // B -> (max(b, a + 2) - 1) // B: "
+    "at most one block more past the chunk's end (empty past the buffer's), sliced off",
+    ("buffers", "core/NumberReplacer", 156, 41): "a random poison's seed drawn from [-1, 2**62) instead of [0, 2**62): "
+    "one value more, taken modulo 2**63 per block like the others",
     ("evaluate", "core/ReplaceBinaryOperator_BitOr_Add", 42): "fresh seeds `| 1` -> `+ 1`: still never the "
     "default seed 0 (test_emu_check.py::test_fresh_seeds_are_never_the_default_seed), still fresh random values",
     ("evaluate", "core/NumberReplacer", 135): "a launch plan's refusal kept to 999 characters instead of 1000 in "

@@ -30,8 +30,8 @@ TORCH_DTYPES: dict[str, torch.dtype] = {
     "bool": torch.bool,
 }
 
-# Poison patterns, cycled per run: all-ones bytes (NaN for floats), a huge finite value, and
-# fresh random bits. A kernel cannot learn one pattern and special-case it.
+# Poison patterns, cycled per run: all-ones bytes (NaN for floats), a huge finite value (0x7B: 0x7F7F is a NaN in
+# fp16), and fresh random bits. A kernel cannot learn one pattern and special-case it.
 POISON_PATTERNS = ("nan", "huge", "random")
 
 
@@ -150,7 +150,7 @@ def poison(buf: GuardedBuffer, pattern: str, gen: torch.Generator) -> Poison:
     assert raw is not None, "guarded views are contiguous"
     shape, dtype, device = tuple(buf.view.shape), buf.view.dtype, buf.view.device
     if pattern in ("nan", "huge"):
-        byte = 0xFF if pattern == "nan" else 0x7F  # NaN for every float type (-1 for ints); 3.4e38, NaN-free
+        byte = 0xFF if pattern == "nan" else 0x7B  # NaN for every float type (-1 for ints); ~1.3e36, 61280 in fp16
         raw.fill_(byte)
         return Poison(shape, dtype, device, byte=byte)
     seed = int(torch.randint(0, 1 << 62, (1,), device=device, generator=gen))

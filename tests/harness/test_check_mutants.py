@@ -557,3 +557,17 @@ def test_two_checks_of_one_problem_draw_other_guard_bytes_from_the_same_model():
     plan = ResolvedPlan(config={}, defines={}, scratch=[], steps=[])
     out_a, out_b = a.new_set(7, plan).outputs["out"], b.new_set(7, plan).outputs["out"]
     assert not torch.equal(out_a.guard_copy, out_b.guard_copy)
+
+
+def test_the_nan_poison_is_nan_and_the_huge_poison_is_finite():
+    """Killed: ``0xFF if pattern == "nan" else 0x7F`` negated in buffers.poison (the two patterns swapped bytes: the
+    "nan" sets were poisoned with a finite value, the "huge" ones with NaN). Found with it: 0x7F7F was a NaN in fp16,
+    so fp16 outputs had no finite huge poison at all; the byte is 0x7B now."""
+    from kerngen.harness.gpu.buffers import alloc_guarded, poison
+
+    gen = torch.Generator().manual_seed(3)
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        buf = alloc_guarded("out", (5, 3), dtype, torch.device("cpu"), gen)
+        assert poison(buf, "nan", gen).byte == 0xFF and bool(torch.isnan(buf.view).all()), dtype
+        assert poison(buf, "huge", gen).byte == 0x7B, dtype  # 0x7F7F is a NaN in fp16
+        assert bool(torch.isfinite(buf.view).all()) and bool((buf.view.float().abs() > 1e4).all()), dtype
