@@ -46,6 +46,10 @@ EQUIVALENT: dict[tuple, str] = {
     "more loop turn, over an empty slice with an empty block",
     ("buffers", "core/NumberReplacer", 132, 22): "last = (max(b, a + 1) - 1) // B -> (max(b, a + 2) - 1) // B: "
     "at most one block more past the chunk's end (empty past the buffer's), sliced off",
+    ("buffers", "core/ReplaceBinaryOperator_Sub_Pow", 132): "last = (max(b, a + 1) - 1) // B -> max(b, a + 1) // B: "
+    "the same block, or one more past the chunk's end (empty past the buffer's), sliced off",
+    ("buffers", "core/ReplaceBinaryOperator_Mod_BitOr", 142): "a block's seed (seed + k) % 2**63 -> (seed + k) | 2**63: "
+    "seed + k < 2**63 (seed < 2**62), so the high bit added keeps every block's seed distinct and within torch's range",
     ("buffers", "core/NumberReplacer", 156, 41): "a random poison's seed drawn from [-1, 2**62) instead of [0, 2**62): "
     "one value more, taken modulo 2**63 per block like the others",
     ("evaluate", "core/ReplaceBinaryOperator_BitOr_Add", 42): "fresh seeds `| 1` -> `+ 1`: still never the "
