@@ -50,6 +50,28 @@ EQUIVALENT: dict[tuple, str] = {
     "the same block, or one more past the chunk's end (empty past the buffer's), sliced off",
     ("buffers", "core/ReplaceBinaryOperator_Mod_BitOr", 142): "a block's seed (seed + k) % 2**63 -> (seed + k) | 2**63: "
     "seed + k < 2**63 (seed < 2**62), so the high bit added keeps every block's seed distinct and within torch's range",
+    ("buffers", "core/NumberReplacer", 132, 25): "last = (max(b, a + 1) - 1) // B -> (max(b, a + 1) - 0) // B: the "
+    "same block, or one more past the chunk's end (empty past the buffer's), sliced off",
+    ("buffers", "core/ReplaceBinaryOperator_Sub_Add", 132): "last = (max(b, a + 1) - 1) // B -> (max(b, a + 1) + 1) // "
+    "B: at most one block more past the chunk's end, sliced off",
+    ("buffers", "core/ReplaceBinaryOperator_Sub_BitXor", 132): "last = (max(b, a + 1) - 1) // B -> (max(b, a + 1) ^ 1) "
+    "// B: m ^ 1 is m - 1 (odd m) or m + 1 (even m): the same block or one more past the chunk's end, sliced off",
+    ("buffers", "core/ReplaceBinaryOperator_Add_BitXor", 142): "a block's seed (seed + k) -> (seed ^ k): still one "
+    "distinct seed per block (xor with k is one to one), below 2**63",
+    ("buffers", "core/ReplaceBinaryOperator_Mod_Sub", 142): "a block's seed (seed + k) % 2**63 -> (seed + k) - 2**63: "
+    "one distinct negative seed per block, within torch's range [-2**63, 2**64)",
+    ("buffers", "core/NumberReplacer", 94): "POISON_BLOCK_BYTES 2**24 -> 2**25 or 2**23: the unit a random poison is "
+    "made again in; the poison written and the one made again for a comparison use the same, only time and memory "
+    "differ",
+    ("buffers", "core/ReplaceBinaryOperator_LShift_Add", 94): "POISON_BLOCK_BYTES 2**24 -> 25 bytes: blocks of 25 bytes "
+    "(many more generator seeds, slower), the same for the poison written and made again",
+    ("buffers", "core/ReplaceBinaryOperator_LShift_BitXor", 94): "POISON_BLOCK_BYTES 2**24 -> 25 bytes: as `1 + 24`",
+    ("buffers", "core/ReplaceBinaryOperator_LShift_Mul", 94): "POISON_BLOCK_BYTES 2**24 -> 24 bytes: as `1 + 24`",
+    ("buffers", "core/ReplaceTrueWithFalse", 97): "Poison's @dataclass(frozen=True) -> frozen=False: nothing assigns "
+    "to a Poison's fields",
+    ("buffers", "core/NumberReplacer", 108): "Poison.seed's default 0 -> -1 or 1: every random poison is made with its "
+    "seed; a byte or values poison never reads it",
+    ("buffers", "core/ReplaceFalseWithTrue", 109): "Poison.values' field repr=False -> True: its repr only",
     ("buffers", "core/NumberReplacer", 156, 41): "a random poison's seed drawn from [-1, 2**62) instead of [0, 2**62): "
     "one value more, taken modulo 2**63 per block like the others",
     ("evaluate", "core/ReplaceBinaryOperator_BitOr_Add", 42): "fresh seeds `| 1` -> `+ 1`: still never the "

@@ -571,3 +571,47 @@ def test_the_nan_poison_is_nan_and_the_huge_poison_is_finite():
         assert poison(buf, "nan", gen).byte == 0xFF and bool(torch.isnan(buf.view).all()), dtype
         assert poison(buf, "huge", gen).byte == 0x7B, dtype  # 0x7F7F is a NaN in fp16
         assert bool(torch.isfinite(buf.view).all()) and bool((buf.view.float().abs() > 1e4).all()), dtype
+
+
+def test_every_guard_byte_is_drawn_at_random_not_left_as_allocated(monkeypatch):
+    """Killed: ``g = GUARD_ELEMS * element_size`` -> ``+``, ``|`` or ``//`` in alloc_guarded (only the first bytes of
+    each guard were drawn, the rest left as the allocator had them, often zeros: a kernel writing zeros past its
+    output there went unseen). The allocation is made zeros here, so any byte not drawn shows."""
+    from kerngen.harness.gpu import buffers
+
+    real_empty = torch.empty
+    monkeypatch.setattr(buffers.torch, "empty", lambda *a, **k: torch.zeros(*a, **k) if "dtype" in k else real_empty(*a, **k))
+    gen = torch.Generator().manual_seed(5)
+    for dtype in (torch.float32, torch.float16, torch.float64):
+        guards = buffers.alloc_guarded("out", (3, 5), dtype, torch.device("cpu"), gen).guards()
+        assert guards.numel() == 2 * buffers.GUARD_ELEMS * dtype.itemsize
+        # random bytes are 0 one time in 256: 2 x GUARD_ELEMS x itemsize of them hold a few zeros, not hundreds
+        assert int((guards == 0).sum()) < guards.numel() // 32, (dtype, int((guards == 0).sum()))
+
+
+def test_a_poison_made_again_lands_where_it_is_asked_for():
+    """Killed: ``dev = device if device is not None else self.device`` negated in Poison.flat (a poison made again for
+    a comparison on another device stayed on its own, and one asked for nowhere in particular went to the default)."""
+    from kerngen.harness.gpu.buffers import Poison
+
+    p = Poison((4,), torch.float32, torch.device("meta"), byte=0xFF)
+    assert p.flat(0, 4).device.type == "meta"
+    here = p.flat(0, 4, torch.device("cpu"))
+    assert here.device.type == "cpu" and bool(torch.isnan(here).all())
+
+
+def test_a_random_poisons_last_block_is_made_at_its_own_length(monkeypatch):
+    """Killed: ``total = self.numel * size`` -> ``<<`` in Poison.flat (the last block was drawn longer than it is and
+    cut: the same bytes only where a longer draw begins with a shorter one, which a GPU's generator does not promise).
+    Blocks of 64 bytes here: 40 fp32 elements are blocks of 64, 64 and 32 bytes."""
+    from kerngen.harness.gpu import buffers
+
+    monkeypatch.setattr(buffers, "POISON_BLOCK_BYTES", 64)
+    gen = torch.Generator().manual_seed(9)
+    buf = buffers.alloc_guarded("out", (40,), torch.float32, torch.device("cpu"), gen)
+    p = buffers.poison(buf, "random", gen)
+    drawn: list[int] = []
+    real = buffers._random_bytes
+    monkeypatch.setattr(buffers, "_random_bytes", lambda n, device, g: drawn.append(n) or real(n, device, g))
+    again = p.flat(0, 40)
+    assert drawn == [64, 64, 32] and torch.equal(again.view(torch.uint8), buf.view.view(torch.uint8))
