@@ -71,6 +71,8 @@ EQUIVALENT: dict[tuple, str] = {
     "to a Poison's fields",
     ("buffers", "core/NumberReplacer", 108): "Poison.seed's default 0 -> -1 or 1: every random poison is made with its "
     "seed; a byte or values poison never reads it",
+    ("buffers", "core/ReplaceFalseWithTrue", 49): "GuardedBuffer.guard_copy's field repr=False -> True: its repr "
+    "only",
     ("buffers", "core/ReplaceFalseWithTrue", 109): "Poison.values' field repr=False -> True: its repr only",
     ("buffers", "core/NumberReplacer", 156, 41): "a random poison's seed drawn from [-1, 2**62) instead of [0, 2**62): "
     "one value more, taken modulo 2**63 per block like the others",
