@@ -67,6 +67,17 @@ EQUIVALENT: dict[tuple, str] = {
     "(many more generator seeds, slower), the same for the poison written and made again",
     ("buffers", "core/ReplaceBinaryOperator_LShift_BitXor", 94): "POISON_BLOCK_BYTES 2**24 -> 25 bytes: as `1 + 24`",
     ("buffers", "core/ReplaceBinaryOperator_LShift_Mul", 94): "POISON_BLOCK_BYTES 2**24 -> 24 bytes: as `1 + 24`",
+    ("buffers", "core/ReplaceBinaryOperator_LShift_Mod", 94): "POISON_BLOCK_BYTES 2**24 -> 1 byte: as `1 + 24`",
+    ("buffers", "core/ReplaceBinaryOperator_Add_BitXor", 132): "max(b, a + 1) -> max(b, a ^ 1): b >= a + 1 >= a ^ 1 "
+    "where the range is not empty; an empty one at an odd a (not a block boundary) gets a's block, at an even a "
+    "a + 1 as before: the same blocks",
+    ("buffers", "core/ReplaceBinaryOperator_Add_BitOr", 132): "max(b, a + 1) -> max(b, a | 1): as `a ^ 1`",
+    ("buffers", "core/ReplaceBinaryOperator_Sub_FloorDiv", 132): "last = (max(b, a + 1) - 1) // B -> max(b, a + 1) // "
+    "B: at most one block more past the chunk's end, sliced off",
+    ("buffers", "core/NumberReplacer", 143, 32): "_block draws max(n, 1) bytes instead of max(n, 0): n <= 0 only for a "
+    "block past the buffer's end, which no range reaches (one byte more, sliced off, where it would)",
+    ("buffers", "core/ReplaceBinaryOperator_Sub_Add", 158): "ceil(n / B) -> (n + B + 1) // B: one more loop turn, over "
+    "an empty slice with an empty block",
     ("buffers", "core/ReplaceTrueWithFalse", 97): "Poison's @dataclass(frozen=True) -> frozen=False: nothing assigns "
     "to a Poison's fields",
     ("buffers", "core/NumberReplacer", 108): "Poison.seed's default 0 -> -1 or 1: every random poison is made with its "
