@@ -207,7 +207,7 @@ def _run_workers(sessions: list, pending: list[tuple[Path, str]], jobs: int, out
     shares = [set(job for _, job in pending[j::jobs]) for j in range(jobs)]
     # the cores this process may use shared among the workers: torch's threads per test process otherwise default to
     # all of them (on the GPU host 12 workers x 12 threads on 12 cores had not run compare's tests once in 6 minutes)
-    threads = str(max(1, len(os.sched_getaffinity(0)) // jobs))
+    omp_threads = str(max(1, len(os.sched_getaffinity(0)) // jobs))
     results: list[tuple[str, Path]] = []
     failures: list[str] = []
     running: list[subprocess.Popen] = []
@@ -218,7 +218,7 @@ def _run_workers(sessions: list, pending: list[tuple[Path, str]], jobs: int, out
             w = out / f"worker{j}" if resume else _worker_tree(out, j)
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(w / "site"),
                                                                              os.environ.get("PYTHONPATH")])),
-                   "OMP_NUM_THREADS": threads}
+                   "OMP_NUM_THREADS": omp_threads}
             for m, _, db in sessions:
                 if resume:  # its own session as left, its module as installed (a killed mutant leaves it mutated)
                     wdb, cfg = w / f"{m}.sqlite", w / f"{m}.toml"
@@ -259,7 +259,7 @@ def _run_workers(sessions: list, pending: list[tuple[Path, str]], jobs: int, out
                 err = proc.communicate()[1]
                 if proc.returncode != 0 and not stop.is_set():
                     raise subprocess.CalledProcessError(proc.returncode, "cosmic-ray exec", stderr=err)
-        except (OSError, subprocess.CalledProcessError) as exc:
+        except Exception as exc:  # noqa: BLE001 (any failure of a worker is reported, not lost in its thread)
             tail = (getattr(exc, "stderr", b"") or b"")[-600:]
             failures.append(f"worker {j}: {type(exc).__name__}: {exc} {tail.decode(errors='replace')}")
 
