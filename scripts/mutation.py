@@ -197,13 +197,13 @@ def _worker_session(w: Path, m: str, db: Path, mine: set[str], timeout_s: float)
 
 
 def _run_workers(sessions: list, pending: list[tuple[Path, str]], jobs: int, out: Path, timeout_s: float,
-                 budget_s: float = 0.0, resume: bool = False) -> tuple[list, bool]:
+                 budget_s: float = 0.0, resume: list[Path] | None = None) -> tuple[list, bool]:
     """The pending mutants shared among ``jobs`` workers, each in its own copy, side by side; the
     sessions to read the results from: (module, worker's db) for every worker and module, and whether a
     worker failed (its share then stays unjudged, the rest is read). With
     ``budget_s`` the workers are stopped then (their sessions keep every mutant judged so far: a device
-    call has a time limit, and a run killed from outside would hand back nothing). With ``resume`` the workers of an
-    earlier run in ``out`` go on with their own sessions' pending mutants."""
+    call has a time limit, and a run killed from outside would hand back nothing). With ``resume`` (the folders of an
+    earlier run's workers, one a job) each goes on with its own sessions' pending mutants."""
     shares = [set(job for _, job in pending[j::jobs]) for j in range(jobs)]
     # the cores this process may use shared among the workers: torch's threads per test process otherwise default to
     # all of them (on the GPU host 12 workers x 12 threads on 12 cores had not run compare's tests once in 6 minutes)
@@ -215,14 +215,14 @@ def _run_workers(sessions: list, pending: list[tuple[Path, str]], jobs: int, out
 
     def worker(j: int) -> None:
         try:
-            w = out / f"worker{j}" if resume else _worker_tree(out, j)
+            w = resume[j] if resume else _worker_tree(out, j)
             env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(w / "site"),
                                                                              os.environ.get("PYTHONPATH")])),
                    "OMP_NUM_THREADS": omp_threads}
             for m, _, db in sessions:
                 if resume:  # its own session as left, its module as installed (a killed mutant leaves it mutated)
                     wdb, cfg = w / f"{m}.sqlite", w / f"{m}.toml"
-                    if not wdb.exists():
+                    if not wdb.exists() or stop.is_set():
                         continue
                     shutil.copy2(w / "tree" / "harness" / "gpu" / f"{m}.py",
                                  w / "site" / "kerngen" / "harness" / "gpu" / f"{m}.py")
@@ -375,10 +375,10 @@ def _resume(modules: list[str], out: Path, args, started: float) -> int:
     for wdb in workers:
         with use_db(str(wdb), WorkDB.Mode.open) as work:
             _mark_skips(work, wdb.stem)
-    jobs = len({wdb.parent for wdb in workers})
+    folders = sorted({wdb.parent for wdb in workers})
     left = max(1.0, args.budget_s - (time.monotonic() - started)) if args.budget_s > 0 else 0.0
-    print(f"resuming {jobs} workers of {out}", flush=True)
-    read, worker_failed = _run_workers(sessions, [], jobs, out, args.timeout, left, resume=True)
+    print(f"resuming {len(folders)} workers of {out}", flush=True)
+    read, worker_failed = _run_workers(sessions, [], len(folders), out, args.timeout, left, resume=folders)
     return _report(read, worker_failed, args.no_fail)
 
 

@@ -48,7 +48,7 @@ def test_resume_restores_the_workers_module_skips_new_equivalents_and_reports(mu
     from cosmic_ray.work_item import TestOutcome, WorkerOutcome, WorkResult
 
     out, m = tmp_path / "run", "integrity"
-    w = out / "worker0"
+    w = out / "worker3"  # the others' folders gone: a worker is its folder, not its number
     (w / "tree" / "harness" / "gpu").mkdir(parents=True)
     (w / "site" / "kerngen" / "harness" / "gpu").mkdir(parents=True)
     (w / "tree" / "harness" / "gpu" / f"{m}.py").write_text("X = 1\n")
