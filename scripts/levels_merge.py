@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         print("no report could be read", file=sys.stderr)
         return 1
     if args.files:
-        print("| level | file | correct | why not | kernel ms | eager ms | torch.compile ms | vs eager | vs compile |")
+        print(FILES_HEADER)
         print("|---|---|---|---|---|---|---|---|---|")
         for f in file_rows(reports):
             print(f"| {f['level']} | {f['file']} | {'yes' if f['correct'] else 'no'} | {f['why']} "

@@ -7,8 +7,8 @@ NCHW); a second kernel adds the slices in slice order (the same sum every run) a
 Where it pays: late ResNet layers (7 x 7 or 14 x 14 outputs, K = 9 x 512) have 28-50 output tiles of 128 x 128 for an
 H200's 132 SMs (ResNet18's layer4 convolutions lost to cuDNN 0.36 against 0.22 ms with 28 busy SMs). So an output of
 fewer tiles than the grid gets a filling default (:func:`fill_defaults`): the largest split whose units still fit one
-wave and whose slices keep at least ``MIN_SLICE_KT`` k tiles (``SHORT_SLICE_KT`` where none does), else one consumer warpgroup (64-row tiles, twice the
-tiles); every other spec is built as before (byte for byte).
+wave and whose slices keep at least ``MIN_SLICE_KT`` k tiles (``SHORT_SLICE_KT`` where none does), else one consumer
+warpgroup (64-row tiles, twice the tiles); every other spec is built as before (byte for byte).
 """
 
 from __future__ import annotations
