@@ -196,6 +196,19 @@ def _worker_session(w: Path, m: str, db: Path, mine: set[str], timeout_s: float)
     return wdb, cfg
 
 
+def _worker_copy_fails(w: Path, m: str, env: dict[str, str]) -> str:
+    """Why worker folder ``w``'s copy cannot judge module ``m``'s mutants ("" when it can): its tests must import
+    the copy's module and pass on it unmutated."""
+    seen = subprocess.run([sys.executable, "-c", f"import kerngen.harness.gpu.{m} as m; print(m.__file__)"],
+                          cwd=w / "tree", env=env, capture_output=True, text=True).stdout.strip()
+    if Path(seen) != w / "site" / "kerngen" / "harness" / "gpu" / f"{m}.py":
+        return f"its tests would import {seen or 'nothing'}, not its copy of {m}"
+    base = subprocess.run(f"{PYTEST} {TESTS[m]}", shell=True, cwd=w / "tree", env=env, capture_output=True, text=True)
+    if base.returncode != 0:
+        return f"the tests of {m} fail on its unmutated copy ({w / 'tree'}):\n{(base.stdout + base.stderr)[-1500:]}"
+    return ""
+
+
 def _run_workers(sessions: list, pending: list[tuple[Path, str]], jobs: int, out: Path, timeout_s: float,
                  budget_s: float = 0.0, resume: list[Path] | None = None) -> tuple[list, bool]:
     """The pending mutants shared among ``jobs`` workers, each in its own copy, side by side; the
@@ -227,32 +240,19 @@ def _run_workers(sessions: list, pending: list[tuple[Path, str]], jobs: int, out
                     shutil.copy2(w / "tree" / "harness" / "gpu" / f"{m}.py",
                                  w / "site" / "kerngen" / "harness" / "gpu" / f"{m}.py")
                     results.append((m, wdb))
-                    proc = subprocess.Popen([*COSMIC_RAY, "exec", str(cfg), str(wdb)], cwd=w / "tree", env=env,
-                                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-                    running.append(proc)
-                    err = proc.communicate()[1]
-                    if proc.returncode != 0 and not stop.is_set():
-                        raise subprocess.CalledProcessError(proc.returncode, "cosmic-ray exec", stderr=err)
-                    continue
-                mine = {job for d, job in pending if d == db} & shares[j]
-                if not mine or stop.is_set():
-                    continue
-                wdb, cfg = _worker_session(w, m, db, mine, timeout_s)
-                results.append((m, wdb))
-                seen = subprocess.run([sys.executable, "-c", f"import kerngen.harness.gpu.{m} as m; print(m.__file__)"],
-                                      cwd=w / "tree", env=env, capture_output=True, text=True).stdout.strip()
-                if Path(seen) != w / "site" / "kerngen" / "harness" / "gpu" / f"{m}.py":
-                    failures.append(f"worker {j}: its tests would import {seen or 'nothing'}, not its copy of {m}")
-                    return
-                base = subprocess.run(f"{PYTEST} {TESTS[m]}", shell=True, cwd=w / "tree", env=env,
-                                      capture_output=True, text=True)
-                if base.returncode != 0:  # its share stays unjudged; the other workers go on
-                    failures.append(f"worker {j}: the tests of {m} fail on its unmutated copy ({w / 'tree'}):\n"
-                                    f"{(base.stdout + base.stderr)[-1500:]}")
-                    return
-                print(f"worker {j}: {m}'s tests pass on its copy at {time.monotonic() - began:.0f} s", flush=True)
-                if stop.is_set():
-                    return
+                else:
+                    mine = {job for d, job in pending if d == db} & shares[j]
+                    if not mine or stop.is_set():
+                        continue
+                    wdb, cfg = _worker_session(w, m, db, mine, timeout_s)
+                    results.append((m, wdb))
+                    failure = _worker_copy_fails(w, m, env)
+                    if failure:  # its share stays unjudged; the other workers go on
+                        failures.append(f"worker {j}: {failure}")
+                        return
+                    print(f"worker {j}: {m}'s tests pass on its copy at {time.monotonic() - began:.0f} s", flush=True)
+                    if stop.is_set():
+                        return
                 proc = subprocess.Popen([*COSMIC_RAY, "exec", str(cfg), str(wdb)], cwd=w / "tree", env=env,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
                 running.append(proc)
