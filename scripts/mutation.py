@@ -219,7 +219,8 @@ def _run_workers(sessions: list, pending: list[tuple[Path, str]], jobs: int, out
     earlier run's workers, one a job) each goes on with its own sessions' pending mutants."""
     shares = [set(job for _, job in pending[j::jobs]) for j in range(jobs)]
     # the cores this process may use shared among the workers: torch's threads per test process otherwise default to
-    # all of them (on the GPU host 12 workers x 12 threads on 12 cores had not run compare's tests once in 6 minutes)
+    # all of them (on the GPU host 12 workers x 12 threads on 12 cores had not run compare's tests once in 6 minutes,
+    # the likely cause)
     omp_threads = str(max(1, len(os.sched_getaffinity(0)) // jobs))
     results: list[tuple[str, Path]] = []
     failures: list[str] = []
