@@ -40,6 +40,12 @@ def level_of(entry: SuiteEntry) -> str:
     return m.group(1) if m else "other"
 
 
+def problem_key(entry: SuiteEntry) -> tuple[str, str]:
+    """A problem as its level and file name: a table's row (``level1/9_X.py``) and a report's entry
+    (``.../kernelbench/level1/9_X.py``) are the same problem, and the playbook tables name files so."""
+    return level_of(entry), entry.problem.rsplit("/", 1)[-1]
+
+
 def _speedup(cell: str) -> float | None:
     return None if cell == "-" else float(cell.removesuffix("x"))
 
@@ -82,12 +88,11 @@ def read_reports(paths: list[Path]) -> tuple[list[SuiteReport], list[str]]:
 
 
 def latest(reports: list[SuiteReport]) -> list[SuiteEntry]:
-    """Each problem's entry once: of a problem in two shards, the later report's. A problem is its level and file
-    name, so that a table's row (``level1/9_X.py``) and a report's entry (``.../kernelbench/level1/9_X.py``) meet."""
+    """Each problem's entry once (:func:`problem_key`): of a problem in two shards, the later report's."""
     by_problem: dict[tuple[str, str], SuiteEntry] = {}
     for r in reports:
         for e in r.entries:
-            by_problem[(level_of(e), e.problem.rsplit("/", 1)[-1])] = e
+            by_problem[problem_key(e)] = e
     return list(by_problem.values())
 
 
@@ -144,7 +149,7 @@ def family_rows(reports: list[SuiteReport], family_of: dict[tuple[str, str], str
     the rows per level)."""
     groups: dict[tuple[str, str], list[SuiteEntry]] = defaultdict(list)
     for e in latest(reports):
-        groups[(level_of(e), family_of.get((level_of(e), e.problem.rsplit("/", 1)[-1]), "?"))].append(e)
+        groups[(level_of(e), family_of.get(problem_key(e), "?"))].append(e)
     out = []
     for (level, family), entries in sorted(groups.items()):
         m = suite_metrics(entries)

@@ -350,8 +350,7 @@ def main() -> int:
         # share (on the GPU host 46 workers each building the same kernels at once took the whole budget)
         if not _baseline_passes(modules):
             return 2
-        left = max(1.0, args.budget_s - (time.monotonic() - started)) if args.budget_s > 0 else 0.0
-        read, worker_failed = _run_workers(sessions, pending, args.jobs, out, args.timeout, left)
+        read, worker_failed = _run_workers(sessions, pending, args.jobs, out, args.timeout, _budget_left(args, started))
     else:
         read, worker_failed = [(m, db) for m, _, db in sessions], False
         for m, cfg, db in sessions:
@@ -364,11 +363,16 @@ def main() -> int:
     return _report(read, worker_failed, args.no_fail)
 
 
+def _budget_left(args, started: float) -> float:
+    """What is left of ``--budget-s`` (counted from ``started``, the script's start) for the workers; 0: no limit."""
+    return max(1.0, args.budget_s - (time.monotonic() - started)) if args.budget_s > 0 else 0.0
+
+
 def _resume(modules: list[str], out: Path, args, started: float) -> int:
     """``--resume``: the workers of the run in ``out`` go on (new entries of EQUIVALENT skipped first)."""
     from cosmic_ray.work_db import WorkDB, use_db
 
-    workers = sorted(out.glob("worker*/*.sqlite"))
+    workers = sorted(wdb for wdb in out.glob("worker*/*.sqlite") if wdb.stem in modules)
     sessions = [(m, out / f"{m}.toml", out / f"{m}.sqlite") for m in modules if (out / f"{m}.sqlite").exists()]
     if not workers or not sessions:
         print(f"nothing to resume in {out}: no worker's session of {', '.join(modules)}", flush=True)
@@ -377,9 +381,9 @@ def _resume(modules: list[str], out: Path, args, started: float) -> int:
         with use_db(str(wdb), WorkDB.Mode.open) as work:
             _mark_skips(work, wdb.stem)
     folders = sorted({wdb.parent for wdb in workers})
-    left = max(1.0, args.budget_s - (time.monotonic() - started)) if args.budget_s > 0 else 0.0
     print(f"resuming {len(folders)} workers of {out}", flush=True)
-    read, worker_failed = _run_workers(sessions, [], len(folders), out, args.timeout, left, resume=folders)
+    read, worker_failed = _run_workers(sessions, [], len(folders), out, args.timeout, _budget_left(args, started),
+                                       resume=folders)
     return _report(read, worker_failed, args.no_fail)
 
 
