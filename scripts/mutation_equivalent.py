@@ -87,6 +87,35 @@ EQUIVALENT: dict[tuple, str] = {
     ("buffers", "core/ReplaceFalseWithTrue", 109): "Poison.values' field repr=False -> True: its repr only",
     ("buffers", "core/NumberReplacer", 156, 41): "a random poison's seed drawn from [-1, 2**62) instead of [0, 2**62): "
     "one value more, taken modulo 2**63 per block like the others",
+    # buffers.py's second half (ninth session, 2026-11-29)
+    ("buffers", "core/NumberReplacer", 76, 6): "alloc_guarded's placeholder guard_copy=torch.empty(0) -> empty(1): "
+    "replaced by the guards' copy on the next line",
+    ("buffers", "core/ReplaceBinaryOperator_LShift_Pow", 94): "POISON_BLOCK_BYTES 2**24 -> 1 byte: as `1 % 24`",
+    ("buffers", "core/ReplaceBinaryOperator_LShift_BitOr", 94): "POISON_BLOCK_BYTES 2**24 -> 25 bytes: as `1 + 24`",
+    ("buffers", "core/ReplaceBinaryOperator_Sub_Mul", 132, 1): "last = (max(b, a + 1) - 1) // B -> (max(b, a + 1) * "
+    "1) // B: as `max(b, a + 1) // B`, at most one block more past the chunk's end, sliced off",
+    ("buffers", "core/NumberReplacer", 142, 28): "a block's seed modulo 2**63 -> modulo 2**64: seed + k < 2**62 + "
+    "the block count, so the modulo never changes it",
+    ("buffers", "core/NumberReplacer", 142, 30): "a block's seed modulo 2**63 -> modulo 2**64: as `2 << 63`",
+    ("buffers", "core/NumberReplacer", 142, 31): "a block's seed modulo 2**63 -> modulo 2**62: one seed per block, "
+    "the same function of (seed, k) for the poison written and the one made again",
+    ("buffers", "core/ReplaceBinaryOperator_Add_Sub", 142): "a block's seed (seed + k) -> (seed - k): still one "
+    "distinct seed per block (taken modulo 2**63, non-negative), the same for the poison written and made again",
+    ("buffers", "core/ReplaceBinaryOperator_Mod_BitXor", 142): "a block's seed (seed + k) % 2**63 -> (seed + k) ^ "
+    "2**63: one distinct seed per block in [2**63, 2**64), within torch's range",
+    ("buffers", "core/NumberReplacer", 143, 33): "_block draws max(n, -1) bytes instead of max(n, 0): n < 0 only for "
+    "a block past the buffer's end, which no range and no loop turn reaches",
+    ("buffers", "core/ReplaceComparisonOperator_Eq_GtE", 153): "pattern == 'nan' -> pattern >= 'nan' inside `if "
+    "pattern in ('nan', 'huge')`: 'huge' < 'nan', so each of the two keeps its byte",
+    ("buffers", "core/NumberReplacer", 156, 40): "a random poison's seed drawn from [1, 2**62) instead of [0, 2**62): "
+    "one value fewer of 2**62",
+    ("buffers", "core/NumberReplacer", 156, 45): "a random poison's seed drawn from [0, 2**61) instead of [0, 2**62): "
+    "fewer seeds, still fresh ones, used alike for writing and making again",
+    ("buffers", "core/ReplaceBinaryOperator_Sub_FloorDiv", 158): "ceil(n / B) -> (n + B // 1) // B: one more loop "
+    "turn where B divides n, over an empty slice with an empty block",
+    ("buffers", "core/ReplaceBinaryOperator_Sub_BitOr", 158): "ceil(n / B) -> (n + (B | 1)) // B: as `n + B + 1`",
+    ("buffers", "core/ReplaceBinaryOperator_Sub_Mul", 158): "ceil(n / B) -> (n + B * 1) // B: as `n + B // 1`",
+    ("buffers", "core/NumberReplacer", 158, 51): "ceil(n / B) -> (n + B - 0) // B: as `n + B // 1`",
     ("evaluate", "core/ReplaceBinaryOperator_BitOr_Add", 42): "fresh seeds `| 1` -> `+ 1`: still never the "
     "default seed 0 (test_emu_check.py::test_fresh_seeds_are_never_the_default_seed), still fresh random values",
     ("evaluate", "core/NumberReplacer", 135): "a launch plan's refusal kept to 999 characters instead of 1000 in "

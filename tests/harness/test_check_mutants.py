@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -573,6 +575,18 @@ def test_the_nan_poison_is_nan_and_the_huge_poison_is_finite():
         assert poison(buf, "nan", gen).byte == 0xFF and bool(torch.isnan(buf.view).all()), dtype
         assert poison(buf, "huge", gen).byte == 0x7B, dtype  # 0x7F7F is a NaN in fp16
         assert bool(torch.isfinite(buf.view).all()) and bool((buf.view.float().abs() > 1e4).all()), dtype
+
+
+def test_a_pattern_name_made_at_run_time_gets_its_poison():
+    """Killed: ``pattern == "nan"`` -> ``pattern is "nan"`` in buffers.poison. Literals are interned, so only a name
+    built at run time (read from a file, joined) shows it: it was poisoned with the huge byte, never with NaN."""
+    from kerngen.harness.gpu.buffers import alloc_guarded, poison
+
+    gen = torch.Generator().manual_seed(4)
+    buf = alloc_guarded("out", (4,), torch.float32, torch.device("cpu"), gen)
+    name = "".join(["n", "an"])
+    assert name == "nan" and name is not sys.intern("nan")  # equal, not the same object: the point
+    assert poison(buf, name, gen).byte == 0xFF and bool(torch.isnan(buf.view).all())
 
 
 def test_every_guard_byte_is_drawn_at_random_not_left_as_allocated(monkeypatch):

@@ -1,0 +1,52 @@
+"""The GPU tier's counts from scripts/device/i39.sh's folder: one row per pytest run (phases.txt: label, exit status,
+seconds; gpu-tier-LABEL.xml: JUnit), the failed tests, and the seconds per file (for the next split).
+
+    python3 scripts/device/tier_table.py OUT
+"""
+
+from __future__ import annotations
+
+import sys
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from pathlib import Path
+
+
+def _module(classname: str) -> str:
+    """The test module of a JUnit classname (tests.harness.test_x or tests.harness.test_x.TestClass): test_x."""
+    return next((part for part in classname.split(".") if part.startswith("test_")), classname)
+
+
+def main(out: Path) -> int:
+    per_file: dict[str, float] = defaultdict(float)
+    failed: list[str] = []
+    print("\n| GPU tier | items | passed | failed | errors | skipped | seconds | pytest exit |")
+    print("|---|---|---|---|---|---|---|---|")
+    for line in (out / "phases.txt").read_text().splitlines():
+        label, rc, secs = line.split()
+        try:
+            root = ET.parse(out / f"gpu-tier-{label}.xml").getroot()
+        except (OSError, ET.ParseError):
+            print(f"| {label} | no JUnit XML: see gpu-tier-{label}.log | | | | | {secs} | {rc} |")
+            continue
+        n = dict.fromkeys(("tests", "failures", "errors", "skipped"), 0)
+        for suite in root.iter("testsuite"):
+            for k in n:
+                n[k] += int(suite.get(k, 0))
+            for case in suite.iter("testcase"):
+                per_file[_module(case.get("classname", "?"))] += float(case.get("time", 0))
+                if case.find("failure") is not None or case.find("error") is not None:
+                    failed.append(f"{case.get('classname')}::{case.get('name')}")
+        passed = n["tests"] - n["failures"] - n["errors"] - n["skipped"]
+        stopped = " (stopped at its time limit)" if rc in ("124", "130", "2") and not n["failures"] + n["errors"] else ""
+        print(f"| {label} | {n['tests']} | {passed} | {n['failures']} | {n['errors']} | {n['skipped']} | {secs} | "
+              f"{rc}{stopped} |")
+    for f in failed[:60]:
+        print(f"FAILED {f}")
+    print("seconds per file: " + ", ".join(f"{k} {v:.0f}"
+                                         for k, v in sorted(per_file.items(), key=lambda kv: -kv[1])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1])))

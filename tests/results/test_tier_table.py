@@ -1,0 +1,48 @@
+"""scripts/device/tier_table.py: the GPU tier's counts from scripts/device/i39.sh's JUnit files, one row per pytest run."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "device" / "tier_table.py"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("tier_table", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+JUNIT = """<testsuites><testsuite tests="4" failures="1" errors="0" skipped="1">
+<testcase classname="tests.harness.test_timing" name="test_a" time="1.5"/>
+<testcase classname="tests.harness.test_timing.TestClocks" name="test_b" time="2.0"><failure message="x"/></testcase>
+<testcase classname="tests.cli.test_first" name="test_c" time="0.25"><skipped/></testcase>
+<testcase classname="tests.cli.test_first" name="test_d" time="6.0"/>
+</testsuite></testsuites>"""
+
+
+def test_rows_failures_and_seconds_per_file(tmp_path, capsys):
+    (tmp_path / "phases.txt").write_text("sharedA 124 403\nserialA 0 86\nlost 137 600\n")
+    (tmp_path / "gpu-tier-sharedA.xml").write_text(JUNIT)
+    (tmp_path / "gpu-tier-serialA.xml").write_text(
+        '<testsuites><testsuite tests="1" failures="0" errors="0" skipped="0">'
+        '<testcase classname="tests.harness.test_timing" name="test_e" time="0.5"/></testsuite></testsuites>')
+    assert _script().main(tmp_path) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "| sharedA | 4 | 2 | 1 | 0 | 1 | 403 | 124 |" in lines  # a failure: not called merely stopped
+    assert "| serialA | 1 | 1 | 0 | 0 | 0 | 86 | 0 |" in lines
+    assert "| lost | no JUnit XML: see gpu-tier-lost.log | | | | | 600 | 137 |" in lines
+    assert "FAILED tests.harness.test_timing.TestClocks::test_b" in lines
+    # a class's tests count to their module; the slowest file first
+    assert lines[-1] == "seconds per file: test_first 6, test_timing 4"
+
+
+def test_a_run_stopped_by_its_limit_with_no_failure_says_so(tmp_path, capsys):
+    (tmp_path / "phases.txt").write_text("par3 124 246\n")
+    (tmp_path / "gpu-tier-par3.xml").write_text(
+        '<testsuites><testsuite tests="1" failures="0" errors="0" skipped="0">'
+        '<testcase classname="tests.agent.test_x" name="t" time="3"/></testsuite></testsuites>')
+    _script().main(tmp_path)
+    assert "| par3 | 1 | 1 | 0 | 0 | 0 | 246 | 124 (stopped at its time limit) |" in capsys.readouterr().out
