@@ -116,6 +116,17 @@ EQUIVALENT: dict[tuple, str] = {
     ("buffers", "core/ReplaceBinaryOperator_Sub_BitOr", 158): "ceil(n / B) -> (n + (B | 1)) // B: as `n + B + 1`",
     ("buffers", "core/ReplaceBinaryOperator_Sub_Mul", 158): "ceil(n / B) -> (n + B * 1) // B: as `n + B // 1`",
     ("buffers", "core/NumberReplacer", 158, 51): "ceil(n / B) -> (n + B - 0) // B: as `n + B // 1`",
+    # compare.py's whole-module re-run (ninth session, 2026-11-29)
+    ("compare", "core/NumberReplacer", 121, 51): "_too_far's RMS over max(numel, 0) instead of max(numel, 1): "
+    "_too_far runs only for rel > limit, and an output with no element has rel 0",
+    ("compare", "core/ReplaceComparisonOperator_Gt_NotEq", 169): "rel_err's `den > 0` -> `den != 0`: den is a norm, "
+    "never negative",
+    ("compare", "core/NumberReplacer", 197, 113): "_result's flat index of an empty output 0 -> -1: read only `if "
+    "numel`",
+    ("compare", "core/NumberReplacer", 198, 115): "_result's floor max(max_err, 0.0) -> max(max_err, -1.0): the "
+    "worst error reaching it is never negative (the first chunk replaces the -1.0 start; an empty output gives 0.0)",
+    ("compare", "core/NumberReplacer", 197, 111): "_result's max abs err of an empty output 0.0 -> -1.0: floored to "
+    "0.0 on the next line",
     ("evaluate", "core/ReplaceBinaryOperator_BitOr_Add", 42): "fresh seeds `| 1` -> `+ 1`: still never the "
     "default seed 0 (test_emu_check.py::test_fresh_seeds_are_never_the_default_seed), still fresh random values",
     ("evaluate", "core/NumberReplacer", 135): "a launch plan's refusal kept to 999 characters instead of 1000 in "

@@ -324,12 +324,14 @@ def test_a_dtype_without_a_relative_error_limit_is_held_to_atol_and_rtol_alone()
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
 def test_an_empty_output_compares_equal_and_names_no_element(dtype):
     """An output with no element is equal to its reference (it was a ZeroDivisionError, found by compare's mutants:
-    ``worst.numel() == 0`` -> ``== -1`` let it reach argmax, and _Totals' starting worst was reported as one)."""
+    ``worst.numel() == 0`` -> ``== -1`` let it reach argmax, and _Totals' starting worst was reported as one).
+    Killed too: the empty output's max abs err 0.0 -> 1.0 in _result (an error reported where no element is)."""
     from kerngen.harness.gpu.compare import compare
 
     for shape in [(0,), (2, 0, 3)]:
         c = compare(torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype), atol=1e-4, rtol=1e-4)
         assert c.ok and (c.mismatches, c.index, c.got, c.expected, c.rel_err) == (0, [], None, None, 0.0), c
+        assert c.max_abs_err == 0.0, c
 
 
 def test_an_exact_float_match_names_its_first_element():
@@ -631,3 +633,16 @@ def test_a_random_poisons_last_block_is_made_at_its_own_length(monkeypatch):
     monkeypatch.setattr(buffers, "_random_bytes", lambda n, device, g: drawn.append(n) or real(n, device, g))
     again = p.flat(0, 40)
     assert drawn == [64, 64, 32] and torch.equal(again.view(torch.uint8), buf.view.view(torch.uint8))
+
+
+def test_an_integer_outputs_pattern_counts_every_wrong_element_past_2_to_53():
+    """Killed: compare's ``describe(..., exact=True)`` for an integer output -> ``exact=False``. The pattern then
+    compared the values as float64, which cannot tell 2**53 from 2**53 + 1: of 32 wrong int64 elements it named 16."""
+    from kerngen.harness.gpu.compare import compare
+
+    out = torch.arange(64, dtype=torch.int64) + 2**53
+    ref = out.clone()
+    ref[::2] += 1
+    c = compare(out, ref, atol=0.0, rtol=0.0)
+    assert not c.ok and c.mismatches == 32, c
+    assert c.pattern.startswith("32 of 64 elements wrong: every 2nd from 0"), c.pattern
