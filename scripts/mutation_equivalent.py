@@ -127,6 +127,10 @@ EQUIVALENT: dict[tuple, str] = {
     "worst error reaching it is never negative (the first chunk replaces the -1.0 start; an empty output gives 0.0)",
     ("compare", "core/NumberReplacer", 197, 111): "_result's max abs err of an empty output 0.0 -> -1.0: floored to "
     "0.0 on the next line",
+    ("compare", "core/ReplaceBinaryOperator_LShift_BitOr", 60): "CHUNK_ELEMENTS 2**25 -> 25: smaller chunks (as "
+    "`1 ^ 25`), the same whole-tensor verdict and figures, slower",
+    ("compare", "core/NumberReplacer", 197, 112): "_result's flat index of an empty output 0 -> 1: read only `if "
+    "numel`",
     ("evaluate", "core/ReplaceBinaryOperator_BitOr_Add", 42): "fresh seeds `| 1` -> `+ 1`: still never the "
     "default seed 0 (test_emu_check.py::test_fresh_seeds_are_never_the_default_seed), still fresh random values",
     ("evaluate", "core/NumberReplacer", 135): "a launch plan's refusal kept to 999 characters instead of 1000 in "

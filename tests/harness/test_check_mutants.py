@@ -346,6 +346,22 @@ def test_an_exact_float_match_names_its_first_element():
     assert c.mismatches == 0, c  # an ok comparison's count (a mutant said 1; the export reads it)
 
 
+@pytest.mark.parametrize("wrong", [False, True])
+def test_a_tie_across_chunks_names_the_first_element(wrong):
+    """Killed: ``err > best[0]`` -> ``>=`` in compare's _worse: of equal errors in two chunks the later chunk's
+    element was named, where one whole-tensor argmax names the first."""
+    from kerngen.harness.gpu.compare import compare
+
+    ref = torch.arange(1.0, 9.0)
+    out = ref.clone()
+    if wrong:  # the same error at elements 2 and 6, in the two chunks of 4
+        out[2] += 1.0
+        out[6] += 1.0
+    c = compare(out, ref, atol=1e-3, rtol=0.0, chunk=4)
+    assert c.index == ([2] if wrong else [0]) and c.expected == (3.0 if wrong else 1.0), c
+    assert c.ok is not wrong and c.mismatches == (2 if wrong else 0), c
+
+
 def test_timed_outputs_verified_without_a_sampler_pass_when_right_and_fail_when_wrong():
     """Killed: ``else 0`` -> ``else 1`` / ``else -1`` in verify_timed_outputs (no sampler counted as one sampled
     wrong element: every timing without a sampler failed, or raised on ``None.samples``; CI's sample of
