@@ -5,9 +5,8 @@
 #   bash scripts/device/i39.sh [all|1|2]       every GPU test file (default all); 1 and 2 are halves of the files
 #   bash scripts/device/i39.sh shared N [A/B]  one GPU shared by N pytest-xdist workers (.whl/ must hold pytest-xdist
 #                                              and execnet), whole files to a worker, the slow files first; then the
-#                                              timing files (SERIAL) alone on the GPU, where no other test's kernels
-#                                              can share it. A or B: the first or second half of the parallel files
-#                                              and of SERIAL, for two device calls
+#                                              tests that failed there again and the files of SERIAL, alone on the
+#                                              GPU. A or B: every other file of each list, for two device calls
 #   bash scripts/device/i39.sh LABEL FILE...   those files or test ids (the tier shared among the lanes of a multi-GPU
 #                                              host, scripts/device/lanes.sh); KG_XDIST=N: over N xdist workers
 # KG_APPEND=1 adds to $OUT's table (phases.txt) instead of starting it anew: several runs of one call in one table.
@@ -20,13 +19,11 @@ shift || true
 out="${OUT:-/tmp/i39-out}"
 mkdir -p "$out"
 mapfile -t files < <(grep -rlE "pytest\.mark\.gpu|mark\.multigpu" tests --include='test_*.py' | LC_ALL=C sort)
-# timing asserted against other timings (L2 flush, host lag, the exported op against the harness's figure, the
-# scripted kernel against eager): only alone on the GPU
-# the GPU's measured ceilings; and files at KernelBench's own sizes, whose harness needs 17 GB free (4_Matrix_vector:
-# under 5 workers it found 14.5 GB and refused, 2026-11-29)
+# run alone on the GPU: timings asserted against other timings (L2 flush, host lag, the exported op against the
+# harness's figure, the scripted kernel against eager) and the GPU's measured ceilings
 SERIAL=(tests/harness/test_timing.py tests/harness/test_timing_clocks.py tests/harness/test_profile.py
         tests/results/test_export_gpu.py tests/results/test_exported_op_gpu.py tests/agent/test_gpu_agent.py
-        tests/harness/test_gpu_facts.py tests/agent/test_gpu_fam_gemm.py)
+        tests/harness/test_gpu_facts.py)
 # the longest files of the last whole run (2026-11-28, 4x H200), first: xdist hands out files in this order
 SLOW=(tests/agent/test_gpu_regions.py tests/harness/test_gpu_op_regions.py tests/harness/test_gpu_models.py
       tests/harness/test_gpu_model_resume.py tests/cli/test_gpu_first_hour.py tests/agent/test_gpu_conv_wgmma.py
@@ -60,9 +57,13 @@ case "$part" in
       if [ "$half" = A ]; then ser=("${a[@]}"); else ser=("${b[@]}"); fi
     fi
     total=${KG_TIMEOUT:-560} serial_s=${KG_SERIAL_S:-150}
-    echo "GPU tier on one GPU${half:+, half $half}: ${#par[@]} files over $n workers, then ${#ser[@]} alone"
+    echo "GPU tier on one GPU${half:+, half $half}: ${#par[@]} files over $n workers, then their failures and ${#ser[@]} files alone"
     # an empty list would make pytest collect the whole tests/ folder
     [ ${#par[@]} -eq 0 ] || run_pytest "shared$half" $(( total - serial_s )) -n "$n" --dist loadfile "${par[@]}"
+    # what failed beside the other workers (the GPU's memory taken by another worker's test) first again, alone; then
+    # SERIAL, in what is left of the serial phase's time
+    mapfile -t again < <(python3 scripts/device/tier_table.py --failed "$out/gpu-tier-shared$half.xml")
+    ser=("${again[@]}" "${ser[@]}")
     [ ${#ser[@]} -eq 0 ] || run_pytest "serial$half" "$serial_s" "${ser[@]}"
     ;;
   1|2|all)

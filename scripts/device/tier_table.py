@@ -2,6 +2,7 @@
 seconds; gpu-tier-LABEL.xml: JUnit), the failed tests, and the seconds per file (for the next split).
 
     python3 scripts/device/tier_table.py OUT
+    python3 scripts/device/tier_table.py --failed XML   # the pytest ids of its failed tests, one a line (to run again)
 """
 
 from __future__ import annotations
@@ -15,6 +16,24 @@ from pathlib import Path
 def _module(classname: str) -> str:
     """The test module of a JUnit classname (tests.harness.test_x or tests.harness.test_x.TestClass): test_x."""
     return next((part for part in classname.split(".") if part.startswith("test_")), classname)
+
+
+def node_id(classname: str, name: str) -> str:
+    """The pytest id of a JUnit test case: tests.agent.test_x + t -> tests/agent/test_x.py::t, and
+    tests.agent.test_x.TestK + t -> tests/agent/test_x.py::TestK::t."""
+    parts = classname.split(".")
+    k = next((i for i, part in enumerate(parts) if part.startswith("test_")), len(parts) - 1)
+    return "::".join(["/".join(parts[:k + 1]) + ".py", *parts[k + 1:], name])
+
+
+def failed_ids(xml: Path) -> list[str]:
+    """The pytest ids of the failed or errored tests of a JUnit file (none when it is missing or unreadable)."""
+    try:
+        root = ET.parse(xml).getroot()
+    except (OSError, ET.ParseError):
+        return []
+    return [node_id(c.get("classname", ""), c.get("name", "")) for c in root.iter("testcase")
+            if c.get("classname") and (c.find("failure") is not None or c.find("error") is not None)]
 
 
 def main(out: Path) -> int:
@@ -49,4 +68,9 @@ def main(out: Path) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--failed"]:
+        ids = failed_ids(Path(sys.argv[2]))
+        if ids:  # no line at all when none: an empty line would reach pytest as "", the whole tests/ folder
+            print("\n".join(ids))
+        sys.exit(0)
     sys.exit(main(Path(sys.argv[1])))

@@ -46,3 +46,26 @@ def test_a_run_stopped_by_its_limit_with_no_failure_says_so(tmp_path, capsys):
         '<testcase classname="tests.agent.test_x" name="t" time="3"/></testsuite></testsuites>')
     _script().main(tmp_path)
     assert "| par3 | 1 | 1 | 0 | 0 | 0 | 246 | 124 (stopped at its time limit) |" in capsys.readouterr().out
+
+
+def test_the_failed_tests_pytest_ids_to_run_again(tmp_path):
+    t = _script()
+    xml = tmp_path / "gpu-tier-sharedA.xml"
+    xml.write_text(JUNIT.replace('name="test_d" time="6.0"/>', 'name="test_d[4_Matrix_vector-v1]" time="6.0">'
+                                 '<error message="oom"/></testcase>'))
+    assert t.failed_ids(xml) == ["tests/harness/test_timing.py::TestClocks::test_b",
+                                 "tests/cli/test_first.py::test_d[4_Matrix_vector-v1]"]
+    assert t.failed_ids(tmp_path / "missing.xml") == []
+    assert t.node_id("tests.agent.test_gpu_fam_scan", "t[89_cumsum.py]") == "tests/agent/test_gpu_fam_scan.py::t[89_cumsum.py]"
+
+
+def test_no_failure_prints_no_line(tmp_path):
+    """i39.sh reads the ids with mapfile: an empty line would reach pytest as "", which collects all of tests/."""
+    import subprocess
+    import sys
+
+    (tmp_path / "ok.xml").write_text('<testsuites><testsuite tests="1" failures="0" errors="0" skipped="0">'
+                                     '<testcase classname="tests.a.test_x" name="t" time="1"/></testsuite></testsuites>')
+    run = subprocess.run([sys.executable, str(SCRIPT), "--failed", str(tmp_path / "ok.xml")], capture_output=True,
+                         text=True, check=True)
+    assert run.stdout == ""
