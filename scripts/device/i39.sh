@@ -40,10 +40,17 @@ run_pytest() {  # LABEL SECONDS [PYTEST ARGS...] FILES...
   echo "$label $rc $(( $(date +%s) - start ))" >> "$out/phases.txt"
 }
 
+every_other() {  # PARITY ITEM...: the items at even (0) or odd (1) places, one a line
+  local parity=$1 i=0 f
+  shift
+  for f in "$@"; do (( i++ % 2 == parity )) && echo "$f"; done
+}
+
 [ -n "${KG_APPEND:-}" ] || : > "$out/phases.txt"
 case "$part" in
   shared)
     n=${1:?usage: $0 shared N [A/B]} half=${2:-}
+    [[ "$half" =~ ^[AB]?$ ]] || { echo "i39.sh shared: the half is A or B, not '$half'" >&2; exit 2; }
     par=()
     for f in "${SLOW[@]}" "${files[@]}"; do
       [[ " ${SERIAL[*]} ${par[*]} " == *" $f "* ]] || par+=("$f")
@@ -51,10 +58,9 @@ case "$part" in
     ser=("${SERIAL[@]}")
     if [ -n "$half" ]; then
       # alternate files between the halves so each gets its share of the slow ones
-      a=() b=(); i=0; for f in "${par[@]}"; do if (( i % 2 == 0 )); then a+=("$f"); else b+=("$f"); fi; i=$((i + 1)); done
-      if [ "$half" = A ]; then par=("${a[@]}"); else par=("${b[@]}"); fi
-      a=() b=(); i=0; for f in "${ser[@]}"; do if (( i % 2 == 0 )); then a+=("$f"); else b+=("$f"); fi; i=$((i + 1)); done
-      if [ "$half" = A ]; then ser=("${a[@]}"); else ser=("${b[@]}"); fi
+      parity=$([ "$half" = A ] && echo 0 || echo 1)
+      mapfile -t par < <(every_other "$parity" "${par[@]}")
+      mapfile -t ser < <(every_other "$parity" "${ser[@]}")
     fi
     total=${KG_TIMEOUT:-560} serial_s=${KG_SERIAL_S:-150}
     echo "GPU tier on one GPU${half:+, half $half}: ${#par[@]} files over $n workers, then their failures and ${#ser[@]} files alone"

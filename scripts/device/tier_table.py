@@ -13,16 +13,26 @@ from collections import defaultdict
 from pathlib import Path
 
 
+def _split(classname: str) -> tuple[list[str], int]:
+    """A JUnit classname's dotted parts and the place of its test module (tests.harness.test_x or
+    tests.harness.test_x.TestClass: test_x; the last part when none is named test_*)."""
+    parts = classname.split(".")
+    return parts, next((i for i, part in enumerate(parts) if part.startswith("test_")), len(parts) - 1)
+
+
 def _module(classname: str) -> str:
-    """The test module of a JUnit classname (tests.harness.test_x or tests.harness.test_x.TestClass): test_x."""
-    return next((part for part in classname.split(".") if part.startswith("test_")), classname)
+    parts, k = _split(classname)
+    return parts[k]
+
+
+def _failed(case: ET.Element) -> bool:
+    return case.find("failure") is not None or case.find("error") is not None
 
 
 def node_id(classname: str, name: str) -> str:
     """The pytest id of a JUnit test case: tests.agent.test_x + t -> tests/agent/test_x.py::t, and
     tests.agent.test_x.TestK + t -> tests/agent/test_x.py::TestK::t."""
-    parts = classname.split(".")
-    k = next((i for i, part in enumerate(parts) if part.startswith("test_")), len(parts) - 1)
+    parts, k = _split(classname)
     return "::".join(["/".join(parts[:k + 1]) + ".py", *parts[k + 1:], name])
 
 
@@ -33,7 +43,7 @@ def failed_ids(xml: Path) -> list[str]:
     except (OSError, ET.ParseError):
         return []
     return [node_id(c.get("classname", ""), c.get("name", "")) for c in root.iter("testcase")
-            if c.get("classname") and (c.find("failure") is not None or c.find("error") is not None)]
+            if c.get("classname") and _failed(c)]
 
 
 def main(out: Path) -> int:
@@ -54,7 +64,7 @@ def main(out: Path) -> int:
                 n[k] += int(suite.get(k, 0))
             for case in suite.iter("testcase"):
                 per_file[_module(case.get("classname", "?"))] += float(case.get("time", 0))
-                if case.find("failure") is not None or case.find("error") is not None:
+                if _failed(case):
                     failed.append(f"{case.get('classname')}::{case.get('name')}")
         passed = n["tests"] - n["failures"] - n["errors"] - n["skipped"]
         stopped = " (stopped at its time limit)" if rc in ("124", "130", "2") and not n["failures"] + n["errors"] else ""
@@ -68,9 +78,12 @@ def main(out: Path) -> int:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--failed"]:
-        ids = failed_ids(Path(sys.argv[2]))
+    args = sys.argv[1:]
+    if len(args) == 2 and args[0] == "--failed":
+        ids = failed_ids(Path(args[1]))
         if ids:  # no line at all when none: an empty line would reach pytest as "", the whole tests/ folder
             print("\n".join(ids))
         sys.exit(0)
-    sys.exit(main(Path(sys.argv[1])))
+    if len(args) != 1 or not (Path(args[0]) / "phases.txt").is_file():
+        sys.exit(f"usage: tier_table.py OUT (a folder with i39.sh's phases.txt) | --failed XML; got {' '.join(args)!r}")
+    sys.exit(main(Path(args[0])))

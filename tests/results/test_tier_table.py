@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "device" / "tier_table.py"
 
 
@@ -69,3 +71,12 @@ def test_no_failure_prints_no_line(tmp_path):
     run = subprocess.run([sys.executable, str(SCRIPT), "--failed", str(tmp_path / "ok.xml")], capture_output=True,
                          text=True, check=True)
     assert run.stdout == ""
+
+
+@pytest.mark.parametrize("args", [[], ["--failed"], ["/no/such/folder"], ["a", "b"]])
+def test_wrong_arguments_get_a_one_line_usage(args):
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True)
+    assert run.returncode == 1 and run.stderr.startswith("usage: tier_table.py") and run.stderr.count("\n") == 1, run
