@@ -88,12 +88,20 @@ def read_reports(paths: list[Path]) -> tuple[list[SuiteReport], list[str]]:
 
 
 def latest(reports: list[SuiteReport]) -> list[SuiteEntry]:
-    """Each problem's entry once (:func:`problem_key`): of a problem in two shards, the later report's."""
+    """Each problem's entry once (:func:`problem_key`): of a problem in two shards, the later report's, except that
+    a shard whose run was cut (no run) never hides another's measurement of the problem, in whichever order the
+    reports come (a glob sorts ``levels-s10-*`` before ``levels-s9-*``)."""
     by_problem: dict[tuple[str, str], SuiteEntry] = {}
     for r in reports:
         for e in r.entries:
-            by_problem[problem_key(e)] = e
+            held = by_problem.get(problem_key(e))
+            if held is None or not _no_run(e) or _no_run(held):
+                by_problem[problem_key(e)] = e
     return list(by_problem.values())
+
+
+def _no_run(entry: SuiteEntry) -> bool:
+    return entry.why is not None and entry.why.kind == Why.no_run
 
 
 def rows(reports: list[SuiteReport]) -> list[dict]:

@@ -55,6 +55,21 @@ def test_shards_merge_per_level_with_kerngens_own_metrics(merge, tmp_path, capsy
     assert merge.main([str(tmp_path / "bad.json")]) == 1
 
 
+def test_a_later_no_run_never_hides_a_measurement_but_a_later_verdict_does(merge, tmp_path):
+    kb = "shared/kernelbench"
+    (tmp_path / "s10.json").write_text(json.dumps(report([  # sorts first, measured later (a glob's order)
+        entry(f"{kb}/level2/88_G.py", 1.7), entry(f"{kb}/level2/18_M.py", None, why=Why.degenerate),
+        entry(f"{kb}/level2/5_N.py", None, why=Why.no_run)])))
+    (tmp_path / "s9.json").write_text(json.dumps(report([
+        entry(f"{kb}/level2/88_G.py", None, why=Why.no_run), entry(f"{kb}/level2/18_M.py", 2.0),
+        entry(f"{kb}/level2/5_N.py", None, why=Why.no_run)])))
+    got = {e.problem.rsplit("/", 1)[-1]: e for e in merge.latest(
+        merge.read_reports([tmp_path / "s10.json", tmp_path / "s9.json"])[0])}
+    assert got["88_G.py"].speedup_compile == 1.7  # the cut shard's "no run" does not count over it
+    assert got["18_M.py"].speedup_compile == 2.0 and got["18_M.py"].why is None  # any other verdict: the later one
+    assert got["5_N.py"].why.kind == Why.no_run and len(got) == 3
+
+
 def test_files_lists_each_problem_once_in_number_order_with_its_reason(merge, tmp_path, capsys):
     kb = "shared/kernelbench"
     (tmp_path / "a.json").write_text(json.dumps(report([
