@@ -31,7 +31,7 @@ from kerngen.agent.playbook.terms import TERMS_PLAIN, TERMS_SPLIT, TERMS_VALUES,
 
 __all__ = ["DEFAULTS", "GEMM_IDEAS", "NO_FLUSH", "PADDED_SPEC_NAME", "PADDED_VARIANT", "SPEC_NAME", "SPLIT_VALUES",
            "TERMS_PLAIN", "TERMS_SPLIT", "TF32_IDEAS", "VARIANT", "gemm_tf32x3", "sgemm_tf32x3", "sgemm_tf32x3_padded",
-           "smem_bytes", "split_k_of", "split_k_plan"]
+           "mma_limits", "smem_bytes", "split_k_of", "split_k_plan"]
 
 VARIANT = "tf32x3"
 SPEC_NAME = "playbook-matmul-tf32x3"
@@ -110,6 +110,18 @@ def split_k_plan(step: dict, rows: str, cols: str, inner: str, batch: str) -> di
     )
 
 
+def mma_limits(wn: int, bk: int, smem: str, loads: tuple[str, ...] = ()) -> list[str]:
+    """The constraints of a block of mma.sync 3xTF32 warps (this GEMM's and the convolution's, :mod:`.conv.build_tf32`):
+    the warp tiling (WN % ``wn``, BK % ``bk``), ``loads`` (the caller's copies per thread), the ring's ``smem``, the
+    registers, TERMS and FLUSH."""
+    return ["BM % WM == 0", "BN % WN == 0", "WM % 16 == 0", f"WN % {wn} == 0", f"BK % {bk} == 0", f"{THREADS} <= 1024",
+            *loads, "STAGES >= 2", f"{smem} <= {MAX_SMEM}", f"{ACC_FLOATS} <= {MAX_ACC_FLOATS}",
+            f"{REGS_EST} <= {MAX_REGS}", f"({THREADS}) * ({REGS_EST}) <= {REGS_PER_SM}",
+            # plain TF32 (TERMS 1) fails the fp32 check: the tunables offer it at --precision tf32 only (offer_terms);
+            # asked for, it resolves (to show the check rejecting it)
+            " or ".join(f"TERMS == {v}" for v in TERMS_VALUES), "FLUSH == 0 or FLUSH == 1"]
+
+
 def smem_bytes(cfg: dict[str, int]) -> int:
     """Shared memory of one block at ``cfg`` (the spec's SMEM expression, in Python)."""
     bm, bn, bk = cfg["BM"], cfg["BN"], cfg["BK"]
@@ -133,15 +145,7 @@ def gemm_tf32x3(m: FamilyMatch, defaults: dict[str, int], name: str = f"playbook
         f"{paren(f.LDA)} == {K_}", f"{paren(f.LDB)} == {ldb}",
         f"{M_} % BM == 0", f"{N_} % BN == 0", f"{K_} % BK == 0",
         f"{paren(f.SA)} % 4 == 0", f"{paren(f.SB)} % 4 == 0",  # every batch's operand 16-byte aligned
-        "BM % WM == 0", "BN % WN == 0", "WM % 16 == 0", "WN % 32 == 0", "BK % 8 == 0",
-        f"{THREADS} <= 1024",
-        f"(BM * BK // 4) % ({THREADS}) == 0", f"(BK * BN // 4) % ({THREADS}) == 0",
-        "STAGES >= 2", f"{smem} <= {MAX_SMEM}",
-        f"{ACC_FLOATS} <= {MAX_ACC_FLOATS}",
-        f"{REGS_EST} <= {MAX_REGS}", f"({THREADS}) * ({REGS_EST}) <= {REGS_PER_SM}",
-        # plain TF32 (TERMS 1) fails the fp32 check: the tunables offer it at --precision tf32 only (offer_terms);
-        # asked for, it resolves (to show the check rejecting it)
-        " or ".join(f"TERMS == {v}" for v in TERMS_VALUES), "FLUSH == 0 or FLUSH == 1",
+        *mma_limits(32, 8, smem, (f"(BM * BK // 4) % ({THREADS}) == 0", f"(BK * BN // 4) % ({THREADS}) == 0")),
         f"{M_} < 2**31 and {N_} < 2**31 and {K_} < 2**31",
         f"({M_} // BM) * ({N_} // BN) < 2**31", f"{batch} <= 65535", *f.checks,
     ]
