@@ -26,7 +26,7 @@ from kerngen.harness.spec.spec import KernelSpec
 from kerngen.agent.playbook.gemm.build import GemmFacts, as_gemm, epilogue_vars, gemm_facts
 from kerngen.agent.playbook.entry import A, M, P, PAR, Entry
 from kerngen.agent.playbook.family import FamilyMatch
-from kerngen.agent.playbook.render import paren, MAX_SMEM, make_spec, pick, render
+from kerngen.agent.playbook.render import i32, paren, MAX_SMEM, make_spec, pick, render
 from kerngen.agent.playbook.terms import TERMS_PLAIN, TERMS_SPLIT, TERMS_VALUES, offer_terms
 
 __all__ = ["DEFAULTS", "GEMM_IDEAS", "NO_FLUSH", "PADDED_SPEC_NAME", "PADDED_VARIANT", "SPEC_NAME", "SPLIT_VALUES",
@@ -96,7 +96,7 @@ def split_k_plan(step: dict, rows: str, cols: str, inner: str, batch: str) -> di
     main = dict(step, grid=[tiles, 1, f"{batch} * SPLIT_K"], args=[*operands, {"name": PARTIALS}, m_, n_, k_])
     total = f"{batch} * {rows} * {cols}"
     reduce = dict(kernel=f"{step['kernel']}_sum", grid=[f"cdiv({total}, {4 * SUM_THREADS})"], block=[SUM_THREADS],
-                  args=[{"name": PARTIALS}, *fused, out, m_, n_, {"kind": "int32", "value": batch}])
+                  args=[{"name": PARTIALS}, *fused, out, m_, n_, i32(batch)])
     ktiles = f"{inner} // BK"
     return dict(
         steps=[main, reduce],
@@ -153,8 +153,7 @@ def gemm_tf32x3(m: FamilyMatch, defaults: dict[str, int], name: str = f"playbook
     d = pick(defaults, DEFAULTS)
     terms = offer_terms(tunables, d, defaults, m.tf32)
     args = ([{"name": f.a}, {"name": f.b}] + ([{"name": f.bias}] if f.bias else []) + ep_args
-            + [{"name": "out"}, {"kind": "int32", "value": M_}, {"kind": "int32", "value": N_},
-               {"kind": "int32", "value": K_}])
+            + [{"name": "out"}, i32(M_), i32(N_), i32(K_)])
     step = dict(kernel=KERNEL, grid=[f"({M_} // BM) * ({N_} // BN)", 1, batch], block=[THREADS], shared_mem=smem,
                 args=args)
     plan = dict(steps=[step], constraints=[])
@@ -203,9 +202,6 @@ def sgemm_tf32x3_padded(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     padded = GemmFacts(kind="gemm", a="a_pad", b="b_pad", M=mp, N=np_, K=kp, LDA=kp, LDB=np_, what=f"{a} @ {b}")
     core = gemm_tf32x3(FamilyMatch("gemm", m.inputs, m.params, m.outputs, padded, precision=m.precision),
                        {k: v for k, v in defaults.items() if k != "SPLIT_K"}, PADDED_SPEC_NAME)
-
-    def i32(value: str) -> dict:
-        return {"kind": "int32", "value": value}
 
     def copy(src_: str, dst: str, sr: str, sc: str, dr: str, dc: str) -> dict:
         return dict(kernel=PAD_KERNEL, grid=[f"cdiv({dr} * {dc}, {PAD_THREADS * PAD_PER_THREAD})"], block=[PAD_THREADS],
