@@ -29,6 +29,8 @@ from typing import Any
 from kerngen.harness.spec.spec import KernelSpec
 
 from kerngen.agent.playbook.epilogue import Epilogue
+from kerngen.agent.playbook.gemm.build_tf32 import (MAX_SPLIT_FLOATS, SPLIT_MAX_OUTPUTS as MAX_SPLIT_OUTPUTS,
+                                                    SPLIT_VALUES, split_k_of)
 from kerngen.agent.playbook.render import i32, paren, MAX_SMEM, make_spec, pick, render
 from kerngen.agent.playbook.terms import PLAIN_TF32, TERMS_PLAIN, TERMS_SPLIT, offer_terms
 
@@ -128,9 +130,6 @@ SMEM = "(1024 + STAGES * {stage} + 16 * STAGES)"
 # launch bounds' 255). Not calibrated beyond the sampled compiles of tests/agent/test_gemm_wgmma.py.
 REGS = "(WGM * BN // 2 * (1 + FLUSH) + 40)"
 REG_BUDGET = "(232 if CWG == 2 else 255)"
-SPLIT_VALUES = (2, 4, 8, 16, 32)
-MAX_SPLIT_OUTPUTS = 2 * 132 * 128 * 128  # split-K only below two waves of 128 x 128 output tiles
-MAX_SPLIT_FLOATS = 2**26
 MAX_PREP_ELEMENTS = 2**31  # the pre-pass's scratch, both operands together (8 GiB of fp32)
 PAD = {2: 8, 4: 4}  # elements of 16 bytes: the pre-pass pads a row to a multiple of this
 
@@ -216,9 +215,7 @@ def gemm_wgmma_spec(p: GemmProblem, defaults: dict[str, int], name: str) -> Kern
     if terms not in (TERMS_SPLIT, TERMS_PLAIN) or (terms == TERMS_PLAIN and p.dtype != "float32"):
         raise ValueError(f"TERMS {terms}: 3 (3xTF32) or, for fp32 problems, 1 (plain TF32)")
     mode = mode_of(p.dtype, terms, p.tf32)
-    split = defaults.get("SPLIT_K", 1)
-    if split != 1 and split not in SPLIT_VALUES:
-        raise ValueError(f"SPLIT_K {split} is not one of 1, {', '.join(map(str, SPLIT_VALUES))}")
+    split = split_k_of(defaults)  # split-K (as the 3xTF32 GEMM's): only below two waves of 128 x 128 output tiles
     if p.mask and split > 1:
         raise ValueError("split-K and a triangle mask: not offered together")
     pingpong, cluster = "PINGPONG" in defaults, "CLUSTER" in defaults
