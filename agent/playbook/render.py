@@ -62,6 +62,11 @@ def paren(e: object) -> str:
     return f"({e})"
 
 
+def i32(value: object) -> dict[str, object]:
+    """A launch's int32 scalar argument: a number, or an expression over the bound tensors."""
+    return {"kind": "int32", "value": value if isinstance(value, int) else str(value)}
+
+
 def three(t: tuple[int, ...], fill: int) -> tuple[int, int, int]:
     """A 1-D or 2-D per-dim tuple as 3-D (depth, height, width): the missing leading dims are ``fill``."""
     return (fill,) * (3 - len(t)) + tuple(t)  # type: ignore[return-value]

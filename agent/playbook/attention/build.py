@@ -22,7 +22,7 @@ from typing import Any
 from kerngen.harness.spec.spec import KernelSpec
 
 from kerngen.agent.playbook.family import FamilyMatch
-from kerngen.agent.playbook.render import paren, make_spec, pick, render
+from kerngen.agent.playbook.render import i32, paren, make_spec, pick, render
 
 __all__ = ["FA2_DEFAULTS", "MAX_SMEM_SM80", "MAX_SMEM_SM90", "SIMT_DEFAULTS", "SPEC_NAMES", "TENSOR_CORE_DTYPES",
            "TENSOR_CORE_HEAD_DIMS", "WGMMA_DEFAULTS", "attention_fa2", "attention_simt", "attention_wgmma",
@@ -132,7 +132,7 @@ def _common_constraints(f: dict[str, Any], s: dict[str, str]) -> list[str]:
 
 def _args(f: dict[str, Any], s: dict[str, str]) -> list[dict[str, str]]:
     return [{"name": f.q}, {"name": f.k}, {"name": f.v}, {"name": "out"},
-            {"kind": "int32", "value": s["Sq"]}, {"kind": "int32", "value": s["Sk"]},
+            i32(s["Sq"]), i32(s["Sk"]),
             {"kind": "float32", "value": _scale_log2(f, s["D"])}]
 
 

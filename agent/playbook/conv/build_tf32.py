@@ -26,11 +26,11 @@ from __future__ import annotations
 from kerngen.harness.spec.spec import KernelSpec
 
 from kerngen.agent.playbook.conv.build_epi import SPEC_PREFIX, frame
-from kerngen.agent.playbook.gemm.build_tf32 import ACC_FLOATS, MAX_ACC_FLOATS, MAX_REGS, REGS_EST, REGS_PER_SM
+from kerngen.agent.playbook.gemm.build_tf32 import THREADS, mma_limits
 from kerngen.agent.playbook.entry import A, P, PAR, Entry
 from kerngen.agent.playbook.family import FamilyMatch
-from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
-from kerngen.agent.playbook.terms import TERMS_SPLIT, TERMS_VALUES, offer_terms
+from kerngen.agent.playbook.render import make_spec, pick, render
+from kerngen.agent.playbook.terms import TERMS_SPLIT, offer_terms
 
 __all__ = ["CONV2D_IDEAS", "CONV2D_SPEC_NAME", "CONV_EPI_IDEAS", "DEFAULTS", "VARIANT", "conv_epi_tf32x3", "igemm_spec",
            "ideas", "smem_bytes"]
@@ -40,7 +40,6 @@ CONV2D_SPEC_NAME = "playbook-conv2d-tf32x3"
 TEMPLATE = "conv_tf32x3_igemm.cu.j2"
 KERNEL_PACK, KERNEL_MAIN = "conv_tf32x3_pack", "conv_tf32x3_igemm"
 
-THREADS = "32 * (BM // WM) * (BN // WN)"
 # STAGES slots of A's tile (BM rows) and B's (BN rows) of BK + 8 floats, and the rows' table (16 bytes a row)
 SMEM = "4 * STAGES * (BM + BN) * (BK + 8) + 16 * BM"
 _BN_CHOICES = (128, 96, 64, 32, 16)  # the channel tile, largest first
@@ -122,11 +121,7 @@ def igemm_spec(name: str, what: str, template_vars: dict, defaults: dict[str, in
         scratch=[dict(name="wt", dtype="float32", size=wt_size),
                  dict(name="ktab", dtype="int32", size=f"{4 if vol else 2} * round_up({k_}, BK)")],
         constraints=checks + [
-            "BM % WM == 0", "BN % WN == 0", "WM % 16 == 0", "WN % 8 == 0", "BK % 16 == 0",
-            f"{THREADS} <= 1024", "STAGES >= 2", f"{SMEM} <= {MAX_SMEM}",
-            f"{ACC_FLOATS} <= {MAX_ACC_FLOATS}",
-            f"{REGS_EST} <= {MAX_REGS}", f"({THREADS}) * ({REGS_EST}) <= {REGS_PER_SM}",
-            " or ".join(f"TERMS == {v}" for v in TERMS_VALUES), "FLUSH == 0 or FLUSH == 1",
+            *mma_limits(8, 16, SMEM),
             f"{x}.numel < 2**31", f"{m_tot} < 2**31", f"{blocks} < 2**31", f"{wt_size} < 2**31", f"{phases * g} <= 65535",
             *ktab_limits,
         ],

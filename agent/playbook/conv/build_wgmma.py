@@ -24,8 +24,8 @@ from kerngen.agent.playbook.conv.build_epi import SPEC_PREFIX, frame
 from kerngen.agent.playbook.entry import A, P, PAR, Entry
 from kerngen.agent.playbook.family import FamilyMatch
 from kerngen.agent.playbook.conv.split_wgmma import SPLIT_CHOICES, SUM_KERNEL, fill_defaults, split_plan
-from kerngen.agent.playbook.gemm.build_wgmma import (BM, ELEMENT_BYTES, MAX_PREP_ELEMENTS, PAD, REG_BUDGET, REGS,
-                                                     SMEM, STAGE_BYTES, TF32_TERMS_TEXT, TUNABLES, Mode, mode_of,
+from kerngen.agent.playbook.gemm.build_wgmma import (BM, DEFAULTS, ELEMENT_BYTES, MAX_PREP_ELEMENTS, PAD, REG_BUDGET,
+                                                     REGS, SMEM, STAGE_BYTES, TF32_TERMS_TEXT, TUNABLES, Mode, mode_of,
                                                      planes_of)
 from kerngen.agent.playbook.terms import TERMS_SPLIT, offer_terms
 from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
@@ -67,9 +67,7 @@ def _defaults(half: bool, ocg: int) -> dict[str, int]:
     16-bit), so that few columns are padding."""
     cap = 256 if half else 128
     bn = next((v for v in CONV_BNS if v >= ocg), cap) if ocg <= cap else cap
-    if half:
-        return dict(BN=bn, WGM=1, CWG=2, BK=64, STAGES=4, GROUP_M=8, CTAS=132, FLUSH=0, TERMS=TERMS_SPLIT)
-    return dict(BN=min(bn, 128), WGM=1, CWG=2, BK=32, STAGES=3, GROUP_M=8, CTAS=132, FLUSH=1, TERMS=TERMS_SPLIT)
+    return dict(DEFAULTS["16" if half else "32"], BN=bn)
 
 
 @dataclass(frozen=True)

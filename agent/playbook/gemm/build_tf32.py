@@ -26,12 +26,12 @@ from kerngen.harness.spec.spec import KernelSpec
 from kerngen.agent.playbook.gemm.build import GemmFacts, as_gemm, epilogue_vars, gemm_facts
 from kerngen.agent.playbook.entry import A, M, P, PAR, Entry
 from kerngen.agent.playbook.family import FamilyMatch
-from kerngen.agent.playbook.render import paren, MAX_SMEM, make_spec, pick, render
+from kerngen.agent.playbook.render import i32, paren, MAX_SMEM, make_spec, pick, render
 from kerngen.agent.playbook.terms import TERMS_PLAIN, TERMS_SPLIT, TERMS_VALUES, offer_terms
 
 __all__ = ["DEFAULTS", "GEMM_IDEAS", "NO_FLUSH", "PADDED_SPEC_NAME", "PADDED_VARIANT", "SPEC_NAME", "SPLIT_VALUES",
            "TERMS_PLAIN", "TERMS_SPLIT", "TF32_IDEAS", "VARIANT", "gemm_tf32x3", "sgemm_tf32x3", "sgemm_tf32x3_padded",
-           "smem_bytes", "split_k_of", "split_k_plan"]
+           "mma_limits", "smem_bytes", "split_k_of", "split_k_plan"]
 
 VARIANT = "tf32x3"
 SPEC_NAME = "playbook-matmul-tf32x3"
@@ -96,7 +96,7 @@ def split_k_plan(step: dict, rows: str, cols: str, inner: str, batch: str) -> di
     main = dict(step, grid=[tiles, 1, f"{batch} * SPLIT_K"], args=[*operands, {"name": PARTIALS}, m_, n_, k_])
     total = f"{batch} * {rows} * {cols}"
     reduce = dict(kernel=f"{step['kernel']}_sum", grid=[f"cdiv({total}, {4 * SUM_THREADS})"], block=[SUM_THREADS],
-                  args=[{"name": PARTIALS}, *fused, out, m_, n_, {"kind": "int32", "value": batch}])
+                  args=[{"name": PARTIALS}, *fused, out, m_, n_, i32(batch)])
     ktiles = f"{inner} // BK"
     return dict(
         steps=[main, reduce],
@@ -108,6 +108,18 @@ def split_k_plan(step: dict, rows: str, cols: str, inner: str, batch: str) -> di
             f"{batch} * SPLIT_K <= 65535",
         ],
     )
+
+
+def mma_limits(wn: int, bk: int, smem: str, loads: tuple[str, ...] = ()) -> list[str]:
+    """The constraints of a block of mma.sync 3xTF32 warps (this GEMM's and the convolution's, :mod:`.conv.build_tf32`):
+    the warp tiling (WN % ``wn``, BK % ``bk``), ``loads`` (the caller's copies per thread), the ring's ``smem``, the
+    registers, TERMS and FLUSH."""
+    return ["BM % WM == 0", "BN % WN == 0", "WM % 16 == 0", f"WN % {wn} == 0", f"BK % {bk} == 0", f"{THREADS} <= 1024",
+            *loads, "STAGES >= 2", f"{smem} <= {MAX_SMEM}", f"{ACC_FLOATS} <= {MAX_ACC_FLOATS}",
+            f"{REGS_EST} <= {MAX_REGS}", f"({THREADS}) * ({REGS_EST}) <= {REGS_PER_SM}",
+            # plain TF32 (TERMS 1) fails the fp32 check: the tunables offer it at --precision tf32 only (offer_terms);
+            # asked for, it resolves (to show the check rejecting it)
+            " or ".join(f"TERMS == {v}" for v in TERMS_VALUES), "FLUSH == 0 or FLUSH == 1"]
 
 
 def smem_bytes(cfg: dict[str, int]) -> int:
@@ -133,15 +145,7 @@ def gemm_tf32x3(m: FamilyMatch, defaults: dict[str, int], name: str = f"playbook
         f"{paren(f.LDA)} == {K_}", f"{paren(f.LDB)} == {ldb}",
         f"{M_} % BM == 0", f"{N_} % BN == 0", f"{K_} % BK == 0",
         f"{paren(f.SA)} % 4 == 0", f"{paren(f.SB)} % 4 == 0",  # every batch's operand 16-byte aligned
-        "BM % WM == 0", "BN % WN == 0", "WM % 16 == 0", "WN % 32 == 0", "BK % 8 == 0",
-        f"{THREADS} <= 1024",
-        f"(BM * BK // 4) % ({THREADS}) == 0", f"(BK * BN // 4) % ({THREADS}) == 0",
-        "STAGES >= 2", f"{smem} <= {MAX_SMEM}",
-        f"{ACC_FLOATS} <= {MAX_ACC_FLOATS}",
-        f"{REGS_EST} <= {MAX_REGS}", f"({THREADS}) * ({REGS_EST}) <= {REGS_PER_SM}",
-        # plain TF32 (TERMS 1) fails the fp32 check: the tunables offer it at --precision tf32 only (offer_terms);
-        # asked for, it resolves (to show the check rejecting it)
-        " or ".join(f"TERMS == {v}" for v in TERMS_VALUES), "FLUSH == 0 or FLUSH == 1",
+        *mma_limits(32, 8, smem, (f"(BM * BK // 4) % ({THREADS}) == 0", f"(BK * BN // 4) % ({THREADS}) == 0")),
         f"{M_} < 2**31 and {N_} < 2**31 and {K_} < 2**31",
         f"({M_} // BM) * ({N_} // BN) < 2**31", f"{batch} <= 65535", *f.checks,
     ]
@@ -149,8 +153,7 @@ def gemm_tf32x3(m: FamilyMatch, defaults: dict[str, int], name: str = f"playbook
     d = pick(defaults, DEFAULTS)
     terms = offer_terms(tunables, d, defaults, m.tf32)
     args = ([{"name": f.a}, {"name": f.b}] + ([{"name": f.bias}] if f.bias else []) + ep_args
-            + [{"name": "out"}, {"kind": "int32", "value": M_}, {"kind": "int32", "value": N_},
-               {"kind": "int32", "value": K_}])
+            + [{"name": "out"}, i32(M_), i32(N_), i32(K_)])
     step = dict(kernel=KERNEL, grid=[f"({M_} // BM) * ({N_} // BN)", 1, batch], block=[THREADS], shared_mem=smem,
                 args=args)
     plan = dict(steps=[step], constraints=[])
@@ -199,9 +202,6 @@ def sgemm_tf32x3_padded(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
     padded = GemmFacts(kind="gemm", a="a_pad", b="b_pad", M=mp, N=np_, K=kp, LDA=kp, LDB=np_, what=f"{a} @ {b}")
     core = gemm_tf32x3(FamilyMatch("gemm", m.inputs, m.params, m.outputs, padded, precision=m.precision),
                        {k: v for k, v in defaults.items() if k != "SPLIT_K"}, PADDED_SPEC_NAME)
-
-    def i32(value: str) -> dict:
-        return {"kind": "int32", "value": value}
 
     def copy(src_: str, dst: str, sr: str, sc: str, dr: str, dc: str) -> dict:
         return dict(kernel=PAD_KERNEL, grid=[f"cdiv({dr} * {dc}, {PAD_THREADS * PAD_PER_THREAD})"], block=[PAD_THREADS],

@@ -29,7 +29,9 @@ from typing import Any
 from kerngen.harness.spec.spec import KernelSpec
 
 from kerngen.agent.playbook.epilogue import Epilogue
-from kerngen.agent.playbook.render import paren, MAX_SMEM, make_spec, pick, render
+from kerngen.agent.playbook.gemm.build_tf32 import (MAX_SPLIT_FLOATS, SPLIT_MAX_OUTPUTS as MAX_SPLIT_OUTPUTS,
+                                                    SPLIT_VALUES, split_k_of)
+from kerngen.agent.playbook.render import i32, paren, MAX_SMEM, make_spec, pick, render
 from kerngen.agent.playbook.terms import PLAIN_TF32, TERMS_PLAIN, TERMS_SPLIT, offer_terms
 
 __all__ = ["BNS", "DEFAULTS", "MAX_SPLIT_OUTPUTS", "Mode", "Operand", "GemmProblem", "PLANES_BY_TERMS", "REGS", "SMEM",
@@ -128,9 +130,6 @@ SMEM = "(1024 + STAGES * {stage} + 16 * STAGES)"
 # launch bounds' 255). Not calibrated beyond the sampled compiles of tests/agent/test_gemm_wgmma.py.
 REGS = "(WGM * BN // 2 * (1 + FLUSH) + 40)"
 REG_BUDGET = "(232 if CWG == 2 else 255)"
-SPLIT_VALUES = (2, 4, 8, 16, 32)
-MAX_SPLIT_OUTPUTS = 2 * 132 * 128 * 128  # split-K only below two waves of 128 x 128 output tiles
-MAX_SPLIT_FLOATS = 2**26
 MAX_PREP_ELEMENTS = 2**31  # the pre-pass's scratch, both operands together (8 GiB of fp32)
 PAD = {2: 8, 4: 4}  # elements of 16 bytes: the pre-pass pads a row to a multiple of this
 
@@ -193,16 +192,12 @@ def _side(op: Operand, which: str, rows: str, k: str, batch: str, mode: Mode, pr
     name = f"{which}_prep"
     scratch = dict(name=name, dtype="float32" if esize == 4 else dtype, size=f"{planes} * {outer} * {rows} * {kp}")
     launch = dict(kernel=PREP_KERNEL, grid=[f"cdiv({kp}, 32)", f"cdiv({rows}, 32)", outer], block=[32, 8],
-                  args=[{"name": op.name}, {"name": name}, *(_i32(v) for v in (rows, k, kp, outer)),
-                        _i32(int(op.mn_major))])
+                  args=[{"name": op.name}, {"name": name}, *(i32(v) for v in (rows, k, kp, outer)),
+                        i32(int(op.mn_major))])
     tmap = {"kind": "tensormap", "name": name, "box_rows": box_rows, "box_cols": swe, "swizzle": 128,
             "full_width": False, "view": [f"{planes} * {outer}", rows, kp]}
     checks = [f"cdiv({rows}, 32) <= 65535", f"{outer} <= 65535"]
     return _Side(tmap, launch, scratch, False, checks)
-
-
-def _i32(value: object) -> dict[str, Any]:
-    return {"kind": "int32", "value": value if isinstance(value, int) else str(value)}
 
 
 def _epilogue(p: GemmProblem) -> tuple[dict[str, Any], list[dict[str, str]], str]:
@@ -220,9 +215,7 @@ def gemm_wgmma_spec(p: GemmProblem, defaults: dict[str, int], name: str) -> Kern
     if terms not in (TERMS_SPLIT, TERMS_PLAIN) or (terms == TERMS_PLAIN and p.dtype != "float32"):
         raise ValueError(f"TERMS {terms}: 3 (3xTF32) or, for fp32 problems, 1 (plain TF32)")
     mode = mode_of(p.dtype, terms, p.tf32)
-    split = defaults.get("SPLIT_K", 1)
-    if split != 1 and split not in SPLIT_VALUES:
-        raise ValueError(f"SPLIT_K {split} is not one of 1, {', '.join(map(str, SPLIT_VALUES))}")
+    split = split_k_of(defaults)  # split-K (as the 3xTF32 GEMM's): only below two waves of 128 x 128 output tiles
     if p.mask and split > 1:
         raise ValueError("split-K and a triangle mask: not offered together")
     pingpong, cluster = "PINGPONG" in defaults, "CLUSTER" in defaults
@@ -255,7 +248,7 @@ def gemm_wgmma_spec(p: GemmProblem, defaults: dict[str, int], name: str) -> Kern
         if on:
             tunables[knob], d[knob] = list(values), defaults[knob]
     out = "out"
-    main_args = [a.tmap, b.tmap, *ep_args, {"name": out}, _i32(M), _i32(N), _i32(K), _i32(batch)]
+    main_args = [a.tmap, b.tmap, *ep_args, {"name": out}, i32(M), i32(N), i32(K), i32(batch)]
     kt = f"cdiv({K}, BK)"
     constraints = [
         f"{M} >= 1 and {N} >= 1 and {K} >= 1", f"{M} < 2**31 and {N} < 2**31 and {K} < 2**31",
@@ -277,7 +270,7 @@ def gemm_wgmma_spec(p: GemmProblem, defaults: dict[str, int], name: str) -> Kern
         tunables["SPLIT_K"], d["SPLIT_K"] = list(SPLIT_VALUES), split
         main["args"] = [a.tmap, b.tmap, {"name": "partials"}, *main_args[-4:]]
         steps += [main, dict(kernel=SUM_KERNEL, grid=[f"cdiv({total}, 256)"], block=[256],
-                             args=[{"name": "partials"}, *ep_args, {"name": out}, _i32(M), _i32(N), _i32(batch)])]
+                             args=[{"name": "partials"}, *ep_args, {"name": out}, i32(M), i32(N), i32(batch)])]
         scratch.append(dict(name="partials", dtype="float32", size=f"SPLIT_K * {total}"))
         constraints += [f"{total} < {MAX_SPLIT_OUTPUTS}", f"SPLIT_K * {total} <= {MAX_SPLIT_FLOATS}"]
     else:
