@@ -23,7 +23,8 @@ def lines():
 
 
 def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false",
+                           *args],
                           check=True, capture_output=True, text=True).stdout.strip()
 
 
@@ -59,7 +60,7 @@ def history(tmp_path):
     _git(repo, "checkout", "-q", "main")
     _write(repo, "other/x.py", 50)
     _commit(repo, "docs only")
-    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "merge", "-q", "--no-ff", "-m", "Merge branch 'cut'", "cut")
+    _git(repo, "merge", "-q", "--no-ff", "-m", "Merge branch 'cut'", "cut")
     merge = _git(repo, "rev-parse", "--short", "HEAD")
     return repo, base, feature, merge
 
