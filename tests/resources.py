@@ -6,8 +6,10 @@ instead when ``KERNGEN_REQUIRE_ALL=1``, as CI sets it: nothing vanishes silently
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parent.parent
 # beside the project (a developer's checkout, CI), else inside it (a copy of the tree sent to a GPU host
@@ -76,3 +78,11 @@ def tiny_model(name: str) -> Path:
             text = text.replace(old, new)
         path.write_text(text)
     return path
+
+
+def script(path: str, name: str) -> ModuleType:
+    """A developer's script (``scripts/<path>``, not a package module) loaded as module ``name``, for its tests."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

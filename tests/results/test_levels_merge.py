@@ -3,24 +3,19 @@
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
+
+from tests import resources
 
 from kerngen.problems.ref import ProblemRef
 from kerngen.results.suite import NoKernel, SuiteEntry, SuiteReport, Why, suite_metrics
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "levels_merge.py"
-
 
 @pytest.fixture(scope="module")
 def merge():
-    spec = importlib.util.spec_from_file_location("levels_merge", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return resources.script("levels_merge.py", "levels_merge")
 
 
 def entry(path: str, compile_x: float | None, eager_x: float | None = None, why: Why | None = None) -> SuiteEntry:

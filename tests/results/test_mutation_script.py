@@ -3,20 +3,16 @@ untracked files: copied, they broke every worker of a device call)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "mutation.py"
+from tests import resources
 
 
 @pytest.fixture(scope="module")
 def mutation():
-    spec = importlib.util.spec_from_file_location("mutation_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return resources.script("mutation.py", "mutation_script")
 
 
 def test_a_worker_tree_leaves_out_shared_and_untracked_dot_folders(mutation):

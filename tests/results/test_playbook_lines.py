@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "playbook_lines.py"
+from tests import resources
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 
 
 @pytest.fixture(scope="module")
 def lines():
-    spec = importlib.util.spec_from_file_location("playbook_lines", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return resources.script("playbook_lines.py", "playbook_lines")
 
 
 def _git(repo: Path, *args: str) -> str:

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+
+from tests import resources
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "device" / "tier_table.py"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("tier_table", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return resources.script("device/tier_table.py", "tier_table")
 
 
 JUNIT = """<testsuites><testsuite tests="4" failures="1" errors="0" skipped="1">
