@@ -23,7 +23,8 @@ from kerngen.harness.spec.spec import KernelSpec
 from kerngen.agent.playbook.conv.build_epi import SPEC_PREFIX, frame
 from kerngen.agent.playbook.entry import A, P, PAR, Entry
 from kerngen.agent.playbook.family import FamilyMatch
-from kerngen.agent.playbook.conv.split_wgmma import SPLIT_CHOICES, SUM_KERNEL, fill_defaults, split_plan
+from kerngen.agent.playbook.conv.split_wgmma import SUM_KERNEL, fill_defaults, split_plan
+from kerngen.agent.playbook.gemm.build_tf32 import split_k_of
 from kerngen.agent.playbook.gemm.build_wgmma import (BM, DEFAULTS, ELEMENT_BYTES, MAX_PREP_ELEMENTS, PAD, REG_BUDGET,
                                                      REGS, SMEM, STAGE_BYTES, TF32_TERMS_TEXT, TUNABLES, Mode, mode_of,
                                                      planes_of)
@@ -135,9 +136,7 @@ def conv_wgmma_spec(c: ConvGemm, dtype: str, defaults: dict[str, int], name: str
     cfg, rows = pick(defaults, base), _rows_now(m_tot, facts)
     fill = fill_defaults(cfg, defaults, g, rows, c.ocg, c.kvol * -(-c.cg // cfg["VEC"]) * cfg["VEC"]) \
         if "SPLIT_K" not in defaults and rows else {}
-    split = {**defaults, **fill}.get("SPLIT_K", 1)
-    if split not in SPLIT_CHOICES:
-        raise ValueError(f"SPLIT_K {split} is not one of {', '.join(map(str, SPLIT_CHOICES))}")
+    split = split_k_of({**defaults, **fill})  # the GEMM's split values: ValueError for another
     units = f"{g} * cdiv({m_tot}, {BM}) * cdiv({ocg}, BN)" + (" * SPLIT_K" if split > 1 else "")
     src = render(TEMPLATE, kernel=KERNEL, xprep_kernel=XPREP_KERNEL, wprep_kernel=WPREP_KERNEL, narrow=narrow,
                  flip=c.flip, mode=mode.value, out_dtype=dtype, has_bias=tv["has_bias"],
