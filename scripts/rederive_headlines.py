@@ -1,9 +1,11 @@
-"""Re-derive the README's KernelBench level headlines from the per-file tables in docs/measurements/README.md.
+"""Re-derive the H100 KernelBench level headlines (the README's table until 2026-11-29, kept since in
+docs/measurements/README.md, "KernelBench whole levels on one H100") from the per-file tables there. The README's
+table now is the H200 re-measure of all 200 files: `scripts/levels_merge.py` re-derives that one.
 
 Level 1: the session-9 per-file table ("**Level 1 per file**"), with the conv_nd rows measured since
 ("conv_nd per file, level 1") and file 8's later figure (1.23x torch.compile, the padded 3xTF32
 kernel) put in; level 2: its per-file rows (only "conv_nd per file, level 2" exist). Prints what
-the rows give beside what the README says; a level without rows for all its correct files says so.
+the rows give beside what that table says; a level without rows for all its correct files says so.
 
     python scripts/rederive_headlines.py
 """
@@ -15,7 +17,7 @@ from pathlib import Path
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "measurements" / "README.md"
 FILE_8 = "8_Matmul_with_irregular_shapes_"
-# what the README says (correct, fast_1 e/c, geomean e/c); level 1's row is these rows' own since 2026-11-29 (it said
+# what the H100 table says (correct, fast_1 e/c, geomean e/c); level 1's row is these rows' own since 2026-11-29 (it said
 # 0.86, 0.83, 1.74x from rows not kept), level 2's is marked there as not backed
 REPORTED = {1: (96, 0.74, 0.72, 1.71, 1.51), 2: (63, 0.61, 0.59, 1.51, 1.32)}
 
