@@ -14,7 +14,7 @@ This is also the API the whole-model work calls (issue 34):
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import Any, Callable
 
 from kerngen.expr import TensorFacts
 from kerngen.harness.spec.spec import KernelSpec
@@ -38,7 +38,8 @@ from kerngen.agent.playbook.region import Region
 from kerngen.agent.playbook.regions_spec import join
 from kerngen.agent.playbook.registry import by_name
 
-__all__ = ["REGIONS", "RegionsFacts", "explain", "family_for", "family_of", "partition", "region_spec", "trace"]
+__all__ = ["REGIONS", "RegionsFacts", "explain", "family_for", "family_of", "partition", "region_spec", "regions_match",
+           "trace"]
 
 REGIONS = "regions"
 MAX_CHOICES = 4  # variants of a regions problem: the first offered variant of each region, then one region changed
@@ -191,14 +192,18 @@ def _ideas(regions: tuple[Region, ...], choices: list[tuple[str, ...]]) -> tuple
     return tuple(ideas)
 
 
-def regions_match(part: Partition, sizes: dict[str, Any], exhaustive: bool = True) -> FamilyMatch:
+Pick = Callable[[tuple[Region, ...], list[Offer]], list[tuple[str, ...]]]
+
+
+def regions_match(part: Partition, sizes: dict[str, Any], exhaustive: bool = True, pick: Pick | None = None) -> FamilyMatch:
     """The ``regions`` family's match of a partition whose every region is covered (``exhaustive``: of
-    :func:`.coverage.offer`)."""
+    :func:`.coverage.offer`); ``pick``: its choices of a variant per region from the regions' offers (default: the
+    first offered of each, then one region changed)."""
     offers = [region_offer(r, sizes, exhaustive=exhaustive) for r in part.regions]
     bare = [i for i, o in enumerate(offers) if not o.offered]
     if bare:
         raise NotCovered(f"region {bare[0]} ({part.regions[bare[0]].match.family}): {offers[bare[0]].reason}")
-    choices = _choices(part.regions, offers)
+    choices = (pick or _choices)(part.regions, offers)
     fam = Family(name=REGIONS, leads=frozenset(Lead), constraints=(), recognise=lambda g: None,
                  variants={f"v{k}": partial(_build, c) for k, c in enumerate(choices)},
                  ideas=_ideas(part.regions, choices))
