@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kerngen.agent.playbook import PlaybookProposer, explain, partition, trace
+from kerngen.agent.playbook import PlaybookProposer, by_name, explain, family_of, partition, trace
 from kerngen.agent.playbook.leads import Lead
 from kerngen.harness.compile.compiler import compile_job, job_for
 from kerngen.harness.gpu.memory_plan import plan_memory
@@ -88,6 +88,20 @@ def test_kernelbench_97_offers_the_three_region_specs_beside_simt():
         for free in (80e9, 140e9):
             mp = plan_memory(free_bytes=int(free), input_bytes=3 * 2**31, output_bytes=2**31, scratch_bytes=scratch)
             assert mp.scratch_bytes == scratch and mp.timed_sets >= 1
+
+
+def test_the_family_declares_them_and_the_regions_layer_builds_them(tmp_path):
+    """The attention family (below the registry) declares the candidates as data; :func:`family_of` (above it,
+    beside the partition) gives its record with them built, offered after the family's own."""
+    bare = by_name("attention")
+    assert list(bare.variants) == ["fa2", "wgmma", "simt"] and list(bare.partitioned) == list(NEW)
+    assert bare.partitioned["regions"].leads == (Lead.contraction, Lead.softmax, Lead.contraction)
+    m = explain(_problem(tmp_path, (1, 2, 64, 48)))
+    built = family_of(m)
+    assert list(built.variants) == ["fa2", "wgmma", "simt", *NEW] and built.ideas == bare.ideas
+    spec = built.build(m, "regions")
+    assert (spec.origin.family, spec.origin.variant) == ("attention", "regions")
+    assert built.build(m, "regions") == spec  # the joined match is made once per graph
 
 
 def test_the_partition_without_the_attention_family_is_two_gemms_around_a_softmax(tmp_path):

@@ -19,7 +19,7 @@ attention with Sq != Sk (PyTorch's mask is top-left aligned), bf16/fp16 head dim
 Variants: ``fa2`` (bf16/fp16 on the tensor cores, mma.sync: sm_80 and later), ``wgmma`` (bf16/fp16, Hopper's
 wgmma and TMA: sm_90a) and ``simt`` (fp32 FFMA, any head dim a multiple of 4); for fp32 without a causal mask also
 ``regions`` / ``regions_wgmma`` (:mod:`.attention.regions`: two batched 3xTF32 GEMMs and a row softmax, one spec of
-three regions, S and P in scratch).
+three regions, S and P in scratch; declared here, built by the regions machinery above the registry).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 
 from kerngen.agent.playbook.attention.build import (TENSOR_CORE_DTYPES, TENSOR_CORE_HEAD_DIMS, attention_fa2,
                                                    attention_simt, attention_wgmma)
-from kerngen.agent.playbook.attention.regions import attention_regions, attention_regions_wgmma
+from kerngen.agent.playbook.attention.regions import PARTITIONED
 from kerngen.agent.playbook.entry import A, C, M, PAR, Entry
 from kerngen.agent.playbook.family import Facts, Family, FamilyMatch
 from kerngen.agent.playbook.graph import Graph, Tensor
@@ -279,5 +279,5 @@ ATTENTION = Family(name=NAME, leads=frozenset({Lead.attention, Lead.contraction}
                    constraints=("scaled_dot_product_attention, or softmax between two products",
                                 "q, k, v inputs only", "causal or no mask", "no dropout", "no projections",
                                 "one head dim"),
-                   variants={"fa2": attention_fa2, "wgmma": attention_wgmma, "simt": attention_simt,
-                             "regions": attention_regions, "regions_wgmma": attention_regions_wgmma}, ideas=IDEAS)
+                   variants={"fa2": attention_fa2, "wgmma": attention_wgmma, "simt": attention_simt},
+                   partitioned=PARTITIONED, ideas=IDEAS)

@@ -1,5 +1,6 @@
-"""The ``attention`` family's fp32 candidates of several regions (issue #32's mechanism, :mod:`..regions`): the
-attention partitioned without this family, so that the front end's decomposition (:func:`..partition.partition`:
+"""The ``attention`` family's fp32 candidates of several regions (issue #32's mechanism), declared here as
+:class:`..family.Partitioned` and built above the registry (:func:`..regions.family_of`): the attention partitioned
+without this family, so that the front end's decomposition (:func:`..partition.partition`:
 ``scaled_dot_product_attention`` as ``softmax((q @ k^T) * scale) @ v``) or the forward's own explicit chain is cut
 into three regions, two batched GEMMs and a row softmax, their kernels joined into one spec:
 
@@ -18,73 +19,25 @@ those itself).
 
 from __future__ import annotations
 
-from functools import partial
-from typing import Any
-
-from kerngen.harness.spec.spec import KernelSpec
-
-from kerngen.agent.playbook.family import FamilyMatch
+from kerngen.agent.playbook.family import FamilyMatch, Partitioned
 from kerngen.agent.playbook.leads import Lead
-from kerngen.agent.playbook.not_covered import NotCovered
 
-__all__ = ["PREFER", "attention_regions", "attention_regions_wgmma"]
-
-# per candidate: the gemm variants its two GEMMs run on, the first offered at the region's shapes
-PREFER = {"regions": ("tf32x3", "tiled"), "regions_wgmma": ("wgmma",)}
-_SKIP = frozenset({"attention"})  # the partition asks every other family
-_CACHE: dict[tuple, tuple[Any, FamilyMatch]] = {}  # (graph id, precision, variant) -> (graph, regions match)
+__all__ = ["PARTITIONED"]
 
 
-def _pick(prefer: tuple[str, ...], regions: tuple[Any, ...], offers: list[Any]) -> list[tuple[str, ...]]:
-    choice = []
-    for r, o in zip(regions, offers):
-        if r.lead != Lead.contraction:
-            choice.append(o.offered[0].variant)
-            continue
-        v = next((p for p in prefer if o.get(p) is not None), None)
-        if v is None:
-            raise NotCovered(f"region {r.index} ({r.match.message}): {o.why_not(prefer[0]) or o.reason}")
-        choice.append(v)
-    return [tuple(choice)]
-
-
-def _joined(m: FamilyMatch, variant: str) -> FamilyMatch:
-    """The regions match of ``m``'s graph partitioned without the attention family (cached per graph)."""
-    key = (id(m.graph), m.precision, variant)
-    hit = _CACHE.get(key)
-    if hit is not None and hit[0] is m.graph:
-        return hit[1]
-    from kerngen.agent.playbook import regions  # the regions machinery imports the registry, which imports us
-
-    part = regions.partition(m.graph, _SKIP)
-    if not part.covered:
-        raise NotCovered(f"not cut into regions without the attention family: {part.why}")
-    if [r.lead for r in part.regions] != [Lead.contraction, Lead.softmax, Lead.contraction]:
-        raise NotCovered("not cut into two GEMMs around a softmax: "
-                         + " | ".join(f"{r.match.family}[{', '.join(r.nodes)}]" for r in part.regions))
-    for r in part.regions:
-        r.match.precision = m.precision
-    rm = regions.regions_match(part, {}, exhaustive=False, pick=partial(_pick, PREFER[variant]))
-    if len(_CACHE) > 16:
-        _CACHE.clear()
-    _CACHE[key] = (m.graph, rm)
-    return rm
-
-
-def _build(variant: str, m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
+def _why_not(m: FamilyMatch) -> str:
     f = m.facts
     if f.dtype != "float32":
-        raise ValueError(f"the two-GEMM candidate is fp32's ({f.dtype} attention has fa2 and wgmma)")
+        return f"the two-GEMM candidate is fp32's ({f.dtype} attention has fa2 and wgmma)"
     if f.causal:
-        raise ValueError("causal attention is not covered by the two-GEMM candidate (its softmax has no mask)")
-    if m.graph is None:
-        raise ValueError("the two-GEMM candidate needs the problem's graph")
-    try:
-        rm = _joined(m, variant)
-    except NotCovered as exc:
-        raise ValueError(str(exc)) from None
-    return rm.facts.family.variants["v0"](rm, defaults)
+        return "causal attention is not covered by the two-GEMM candidate (its softmax has no mask)"
+    return ""
 
 
-attention_regions = partial(_build, "regions")
-attention_regions_wgmma = partial(_build, "regions_wgmma")
+def _two_gemms(*prefer: str) -> Partitioned:
+    return Partitioned(what="two GEMMs around a softmax", leads=(Lead.contraction, Lead.softmax, Lead.contraction),
+                       prefer={Lead.contraction: prefer}, why_not=_why_not)
+
+
+# per candidate: the gemm variants its two GEMMs run on, the first offered at the region's shapes
+PARTITIONED = {"regions": _two_gemms("tf32x3", "tiled"), "regions_wgmma": _two_gemms("wgmma")}
