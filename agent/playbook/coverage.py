@@ -140,6 +140,7 @@ def offer(
     gpu: GpuFacts | None = None,
     pinned: Mapping[str, Mapping[str, int]] | None = None,
     exhaustive: bool = True,
+    family: Family | None = None,
 ) -> Offer:
     """Build every variant of ``match``'s family at the problem's shape and count its admissible
     configurations for ``gpu``'s limits (default: sm_90's). ``pinned``: per variant, tunables the
@@ -148,9 +149,12 @@ def offer(
     variant's judging stops at its first usable configuration, nearest its default
     (:func:`kerngen.harness.tune.admissible.admissible`'s ``usable``): the same variants offered,
     dropped with the same reasons and built with the same defaults, but an offered variant's count
-    is a lower bound (``counted.stopped``); what ``kerngen playbook DIR`` lists."""
+    is a lower bound (``counted.stopped``); what ``kerngen playbook DIR`` lists. ``family``: the record whose
+    variants are offered (default: the registry's, without the variants it declares for the layer above,
+    :class:`.family.Partitioned`; :func:`.regions.family_of` gives the record with them, as the proposer offers)."""
     gpu = gpu or default_limits()
-    family: Family = match.facts.family if match.family == "regions" else by_name(match.family)
+    if family is None:
+        family = match.facts.family if match.family == "regions" else by_name(match.family)
     out = Offer(match.family, _where(match, tensors), gpu.name)
     for name in family.variants:
         pins = dict((pinned or {}).get(name, {}))

@@ -34,7 +34,7 @@ from kerngen.agent.playbook.graph import Graph, Node as GNode, Ref
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.pointwise import Translator, live_chain
 
-__all__ = ["EpIndex", "EpParam", "Epilogue", "classify", "trace_epilogue"]
+__all__ = ["EpIndex", "EpParam", "Epilogue", "classify", "trace_constant_tail", "trace_epilogue"]
 
 
 class EpIndex(str, Enum):
@@ -200,3 +200,26 @@ def trace_epilogue(g: Graph, lead: GNode, *, channel_dim: int) -> Epilogue:
     if t.dtype(r) != "float":
         raise NotCovered("the forward returns a boolean tensor: not covered by the epilogue")
     return Epilogue(lead.module or lead.name, live_chain(t.nodes, r), tuple(t.params))
+
+
+def trace_constant_tail(g: Graph, lead: GNode) -> Epilogue:
+    """The nodes after ``lead`` (a product) up to the graph's output as an elementwise chain of ``lead``'s value and
+    constants alone (``(q @ k^T) * scale``), or :class:`NotCovered`: a tail that reads a tensor of the graph (an
+    input, a parameter, a value computed before ``lead``) is not this."""
+    live = g.live()
+    if lead not in live or tuple(g.out.shape) != tuple(lead.shape or ()):
+        raise NotCovered(f"the ops after the {lead.label} are not an elementwise chain of its output")
+    tail = live[live.index(lead) + 1:]
+    mine = {lead.name, *(n.name for n in tail)}
+    for n in tail:
+        other = next((r for r in n.refs if r not in mine and r not in g.constants), None)
+        if other is not None:
+            raise NotCovered(f"the epilogue after the {lead.label} reads {other!r}: only constants are fused there")
+    t = _EpilogueTranslator(g, lead, -1)
+    t.env[lead.name] = INPUT
+    for n in tail:
+        t.visit(n)
+    r = t.ref(g.output)
+    if t.params or t.dtype(r) != "float":
+        raise NotCovered(f"the ops after the {lead.label} are not an elementwise chain of its output")
+    return Epilogue(lead.module or lead.name, live_chain(t.nodes, r), ())

@@ -1,7 +1,8 @@
 """A playbook family as one typed record: the region leads it accepts, the constraints its predicate checks
 (their number is how specific it is), a declared priority, its recogniser (a predicate over a region's graph
 that returns the match with the family's typed :class:`Facts`), its template variants, its ideas and the names
-its specs carry. :mod:`.registry` chooses among them by fit (:func:`.registry.choose`), never by list order."""
+its specs carry, and the variants it declares for the layer above to build (:class:`Partitioned`). :mod:`.registry`
+chooses among them by fit (:func:`.registry.choose`), never by list order."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from kerngen.agent.playbook.entry import Entry
 from kerngen.agent.playbook.graph import Graph, Tensor
 from kerngen.agent.playbook.leads import Lead
 
-__all__ = ["Builder", "Facts", "Family", "FamilyMatch"]
+__all__ = ["Builder", "Facts", "Family", "FamilyMatch", "Partitioned"]
 
 
 class Facts(BaseModel):
@@ -70,13 +71,30 @@ class FamilyMatch:
 Builder = Callable[[FamilyMatch, dict[str, int]], KernelSpec]
 
 
+class Partitioned(BaseModel):
+    """A variant a family declares but cannot build (a family sits below the registry, the partition above it):
+    the match's graph partitioned without the family, cut into regions of ``leads`` (in order; ``what`` says it in
+    words), their kernels joined into one spec. A region whose lead ``prefer`` names runs the first of those
+    variants offered at its shapes, any other region its first offered. ``why_not(match)``: why the match does not
+    admit the variant ("" when it does). Built above the registry: :func:`.regions.family_of` gives the family's
+    record with them."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    what: str
+    leads: tuple[Lead, ...]
+    prefer: Mapping[Lead, tuple[str, ...]]
+    why_not: Callable[[FamilyMatch], str]
+
+
 class Family(BaseModel):
     """``recognise(graph)`` returns the match for the regions this family serves, raises
     :class:`~.not_covered.NotCovered` with a one-line reason for a region it claims but cannot serve (a shape
     or an option it has no kernel for), and returns None for every other region. Among the families that
     accept a region's lead, the most specific asks first (``len(constraints)``, then ``priority``); the first
     that claims the region decides. ``variants`` are offered in order; ``spec_names[variant]`` names the
-    variant's specs (a prefix ending in ``-`` where the spec's name adds what it computes)."""
+    variant's specs (a prefix ending in ``-`` where the spec's name adds what it computes). ``partitioned``: more
+    variants, offered after ``variants`` where the layer above builds them (:class:`Partitioned`)."""
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
@@ -88,6 +106,7 @@ class Family(BaseModel):
     ideas: tuple[Entry, ...]
     priority: int = 0
     spec_names: Mapping[str, str] = {}
+    partitioned: Mapping[str, Partitioned] = {}
 
     @property
     def specificity(self) -> tuple[int, int]:

@@ -6,7 +6,8 @@ Otherwise the live nodes are cut greedily in execution order: from the first nod
 run of nodes (at most :data:`WINDOW`) whose graph a family claims and serves (:func:`.registry.choose`) is a
 region, provided exactly one value of it is read later (its output). A piece no run covers is taken apart with
 PyTorch's own decompositions where the playbook has one (softmax, log_softmax and logsumexp as max, exp and sum;
-adaptive pooling to one element as a mean or a max) and tried again; what is still not covered is a region of its
+adaptive pooling to one element as a mean or a max; fp32 scaled_dot_product_attention without a mask or dropout as
+``softmax((q @ k^T) * scale) @ v``) and tried again; what is still not covered is a region of its
 own without a family, named ``NotCovered: <op> at <node>`` (issue 34 runs it as the model's own ATen op).
 
 Views that keep the data where it is (``view``, ``reshape``, ``unsqueeze``, ``squeeze``, ``flatten``, and
@@ -29,6 +30,7 @@ from kerngen.agent.playbook.registry import choose
 __all__ = ["ALIASES", "Partition", "WINDOW", "partition"]
 
 WINDOW = 24  # the longest run of nodes one region is tried with
+SDPA = "scaled_dot_product_attention"
 ALIASES = ("view", "reshape", "_unsafe_view", "unsqueeze", "squeeze", "flatten", "clone", "contiguous", "detach",
            "alias", "dropout")
 
@@ -93,27 +95,29 @@ def _subgraph(g: Graph, nodes: list[Node], later: set[str], roots: dict[str, str
     return Graph(tuple(inputs.values()), tuple(params.values()), tuple(nodes), Ref(out.name), consts, g.scalars)
 
 
-def _try(g: Graph, nodes: list[Node], later: set[str], roots: dict[str, str], index: int) -> Region | None:
+def _try(g: Graph, nodes: list[Node], later: set[str], roots: dict[str, str], index: int,
+         skip: frozenset[str] = frozenset()) -> Region | None:
     sub = _subgraph(g, nodes, later, roots)
     if sub is None or all(n.name in roots for n in nodes):
         return None
     try:
-        m = choose(sub)
+        m = choose(sub, skip)
     except NotCovered:
         return None
     return Region(index, sub, lead_of(sub), tuple(n.name for n in nodes), m, "")
 
 
-def partition(g: Graph) -> Partition:
+def partition(g: Graph, skip: frozenset[str] = frozenset()) -> Partition:
     """The regions of ``g`` (see the module's text); never raises for an op it cannot place: that piece is a
-    region without a family (``Region.why``)."""
+    region without a family (``Region.why``). ``skip``: families not asked (the attention family's fp32 candidate
+    of two GEMMs and a softmax partitions its own graph without itself)."""
     try:  # the whole graph, as the problem names its tensors
-        whole = Region(0, g, lead_of(g), tuple(n.name for n in g.live()), choose(g), "")
+        whole = Region(0, g, lead_of(g), tuple(n.name for n in g.live()), choose(g, skip), "")
         return Partition(g, (whole,), {**_problem_storage(g), str(g.output): "out"})
     except NotCovered as exc:
         reason = str(exc) if "NotCovered:" not in str(exc) else ""
     for _ in range(8):  # each round takes one composite op apart
-        found = replace(_cut(g), whole=reason)
+        found = replace(_cut(g, skip), whole=reason)
         if found.covered:
             return found
         node = next((g.node(n) for r in found.regions if r.match is None for n in r.nodes), None)
@@ -128,7 +132,7 @@ def _problem_storage(g: Graph) -> dict[str, str]:
     return {t.name: t.name for t in (*g.inputs, *g.params)}
 
 
-def _cut(g: Graph) -> Partition:
+def _cut(g: Graph, skip: frozenset[str] = frozenset()) -> Partition:
     live = g.live()
     roots: dict[str, str] = {}  # alias node -> the tensor whose memory it views
     for n in live:
@@ -147,7 +151,7 @@ def _cut(g: Graph) -> Partition:
             continue
         best = None
         for j in range(min(len(live), i + WINDOW), i, -1):
-            best = _try(g, live[i:j], after[j], roots, len(regions))
+            best = _try(g, live[i:j], after[j], roots, len(regions), skip)
             if best is not None:
                 i = j
                 break
@@ -156,7 +160,8 @@ def _cut(g: Graph) -> Partition:
             while j < len(live) and live[j].op == "getitem" and live[j].args["input"] == n.name:
                 j += 1
             sub = _subgraph(g, live[i:j], after[j] | {m.name for m in live[i:j]}, roots, strict=False)
-            best = Region(len(regions), sub, lead_of(sub), tuple(m.name for m in live[i:j]), None, _why_not(sub, n))
+            best = Region(len(regions), sub, lead_of(sub), tuple(m.name for m in live[i:j]), None,
+                          _why_not(sub, n, skip))
             i = j
         regions.append(best)
     return Partition(g, tuple(regions), _storage(g, regions, roots))
@@ -173,9 +178,9 @@ def _storage(g: Graph, regions: list[Region], roots: dict[str, str]) -> dict[str
     return out
 
 
-def _why_not(g: Graph, n: Node) -> str:
+def _why_not(g: Graph, n: Node, skip: frozenset[str] = frozenset()) -> str:
     try:
-        choose(g) if g.out.shape or n.shape is not None else None
+        choose(g, skip) if g.out.shape or n.shape is not None else None
     except NotCovered as exc:
         return f"NotCovered: {n.op} at {n.name} ({exc})"
     return f"NotCovered: {n.op} at {n.name} ({why(n.op, 'the playbook')})"
@@ -189,7 +194,7 @@ def _kept(shape: tuple[int, ...], dims: list[int]) -> tuple[int, ...]:
 
 def _decompose(g: Graph, n: Node) -> Graph | None:
     """``g`` with ``n`` replaced by its decomposition (nodes ``<n>_d0``, ...), None where there is none."""
-    x = n.args.get("self", n.args.get("input"))
+    x = n.args.get("self", n.args.get("input", n.args.get("query")))
     shape = g.shape(x) if isinstance(x, Ref) else None
     if shape is None or n.dtype != "float32":
         return None
@@ -212,6 +217,16 @@ def _decompose(g: Graph, n: Node) -> Graph | None:
         else:
             lg = add("log", "default", _kept(shape, d), self=s)
             add("sub", "Tensor", shape, self=t, other=lg)
+    elif n.op == SDPA and _plain_attention(g, n, shape):
+        k, v = n["key"], n["value"]
+        ks = g.shape(k)
+        scale = n["scale"] if n["scale"] is not None else 1.0 / math.sqrt(shape[-1])  # PyTorch's default
+        kt = add("transpose", "int", (*ks[:-2], ks[-1], ks[-2]), self=k, dim0=-2, dim1=-1)
+        scores = (*shape[:-1], ks[-2])
+        s = add("matmul", "default", scores, self=x, other=kt)
+        s = add("mul", "Tensor", scores, self=s, other=float(scale))
+        p = add("softmax", "int", scores, self=s, dim=-1)
+        add("matmul", "default", tuple(n.shape or ()), self=p, other=v)
     elif n.op == "logsumexp":
         d = sorted({v % nd for v in n["dim"]})
         m = add("amax", "default", _kept(shape, d), self=x, dim=d, keepdim=True)
@@ -242,6 +257,15 @@ def _decompose(g: Graph, n: Node) -> Graph | None:
             nodes.append(replace(m, args={k: _renamed(v, name, last.name) for k, v in m.args.items()}))
     output = Ref(last.name) if g.output == name else g.output
     return Graph(g.inputs, g.params, tuple(nodes), output, g.constants, g.scalars, g.trace_s)
+
+
+def _plain_attention(g: Graph, n: Node, shape: tuple[int, ...]) -> bool:
+    """A scaled_dot_product_attention call the decomposition above computes: no mask (causal or given), no dropout,
+    no grouped-query heads, k and v of q's leading dims."""
+    ks, vs = g.shape(n["key"]), g.shape(n["value"])
+    return (n["attn_mask"] is None and not n["dropout_p"] and not n["is_causal"] and not n.get("enable_gqa")
+            and ks is not None and vs is not None and len(shape) >= 3 and ks[:-2] == vs[:-2] == shape[:-2]
+            and ks[-1] == shape[-1] and vs[-2] == ks[-2])
 
 
 def _renamed(v: Any, old: str, new: str) -> Any:

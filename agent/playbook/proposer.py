@@ -93,7 +93,7 @@ class PlaybookProposer:
                 self._offers[key] = offer_regions(self.recognised, sizes, gpu, self._exhaustive)
             else:
                 self._offers[key] = offer(self.recognised, sizes=sizes, tensors=tensors, gpu=gpu, pinned=pinned,
-                                          exhaustive=self._exhaustive)
+                                          exhaustive=self._exhaustive, family=self.family)
         off = self._offers[key]
         if ctx is not None and not off.offered and off.reason:
             self.reason = off.reason  # why this search gets nothing on its GPU

@@ -2,6 +2,8 @@
 (:mod:`.partition`), and either one family's match (one region: what the playbook always offered) or the match of
 the ``regions`` family, built for this problem: each region served by its own family at its own shapes, the
 variants a few choices of one variant per region, each spec their kernels joined in order (:mod:`.regions_spec`).
+The same joining builds the variants a family declares as :class:`.family.Partitioned` (the family, below the
+registry, cannot): :func:`family_of` gives the family's record with them built.
 
 This is also the API the whole-model work calls (issue 34):
 
@@ -14,7 +16,7 @@ This is also the API the whole-model work calls (issue 34):
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import Any, Callable, Mapping
 
 from kerngen.expr import TensorFacts
 from kerngen.harness.spec.spec import KernelSpec
@@ -29,16 +31,17 @@ from kerngen.harness.tune.prune import static_reason
 
 from kerngen.agent.playbook.coverage import Offer, VariantOffer, default_limits, offer
 from kerngen.agent.playbook.entry import C, Entry
-from kerngen.agent.playbook.family import Facts, Family, FamilyMatch
+from kerngen.agent.playbook.family import Facts, Family, FamilyMatch, Partitioned
 from kerngen.agent.playbook.graph import Graph, trace
 from kerngen.agent.playbook.not_covered import NotCovered
 from kerngen.agent.playbook.partition import Partition, partition
 from kerngen.agent.playbook.leads import Lead
 from kerngen.agent.playbook.region import Region
 from kerngen.agent.playbook.regions_spec import join
-from kerngen.agent.playbook.registry import by_name
+from kerngen.agent.playbook.registry import FAMILIES
 
-__all__ = ["REGIONS", "RegionsFacts", "explain", "family_for", "family_of", "partition", "region_spec", "trace"]
+__all__ = ["REGIONS", "RegionsFacts", "explain", "family_for", "family_of", "partition", "region_spec", "regions_match",
+           "trace"]
 
 REGIONS = "regions"
 MAX_CHOICES = 4  # variants of a regions problem: the first offered variant of each region, then one region changed
@@ -63,10 +66,11 @@ def family_for(region: Region) -> FamilyMatch:
 
 
 def family_of(m: FamilyMatch) -> Family:
-    """The family record of a match (a regions problem's own)."""
+    """The family record of a match (a regions problem's own): the registry's, with the variants it declares as
+    :class:`.family.Partitioned` built (:func:`_partitioned`)."""
     if m.family == REGIONS:
         return m.facts.family
-    fam = by_name(m.family)
+    fam = _FAMILIES.get(m.family)
     if fam is None:
         raise NotCovered(f"no playbook family {m.family!r}")
     return fam
@@ -80,7 +84,7 @@ def _tensors(g: Graph) -> dict[str, TensorFacts]:
 
 def region_offer(region: Region, sizes: dict[str, Any], gpu: GpuFacts | None = None, exhaustive: bool = True) -> Offer:
     m = family_for(region)
-    return offer(m, sizes=sizes, tensors=_tensors(region.graph), gpu=gpu, exhaustive=exhaustive)
+    return offer(m, sizes=sizes, tensors=_tensors(region.graph), gpu=gpu, exhaustive=exhaustive, family=family_of(m))
 
 
 SAMPLE = 200  # joined configurations listed as admissible (each region's own are counted in its offer)
@@ -191,22 +195,90 @@ def _ideas(regions: tuple[Region, ...], choices: list[tuple[str, ...]]) -> tuple
     return tuple(ideas)
 
 
-def regions_match(part: Partition, sizes: dict[str, Any], exhaustive: bool = True) -> FamilyMatch:
+Pick = Callable[[tuple[Region, ...], list[Offer]], list[tuple[str, ...]]]
+
+
+def regions_match(part: Partition, sizes: dict[str, Any], exhaustive: bool = True, pick: Pick | None = None) -> FamilyMatch:
     """The ``regions`` family's match of a partition whose every region is covered (``exhaustive``: of
-    :func:`.coverage.offer`)."""
+    :func:`.coverage.offer`); ``pick``: its choices of a variant per region from the regions' offers (default: the
+    first offered of each, then one region changed)."""
     offers = [region_offer(r, sizes, exhaustive=exhaustive) for r in part.regions]
     bare = [i for i, o in enumerate(offers) if not o.offered]
     if bare:
         raise NotCovered(f"region {bare[0]} ({part.regions[bare[0]].match.family}): {offers[bare[0]].reason}")
-    choices = _choices(part.regions, offers)
+    choices = (pick or _choices)(part.regions, offers)
     fam = Family(name=REGIONS, leads=frozenset(Lead), constraints=(), recognise=lambda g: None,
                  variants={f"v{k}": partial(_build, c) for k, c in enumerate(choices)},
                  ideas=_ideas(part.regions, choices))
     facts = RegionsFacts(partition=part, offers=tuple(offers), choices=tuple(choices), family=fam)
-    summary = " | ".join(f"{r.match.family}[{', '.join(r.nodes)}]" for r in part.regions)
-    m = FamilyMatch.of(part.graph, facts, f"{len(part.regions)} regions: {summary}")
+    m = FamilyMatch.of(part.graph, facts, f"{len(part.regions)} regions: {_summary(part)}")
     m.family = REGIONS
     return m
+
+
+def _summary(part: Partition) -> str:
+    return " | ".join(f"{r.match.family}[{', '.join(r.nodes)}]" for r in part.regions)
+
+
+# ----- the variants a family declares as partitioned (family.Partitioned) ----------------------------------------
+_JOINED: dict[tuple, tuple[Graph, FamilyMatch]] = {}  # (graph id, family, variant, precision) -> (graph, its match)
+
+
+def _preferred(prefer: Mapping[Lead, tuple[str, ...]], regions: tuple[Region, ...],
+               offers: list[Offer]) -> list[tuple[str, ...]]:
+    """One choice: a region whose lead ``prefer`` names on the first of those variants offered, any other on its
+    first offered."""
+    choice = []
+    for r, o in zip(regions, offers):
+        mine = prefer.get(r.lead, ())
+        v = next((p for p in mine if o.get(p) is not None), None) if mine else o.offered[0].variant
+        if v is None:
+            raise NotCovered(f"region {r.index} ({r.match.message}): {o.why_not(mine[0]) or o.reason}")
+        choice.append(v)
+    return [tuple(choice)]
+
+
+def _joined(m: FamilyMatch, variant: str, p: Partitioned) -> FamilyMatch:
+    """The regions match of ``m``'s graph partitioned without ``m``'s family (cached per graph)."""
+    key = (id(m.graph), m.family, variant, m.precision)
+    hit = _JOINED.get(key)
+    if hit is not None and hit[0] is m.graph:
+        return hit[1]
+    part = partition(m.graph, frozenset({m.family}))
+    if not part.covered:
+        raise NotCovered(f"not cut into regions without the {m.family} family: {part.why}")
+    if tuple(r.lead for r in part.regions) != p.leads:
+        raise NotCovered(f"not cut into {p.what}: {_summary(part)}")
+    for r in part.regions:
+        r.match.precision = m.precision
+    rm = regions_match(part, {}, exhaustive=False, pick=partial(_preferred, p.prefer))
+    if len(_JOINED) > 16:
+        _JOINED.clear()
+    _JOINED[key] = (m.graph, rm)
+    return rm
+
+
+def _partitioned(variant: str, p: Partitioned, m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
+    """The builder of a variant ``m``'s family declares as ``p``: the joined spec of its regions (v0)."""
+    why = p.why_not(m) or ("" if m.graph is not None else f"{variant} needs the problem's graph")
+    if why:
+        raise ValueError(why)
+    try:
+        rm = _joined(m, variant, p)
+    except NotCovered as exc:
+        raise ValueError(str(exc)) from None
+    return rm.facts.family.variants["v0"](rm, defaults)
+
+
+def _built(fam: Family) -> Family:
+    """``fam`` with its partitioned variants built, offered after its own."""
+    if not fam.partitioned:
+        return fam
+    built = {v: partial(_partitioned, v, p) for v, p in fam.partitioned.items()}
+    return fam.model_copy(update={"variants": {**fam.variants, **built}})
+
+
+_FAMILIES = {f.name: _built(f) for f in FAMILIES}
 
 
 def explain(problem: Any, exhaustive: bool = True) -> FamilyMatch:

@@ -44,16 +44,17 @@ def by_name(name: str) -> Family | None:
     return _BY_NAME.get(name)
 
 
-def candidates(g: Graph) -> list[Family]:
-    """The families that accept the graph's lead, the most specific first."""
+def candidates(g: Graph, skip: frozenset[str] = frozenset()) -> list[Family]:
+    """The families that accept the graph's lead, the most specific first (none named in ``skip``)."""
     lead = lead_of(g)
-    return sorted((f for f in FAMILIES if lead in f.leads), key=lambda f: f.specificity, reverse=True)
+    return sorted((f for f in FAMILIES if lead in f.leads and f.name not in skip), key=lambda f: f.specificity,
+                  reverse=True)
 
 
-def choose(g: Graph) -> FamilyMatch:
-    """The match of the first family (most specific first) that claims ``g``; :class:`NotCovered` with its
-    reason when it cannot serve it, or naming the first op no family takes."""
-    for fam in candidates(g):
+def choose(g: Graph, skip: frozenset[str] = frozenset()) -> FamilyMatch:
+    """The match of the first family (most specific first, none named in ``skip``) that claims ``g``;
+    :class:`NotCovered` with its reason when it cannot serve it, or naming the first op no family takes."""
+    for fam in candidates(g, skip):
         m = fam.recognise(g)
         if m is not None:
             m.family = fam.name

@@ -208,8 +208,9 @@ def test_q_from_shared_memory_only_with_two_row_tiles_a_warp_and_q_in_registers_
 @needs_kb
 def test_kernelbench_97_offers_the_fp32_kernel_at_its_own_size():
     m = explain(load_problem(str(KB97)))
-    o = offer(m, sizes={}, tensors=m.tensor_facts())
-    assert [v.variant for v in o.offered] == ["simt"] and "bf16 or fp16" in o.why_not("fa2")
+    o = offer(m, sizes={}, tensors=m.tensor_facts(), family=family_of(m))
+    # simt, then the two-GEMM candidates of three regions, built above the registry (tests/agent/test_sdpa_regions.py)
+    assert [v.variant for v in o.offered] == ["simt", "regions", "regions_wgmma"] and "bf16 or fp16" in o.why_not("fa2")
     assert "bf16 or fp16" in o.why_not("wgmma")
     r = plan.resolve(o.get("simt").spec, sizes={}, tensors=m.tensor_facts())
     (launch,) = r.launches

@@ -17,7 +17,9 @@ Not covered (refused with the reason): masks other than causal (``attn_mask``), 
 other parameters, grouped-query or broadcast heads, a value head dim other than the query's, causal
 attention with Sq != Sk (PyTorch's mask is top-left aligned), bf16/fp16 head dims other than 64 and 128.
 Variants: ``fa2`` (bf16/fp16 on the tensor cores, mma.sync: sm_80 and later), ``wgmma`` (bf16/fp16, Hopper's
-wgmma and TMA: sm_90a) and ``simt`` (fp32 FFMA, any head dim a multiple of 4).
+wgmma and TMA: sm_90a) and ``simt`` (fp32 FFMA, any head dim a multiple of 4); for fp32 without a causal mask also
+``regions`` / ``regions_wgmma`` (:mod:`.attention.regions`: two batched 3xTF32 GEMMs and a row softmax, one spec of
+three regions, S and P in scratch; declared here, built by the regions machinery above the registry).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 
 from kerngen.agent.playbook.attention.build import (TENSOR_CORE_DTYPES, TENSOR_CORE_HEAD_DIMS, attention_fa2,
                                                    attention_simt, attention_wgmma)
+from kerngen.agent.playbook.attention.regions import PARTITIONED
 from kerngen.agent.playbook.entry import A, C, M, PAR, Entry
 from kerngen.agent.playbook.family import Facts, Family, FamilyMatch
 from kerngen.agent.playbook.graph import Graph, Tensor
@@ -258,11 +261,23 @@ IDEAS = (
     Entry("attn-simt-warps", "Four warps instead of eight in the fp32 attention: twice the O columns per thread "
           "(more FFMAs per shared-memory broadcast of P) and a larger head-dim slice per warp.", PAR, "0-15%",
           "simt", ({"WARPS": 4}, {"WARPS": 4, "BLOCK_N": 32}), after=_SIMT),
+    Entry("attn-regions-wgmma", "fp32 attention as PyTorch runs it, on Hopper's tensor cores at fp32 accuracy: "
+          "S = (Q K^T) * scale as a batched GEMM on the wgmma 3xTF32 core (K read transposed in place, the scale in "
+          "its epilogue) into a scratch buffer, a row softmax of S into a second one, then O = P V on the same core; "
+          "three regions' kernels in one spec.", C, "two GEMMs at the wgmma core's 3xTF32 rate instead of FFMA; "
+          "S and P each written and read once (at large head dims the GEMMs dominate)", "regions_wgmma", ({},),
+          round0=True),
+    Entry("attn-regions", "fp32 attention as PyTorch runs it, at fp32 accuracy on the tensor cores: S = (Q K^T) * "
+          "scale as a batched 3xTF32 mma.sync GEMM (the FFMA GEMM where its tiles do not divide the shape; K read "
+          "transposed in place, the scale in its epilogue) into a scratch buffer, a row softmax of S into a second "
+          "one, then O = P V; three regions' kernels in one spec.", C,
+          "two GEMMs at the 3xTF32 rate instead of FFMA; S and P each written and read once", "regions", ({},),
+          round0=True),
 )
 
 ATTENTION = Family(name=NAME, leads=frozenset({Lead.attention, Lead.contraction}), recognise=_recognise,
                    constraints=("scaled_dot_product_attention, or softmax between two products",
                                 "q, k, v inputs only", "causal or no mask", "no dropout", "no projections",
                                 "one head dim"),
-                   variants={"fa2": attention_fa2, "wgmma": attention_wgmma,
-                                                                   "simt": attention_simt}, ideas=IDEAS)
+                   variants={"fa2": attention_fa2, "wgmma": attention_wgmma, "simt": attention_simt},
+                   partitioned=PARTITIONED, ideas=IDEAS)

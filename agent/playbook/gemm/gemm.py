@@ -22,7 +22,7 @@ from typing import Any
 from kerngen.agent.playbook.gemm.build import GemmFacts, gemm_gemv, gemm_rowscale, gemm_tiled
 from kerngen.agent.playbook.gemm import build_tf32 as build_gemm_tf32, wgmma
 from kerngen.agent.playbook.entry import A, C, CF, M, PAR, Entry
-from kerngen.agent.playbook.epilogue import trace_epilogue
+from kerngen.agent.playbook.epilogue import trace_constant_tail, trace_epilogue
 from kerngen.agent.playbook.family import Family, FamilyMatch
 from kerngen.agent.playbook.graph import Graph, Node, Ref
 from kerngen.agent.playbook.not_covered import NotCovered
@@ -37,6 +37,8 @@ _MASKS = {"triu": "upper", "tril": "lower"}
 _NORMS = {"group_norm": "statistics over groups of columns", "layer_norm": "statistics over each row",
           "instance_norm": "statistics over each row"}
 _POOLS = ("max_pool1d", "avg_pool1d", "adaptive_avg_pool1d", "adaptive_max_pool1d")
+_FOLLOWED = ("a matrix product followed by other ops: the gemm family fuses an elementwise epilogue after an "
+             "nn.Linear module, or one of constants alone after a batched or transposed product")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -238,9 +240,12 @@ def _contraction(g: Graph, keep_plain: bool = False) -> FamilyMatch | None:
         mask, diag = _MASKS[res.op], int(res["diagonal"])
         res = g.node(res["self"])
     op = res.op if res is not None else None
+    ep = None
+    if op not in _MATMULS + ("einsum",) and not mask and not _refusal(g):
+        res, ep = _constant_epilogue(g)
+        op = res.op if res is not None else None
     if op not in _MATMULS + ("einsum",):
-        raise NotCovered(_refusal(g) or "a matrix product followed by other ops: the gemm family fuses an "
-                                        "elementwise epilogue after an nn.Linear module only")
+        raise NotCovered(_refusal(g) or _FOLLOWED)
     shapes = _shapes(g)
     if op == "einsum":
         ops = res["tensors"]
@@ -260,13 +265,30 @@ def _contraction(g: Graph, keep_plain: bool = False) -> FamilyMatch | None:
             return _rowscale_match(g, a.name, b.name)
         lay = _matmul_layout(op, a, b, len(shapes[a.name]), len(shapes[b.name]))
     facts = _gemm_facts(g, op, a, b, lay, mask, diag)
+    if ep is not None:
+        facts = facts.model_copy(update={"ep": ep})
     inputs = {t.name for t in g.inputs}
     plain = (op != "einsum" and not mask and not a.trans and not b.trans and len(shapes[a.name]) == 2
              and len(shapes[b.name]) == 2 and facts.shape[2] != 1 and {a.name, b.name} <= inputs
              and len(inputs) == 2)
+    if plain and ep is not None:
+        raise NotCovered(_FOLLOWED)  # a plain A @ B then ops stays the matmul family's and a region after it
     if plain and not keep_plain:
         return None  # plain 2-D A @ B: the built-in matmul family's
-    return FamilyMatch.of(g, facts, f"gemm: {facts.what}" + (f", {mask} triangle" if mask else ""))
+    return FamilyMatch.of(g, facts, f"gemm: {facts.what}" + (f", {mask} triangle" if mask else "")
+                          + (f", epilogue {ep.formula}" if ep is not None else ""))
+
+
+def _constant_epilogue(g: Graph) -> tuple[Node | None, Any]:
+    """The product and its epilogue where the graph is one product followed by elementwise ops of constants alone
+    (``(q @ k^T) * scale``: the first region of a decomposed attention); (None, None) otherwise."""
+    products = [n for n in g.live() if n.op in _MATMULS + ("einsum",)]
+    if len(products) != 1:
+        return None, None
+    try:
+        return products[0], trace_constant_tail(g, products[0])
+    except NotCovered:
+        return None, None
 
 
 def _is_column_of(g: Graph, ref: Any, d: str) -> bool:
