@@ -176,7 +176,7 @@ def _broken(spec, how: str):
                 arg["name"] = "r1_out"
     else:  # the scale in the first GEMM's epilogue corrupted
         region0 = data["source"].split("// ---- region 1")[0]
-        scale = re.search(r"0\.2041[0-9]*f", region0).group(0)
+        scale = re.search(r"0\.1767[0-9]*f", region0).group(0)  # 1/sqrt(32)
         data["source"] = data["source"].replace(scale, "0.25f", 1)
     return type(spec).model_validate(data)
 
@@ -184,7 +184,7 @@ def _broken(spec, how: str):
 @needs_emulator
 @pytest.mark.parametrize("how", ["softmax reads its own output", "a corrupted scale"])
 def test_a_wrong_intermediate_fails(tmp_path, how):
-    p = _problem(tmp_path, (1, 2, 64, 24))
+    p = _problem(tmp_path, (1, 2, 64, 32))  # S and P no larger than q, k, v and out: offered (the bound below)
     spec = _offered(p)["regions"]
     out, want = _run(p, spec)
     assert torch.allclose(out, want, atol=1e-4, rtol=1e-4)  # the spec itself is right at this shape
@@ -195,3 +195,16 @@ def test_a_wrong_intermediate_fails(tmp_path, how):
     except EmuError:
         return  # a buffer read before it is written is a failure too
     assert not torch.allclose(out, want, atol=1e-4, rtol=1e-4)
+
+
+def test_they_are_not_offered_where_s_and_p_outweigh_the_problem(tmp_path):
+    """S and P grow with the lengths squared: at head dim 64 and length 512 they are 4x q, k, v and out together
+    (the flash-style kernel's case, and scratch that can outgrow the GPU), so only simt is offered; at KernelBench
+    97's head dim 1,024 they are a quarter (above)."""
+    off = PlaybookProposer(_problem(tmp_path, (1, 2, 512, 64))).offer
+    assert [v.variant for v in off.offered] == ["simt"]
+    for v in NEW:
+        why = off.why_not(v)
+        assert "S and P (4.00 MiB) would be larger than q, k, v and out together (1.00 MiB)" in why, why
+    # the bound itself: S + P = 2 x 2 x 256 x 256 floats against (4 x 2 x 256 x 128): equal, so offered
+    assert set(NEW) <= {v.variant for v in PlaybookProposer(_problem(tmp_path, (1, 2, 256, 128))).offer.offered}

@@ -19,6 +19,8 @@ those itself).
 
 from __future__ import annotations
 
+import math
+
 from kerngen.agent.playbook.family import FamilyMatch, Partitioned
 from kerngen.agent.playbook.leads import Lead
 
@@ -31,7 +33,31 @@ def _why_not(m: FamilyMatch) -> str:
         return f"the two-GEMM candidate is fp32's ({f.dtype} attention has fa2 and wgmma)"
     if f.causal:
         return "causal attention is not covered by the two-GEMM candidate (its softmax has no mask)"
+    return _scratch_why_not(m)
+
+
+def _scratch_why_not(m: FamilyMatch) -> str:
+    """S and P grow with Sq x Sk: offered only where they are not larger than q, k, v and out together (the head
+    dim large against the lengths, as KernelBench 97's 1,024 against 512). There the two GEMMs are the work; where S
+    and P are larger, the flash-style kernel that never writes them is the one to run, and scratch of many times the
+    problem's own bytes could exceed the GPU's memory (a harness error stops the search)."""
+    g, f = m.graph, m.facts
+    shapes = [g.shape(t) if g is not None else None for t in (f.q, f.k, f.v)]
+    if any(s is None or len(s) < 2 for s in shapes):
+        return "the two-GEMM candidate needs q, k and v's shapes"
+    q, k, v = shapes
+    lead = math.prod(q[:-2])
+    sp = 2 * lead * q[-2] * k[-2]
+    qkvo = math.prod(q) + math.prod(k) + math.prod(v) + lead * q[-2] * v[-1]
+    if sp > qkvo:
+        return (f"S and P ({_bytes(4 * sp)}) would be larger than q, k, v and out together ({_bytes(4 * qkvo)}): "
+                "the flash-style kernel's case")
     return ""
+
+
+def _bytes(n: int) -> str:
+    return next(f"{n / 2**e:.2f} {unit}" for e, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB"), (0, "B")) if n >= 2**e
+                or not e)
 
 
 def _two_gemms(*prefer: str) -> Partitioned:
