@@ -1,5 +1,5 @@
-"""The Hopper GEMM core's ping-pong consumers (PINGPONG) and thread-block clusters with TMA multicast (CLUSTER), CPU
-tier: both exist in a spec only when its defaults name them (the specs built without them are those of before: the
+"""The Hopper GEMM core's ping-pong consumers (PINGPONG), thread-block clusters with TMA multicast (CLUSTER) and the
+stores staged through shared memory (EPI_SMEM), CPU tier: both exist in a spec only when its defaults name them (the specs built without them are those of before: the
 pinned hashes in test_tf32_terms.py and the conv core's source), then the tuner gets both values; the plans (each
 consumer's own tile, the cluster's launch field, a grid of whole clusters); constraints refuse what cannot run; the
 launch plan's ``cluster`` is validated (one line), left out of a spec's dump at 1, and refused by the CPU emulator;
@@ -22,7 +22,7 @@ from kerngen.harness.spec import plan
 from kerngen.harness.spec.spec import KernelSpec
 from kerngen.problems.load import load_problem
 from kerngen.problems.ref import ProblemRef
-from tests.agent.test_gemm_wgmma import _admits, _maps, _resolve, build, emulate, emulator_available
+from tests.agent.test_gemm_wgmma import _admits, _maps, _resolve, build, emulate, emulator_available, gemm_problem
 
 BF16_LINEAR = ProblemRef(source="linear_gelu", shape=(300, 200, 136), dtype="bfloat16")
 
@@ -117,6 +117,10 @@ COMPILED = [  # (source, shape, dtype, defaults, configuration)
     ("matmul", (999, 333, 517), "float16", {"PINGPONG": 1, "CLUSTER": 2, "SPLIT_K": 2}, {"BN": 192}),
     ("matmul", None, "float32", {"PINGPONG": 1, "CLUSTER": 2}, {}),  # 3xTF32 with FLUSH
     ("linear_gelu", (513, 384, 1000), "float32", {"CLUSTER": 2}, {"WGM": 2, "BN": 64, "STAGES": 2}),
+    ("linear_gelu", None, "bfloat16", {"EPI_SMEM": 1}, {"GROUP_M": 16}),  # the staged stores, unguarded chain
+    ("linear_gelu", None, "bfloat16", {"EPI_SMEM": 1, "PINGPONG": 1}, {"BN": 192}),
+    ("linear_gelu", (513, 388, 1000), "float32", {"EPI_SMEM": 1}, {"STAGES": 2}),  # fp32 pieces of 4
+    ("matmul", (999, 328, 517), "float16", {"EPI_SMEM": 1}, {"EPI_SMEM": 0}),  # no bias; the paired stores
 ]
 
 
@@ -136,11 +140,56 @@ def test_it_compiles_for_sm90a_without_spills_or_wgmma_warnings(source, shape, d
 def test_the_gemm16_family_proposes_both_modes_in_round_0():
     prop = PlaybookProposer(load_problem(BF16_LINEAR))
     round0 = [e for e in prop._entries() if e.round0]
-    assert [e.id for e in round0] == ["gemm16-wgmma", "gemm16-wgmma-pingpong", "gemm16-wgmma-cluster"]
-    for entry, knob in zip(round0[1:], ("PINGPONG", "CLUSTER")):
-        assert "not yet measured on a GPU" in entry.effect
+    assert [e.id for e in round0] == ["gemm16-wgmma", "gemm16-wgmma-staged", "gemm16-wgmma-pingpong"]
+    for entry, knob in zip(round0[1:], ("EPI_SMEM", "PINGPONG")):
+        assert "H200" in entry.effect  # measured
         specs = [b.spec for b in prop._render(entry, None, 3)]
-        assert len(specs) == 3 and all(s.default_config()[knob] == (1 if knob == "PINGPONG" else 2) for s in specs)
+        assert len(specs) == 3 and all(s.default_config()[knob] == 1 for s in specs)
+    # the staged stores' first branch is the one measured best (cooperative, GROUP_M 16)
+    first = prop._render(round0[1], None, 1)[0].spec.default_config()
+    assert first["EPI_SMEM"] == 1 and first["GROUP_M"] == 16 and "PINGPONG" not in first
+    # clusters lost on every case measured: a refinement only
+    cluster = {e.id: e for e in prop._entries()}["gemm16-wgmma-cluster"]
+    assert not cluster.round0 and cluster.after == frozenset({"wgmma"})
     fp32 = PlaybookProposer(load_problem(ProblemRef(source="matmul")))
     later = {e.id: e for e in fp32._entries()}
     assert not later["mm-wgmma-pingpong"].round0 and later["mm-wgmma-cluster"].after == frozenset({"wgmma"})
+    staged = [b.spec.default_config() for b in fp32._render(later["mm-wgmma-staged"], None, 2)]
+    assert not later["mm-wgmma-staged"].round0 and [c["STAGES"] for c in staged] == [2, 2]  # room for the tiles
+
+
+# ----- EPI_SMEM: the stores staged through shared memory ----------------------------------------------------------
+def test_the_staged_stores_exist_only_where_asked_and_bring_their_shared_memory():
+    m = _m(ProblemRef(source="linear_gelu", dtype="bfloat16"))
+    plain = build(m, "wgmma")
+    assert "EPI_SMEM" not in plain.tunables and "EPI_SMEM" not in plain.source and "epi_nb" not in plain.source
+    spec = build(m, "wgmma", {"EPI_SMEM": 1})
+    assert spec.tunables["EPI_SMEM"] == [0, 1] and spec.default_config()["EPI_SMEM"] == 1
+    on, off = _resolve(spec, m).launches[0], _resolve(spec, m, {"EPI_SMEM": 0}).launches[0]
+    # 8 consumer warps, each 16 rows of 64 bf16 outputs and 8 more of padding
+    assert on.shared_mem - off.shared_mem == 8 * 16 * 72 * 2 == 18432
+    assert on.shared_mem == smem_bytes({**spec.default_config()}, Mode.bf16)
+    assert off.shared_mem == _resolve(plain, m).launches[0].shared_mem
+    # GELU reads no tensor: the values computed unguarded; a residual's read keeps the guard
+    assert "no tensor read in the chain" in spec.source and "if (r < M && col < N) {" not in spec.source
+    with pytest.raises(ValueError, match="EPI_SMEM and split-K"):
+        build(m, "wgmma", {"EPI_SMEM": 1, "SPLIT_K": 2})
+    with pytest.raises(ValueError, match="EPI_SMEM 2: 0 or 1"):
+        build(m, "wgmma", {"EPI_SMEM": 2})
+
+
+def test_the_staged_stores_keep_the_guard_where_the_chain_reads_a_tensor(tmp_path):
+    p = gemm_problem(tmp_path, "torch.relu(self.fc(x)) * y + y", {"x": (2, 50, 136), "y": (2, 50, 200)}, "bfloat16",
+                     "self.fc = nn.Linear(136, 200)")
+    spec = build(explain(p), "wgmma", {"EPI_SMEM": 1})
+    assert "if (r < M && col < N) {  // the epilogue reads its tensors only inside the output" in spec.source
+    assert "no tensor read in the chain" not in spec.source
+
+
+def test_the_staged_stores_need_whole_16_byte_pieces():
+    for n, dtype, ok in ((328, "float16", True), (333, "float16", False), (332, "float16", False),
+                         (332, "float32", True), (330, "float32", False)):
+        m = _m(ProblemRef(source="matmul", shape=(999, n, 517), dtype=dtype))
+        spec = build(m, "wgmma", {"EPI_SMEM": 1, **({"STAGES": 2} if dtype == "float32" else {})})
+        assert _admits(spec, m, {}) is ok, (n, dtype)
+        assert _admits(spec, m, {"EPI_SMEM": 0})  # the paired stores take any N

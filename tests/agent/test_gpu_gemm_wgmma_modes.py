@@ -1,5 +1,5 @@
-"""GPU tier of the Hopper GEMM core's ping-pong consumers (PINGPONG) and thread-block clusters with TMA multicast
-(CLUSTER) (sm_90 only, skipped elsewhere): the harness's full check (fresh inputs, 3 seeds) at M, N, K that are no
+"""GPU tier of the Hopper GEMM core's ping-pong consumers (PINGPONG), thread-block clusters with TMA multicast
+(CLUSTER) and the shared-memory staged epilogue (EPI_SMEM) (sm_90 only, skipped elsewhere): the harness's full check (fresh inputs, 3 seeds) at M, N, K that are no
 multiples of the tiles, batched and transposed, in bf16, fp16 and 3xTF32, with epilogues (bias, GELU, a residual, a
 triangle) and split-K, each mode alone and both together, at a few configurations each; and the launcher refusing a
 plan whose cluster is not the kernel's own ``__cluster_dims__``. The CPU tier: test_gemm_wgmma_modes.py."""
@@ -71,6 +71,30 @@ LAYOUTS = [
 def test_batched_transposed_masked_and_fused(pool, tmp_path, forward, inputs, dtype, init):
     p = gemm_problem(tmp_path, forward, inputs, dtype, init)
     _all_pass(pool, ProblemRef(source=str(p.path)), _mode_candidates(explain(p), configs=[{}]))
+
+
+# EPI_SMEM: the stores staged through shared memory; N a multiple of a 16-byte piece (its constraint), M and K odd, the
+# row tail of the last tile partly outside, BN 192 (three 64-column pieces), cooperative and ping-pong consumers
+STAGED = [
+    ("matmul", (1000, 264, 136), "bfloat16"),
+    ("matmul", (999, 328, 517), "float16"),  # odd M: 16-row warp slices partly below M
+    ("linear_gelu", (300, 200, 136), "bfloat16"),  # bias + GELU; N 200: the last 64-column piece partly past N
+    ("linear_gelu", (513, 388, 1000), "float32"),  # 3xTF32, fp32 pieces of 4 outputs
+]
+
+
+@pytest.mark.parametrize("source, shape, dtype", STAGED, ids=lambda v: str(v))
+def test_the_staged_epilogue_passes(pool, source, shape, dtype):
+    ref = ProblemRef(source=source, shape=shape, dtype=dtype)
+    configs = [{}, {"STAGES": 2}, {"WGM": 2, "BN": 128, "STAGES": 2}, {"BN": 192, "STAGES": 2}]
+    _all_pass(pool, ref, _mode_candidates(explain(load_problem(ref)), [{"EPI_SMEM": 1}, {"EPI_SMEM": 1, "PINGPONG": 1}],
+                                          configs))
+
+
+def test_the_staged_epilogue_with_a_residual_and_batches(pool, tmp_path):
+    p = gemm_problem(tmp_path, "torch.relu(self.fc(x)) * y + y", {"x": (2, 50, 136), "y": (2, 50, 200)}, "bfloat16",
+                     "self.fc = nn.Linear(136, 200)")
+    _all_pass(pool, ProblemRef(source=str(p.path)), _mode_candidates(explain(p), [{"EPI_SMEM": 1}], [{}, {"BN": 64}]))
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])

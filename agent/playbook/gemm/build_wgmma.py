@@ -122,6 +122,11 @@ BM_PINGPONG = "(64 * WGM * (CWG - PINGPONG))"  # PINGPONG 1 (CWG 2): each consum
 # PINGPONG and CLUSTER exist in a spec only when ``defaults`` name them (any value): the specs built without them are
 # those of before (byte for byte); a spec with them offers both values to the tuner
 PINGPONG_VALUES, CLUSTER_VALUES = (0, 1), (1, 2)
+# EPI_SMEM 1: the epilogue's values staged through shared memory and stored as 16-byte row pieces (the template says
+# how); in a spec only when ``defaults`` name it, as PINGPONG. Each consumer warp's staging tile: 16 rows of 64
+# outputs and 8 more (the padding that keeps the pair writes off each other's banks)
+EPI_SMEM_VALUES = (0, 1)
+EPI_SMEM_BYTES = "(EPI_SMEM * 64 * CWG * 72 * {osize})"
 STAGE_BYTES = "({planes} * ({bm} + BN) * BK * {esize})"
 # the ring, the 1 KB the kernel may skip to align its base to 1024 bytes, the mbarriers
 SMEM = "(1024 + STAGES * {stage} + 16 * STAGES)"
@@ -149,7 +154,8 @@ def smem_bytes(cfg: dict[str, int], mode: Mode) -> int:
     """Dynamic shared memory of the main kernel at ``cfg`` (the spec's expression, in Python)."""
     planes = 2 if mode is Mode.tf32x3 or (mode is Mode.tf32_terms and cfg["TERMS"] == TERMS_SPLIT) else 1
     stage = planes * (64 * cfg["WGM"] * cfg["CWG"] + cfg["BN"]) * cfg["BK"] * ELEMENT_BYTES[mode]
-    return 1024 + cfg["STAGES"] * stage + 16 * cfg["STAGES"]
+    staging = cfg.get("EPI_SMEM", 0) * 64 * cfg["CWG"] * 72 * (2 if mode in (Mode.bf16, Mode.f16) else 4)
+    return 1024 + cfg["STAGES"] * stage + 16 * cfg["STAGES"] + staging
 
 
 def _inner(op: Operand, rows: str, k: str) -> str:
@@ -218,7 +224,11 @@ def gemm_wgmma_spec(p: GemmProblem, defaults: dict[str, int], name: str) -> Kern
     split = split_k_of(defaults)  # split-K (as the 3xTF32 GEMM's): only below two waves of 128 x 128 output tiles
     if p.mask and split > 1:
         raise ValueError("split-K and a triangle mask: not offered together")
-    pingpong, cluster = "PINGPONG" in defaults, "CLUSTER" in defaults
+    pingpong, cluster, epi_smem = "PINGPONG" in defaults, "CLUSTER" in defaults, "EPI_SMEM" in defaults
+    if defaults.get("EPI_SMEM", 0) not in EPI_SMEM_VALUES:
+        raise ValueError(f"EPI_SMEM {defaults.get('EPI_SMEM')}: 0 or 1")
+    if epi_smem and split > 1:
+        raise ValueError("EPI_SMEM and split-K: not offered together (split-K's partials are fp32 scratch)")
     if defaults.get("PINGPONG", 0) not in PINGPONG_VALUES or defaults.get("CLUSTER", 1) not in CLUSTER_VALUES:
         raise ValueError(f"PINGPONG {defaults.get('PINGPONG')} / CLUSTER {defaults.get('CLUSTER')}: PINGPONG is 0 or 1, "
                          "CLUSTER 1 or 2")
@@ -231,9 +241,12 @@ def gemm_wgmma_spec(p: GemmProblem, defaults: dict[str, int], name: str) -> Kern
     ep_vars, ep_args, formula = _epilogue(p)
     src = render(TEMPLATE, kernel=KERNEL, prep_kernel=PREP_KERNEL, sum_kernel=SUM_KERNEL, mode=mode.value,
                  out_dtype=p.dtype, a_mn=a.mn_major, b_mn=b.mn_major, prep=bool(a.prep or b.prep), split_k=split > 1,
-                 bns=BNS, pingpong=pingpong, cluster=cluster, **ep_vars)
+                 bns=BNS, pingpong=pingpong, cluster=cluster, epi_smem=epi_smem, **ep_vars)
     esize = ELEMENT_BYTES[mode]
     smem = SMEM.format(stage=STAGE_BYTES.format(planes=planes_of(mode), bm=bm, esize=esize))
+    osize = 4 if p.dtype == "float32" else 2  # the output's element
+    if epi_smem:
+        smem = f"({smem} + {EPI_SMEM_BYTES.format(osize=osize)})"
     sk = "SPLIT_K" if split > 1 else "1"
     units = f"{batch} * cdiv({M}, {f'({bm} * CLUSTER)' if cluster else bm}) * cdiv({N}, BN) * {sk}"
     tunables = {k: list(v) for k, v in TUNABLES.items()}
@@ -244,7 +257,8 @@ def gemm_wgmma_spec(p: GemmProblem, defaults: dict[str, int], name: str) -> Kern
     tunables["TERMS"] = [terms]
     d = pick(defaults, DEFAULTS["16" if half else "32"])
     offer_terms(tunables, d, defaults, mode is Mode.tf32_terms)
-    for knob, values, on in (("PINGPONG", PINGPONG_VALUES, pingpong), ("CLUSTER", CLUSTER_VALUES, cluster)):
+    for knob, values, on in (("PINGPONG", PINGPONG_VALUES, pingpong), ("CLUSTER", CLUSTER_VALUES, cluster),
+                             ("EPI_SMEM", EPI_SMEM_VALUES, epi_smem)):
         if on:
             tunables[knob], d[knob] = list(values), defaults[knob]
     out = "out"
@@ -261,6 +275,8 @@ def gemm_wgmma_spec(p: GemmProblem, defaults: dict[str, int], name: str) -> Kern
                 block=["128 * (CWG + 1)"], shared_mem=smem, args=main_args, **({"cluster": "CLUSTER"} if cluster else {}))
     if pingpong:
         constraints.append("PINGPONG == 0 or CWG == 2")
+    if epi_smem:  # whole 16-byte pieces: a row's vectors stay inside it, and past N they are wholly past it
+        constraints.append(f"EPI_SMEM == 0 or {N} % {16 // osize} == 0")
     steps = [s for s in (a.prep, b.prep) if s is not None]
     scratch = [s for s in (a.scratch, b.scratch) if s is not None]
     if scratch:
@@ -296,7 +312,9 @@ def gemm_wgmma_spec(p: GemmProblem, defaults: dict[str, int], name: str) -> Kern
            "(named barriers order their main loops, so one's epilogue overlaps the other's wgmma)" if pingpong else "")
         + ("; CLUSTER 2: pairs of blocks (a thread-block cluster) take vertically adjacent tiles of one unit and share "
            "B's k tiles (each block loads half of B's boxes and multicasts them to both; a slot is released in both)"
-           if cluster else ""),
+           if cluster else "")
+        + ("; EPI_SMEM 1: each consumer warp stages its outputs 64 columns at a time in shared memory and stores them "
+           "as 16-byte row pieces (whole 128-byte lines)" if epi_smem else ""),
         src, tunables, d, arch_specific=True, scratch=scratch, constraints=constraints, steps=steps,
         defines=dict(A_BATCHED=int(p.a.batched), B_BATCHED=int(p.b.batched), EVEN_N=f"{N} % 2 == 0",
                      DIAG=int(p.diag)),
