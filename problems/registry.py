@@ -8,8 +8,9 @@ A built-in file also declares, at module level, what ``--shape`` and ``--dtype``
   ``SHAPE_NAMES``).
 - ``canonical_shape(shape)`` (optional): turns an accepted shape into the full one (matmul: a
   single ``N`` becomes ``(N, N, N)``); raises ``ValueError`` for a shape it refuses.
-- ``shape_of_inputs(shapes)`` (optional): ``SHAPE`` from the inputs' shapes, for an exported op's
-  fallback at a shape it was not exported at (default: the first input's shape is ``SHAPE``).
+- ``shape_of_inputs(shapes)`` (optional): ``SHAPE`` from the inputs' shapes, then the parameters' (in
+  the model's order), for an exported op's fallback at a shape it was not exported at, and for the
+  comparison of its first call with PyTorch (default: the first input's shape is ``SHAPE``).
 - ``DTYPE``: the default dtype (a ``torch.dtype``).
 
 ``get_inputs()`` and ``get_init_inputs()`` read ``SHAPE`` and ``DTYPE`` when they are called, so

@@ -114,7 +114,8 @@ def builtin_fallback(source: str, dtype: str | None, inputs: Sequence[TensorInfo
         first = load_problem(ProblemRef(source=source, dtype=at))
         hook = getattr(first.module, "shape_of_inputs", None)
         in_shapes = [tuple(s) for s, _ in shapes[:len(in_names)]]
-        shape = tuple(hook(in_shapes)) if callable(hook) else in_shapes[0]
+        # the hook sees the parameters' shapes after the inputs' (a Linear's N is its weight's)
+        shape = tuple(hook([*in_shapes, *(tuple(s) for s, _ in shapes[len(in_names):])])) if callable(hook) else in_shapes[0]
         problem = load_problem(ProblemRef(source=source, shape=shape, dtype=at))
         model = problem.build_model("meta")
         names = _state_names(model, param_names)

@@ -14,6 +14,13 @@ KERNGEN_META = {
 }
 
 
+def shape_of_inputs(shapes):
+    """SHAPE from the op's arguments' shapes (an exported op's fallback, and its first call's check): x (M, K), then
+    the parameters, the weight (N, K) first."""
+    (m, k), (n, _), *_ = shapes
+    return (m, n, k)
+
+
 class Model(nn.Module):
     """nn.Linear then GELU (approximate='none')."""
 

@@ -13,9 +13,11 @@ import torch
 from kerngen.harness.gpu.op_call import register_op
 from kerngen.harness.spec.spec import KernelSpec
 from kerngen.problems.load import load_problem
+from kerngen.problems.registry import builtin_names
 from kerngen.problems.ref import ProblemRef
 from kerngen.results.export import BucketSource, export_spec
 from kerngen.results.exported_kernel import ExportedKernel, FallbackWarning, shape_bound_sizes
+from kerngen.results.op_fallback import builtin_fallback
 from tests.emu.runner import available, emulate
 from tests.kernels.specs import CASES
 
@@ -298,3 +300,14 @@ def test_torch_compile_fullgraph_traces_through_the_op(softmax_export):
     x = torch.randn(8, 100)
     assert torch.allclose(compiled(x), torch.softmax(x * 2.0, dim=1) + 1.0, atol=1e-6)
     assert emu.runs == [(8, 100)]
+
+
+@pytest.mark.parametrize("name", builtin_names())
+def test_every_builtins_fallback_builds_at_its_own_shapes(name):
+    # the first call of an export is compared with its built-in problem at the call's shapes, so the built-in must be
+    # buildable from its arguments' shapes: linear_gelu's SHAPE (M, N, K) is no input's shape, and its first call
+    # failed in the GPU host's run of kerngen.load (2026-11-29) until its shape_of_inputs read N from the weight
+    info = load_problem(ProblemRef(source=name)).info
+    fb = builtin_fallback(name, None, info.inputs, info.params, list(info.args), info.scalars)
+    shapes = tuple((tuple(t.shape), getattr(torch, t.dtype)) for t in [*info.inputs, *info.params])
+    assert fb.output_shapes(shapes, None) == [(tuple(o.shape), getattr(torch, o.dtype)) for o in info.outputs]
