@@ -41,6 +41,7 @@ FEATURES: dict[str, str] = {
     "d24c349": "#34 the LSTM split-K recurrence (i40l)",
     "794d9a1": "#35 split-K for the wgmma convolution (i41k)",
     "ffa78a9": "#35 the wgmma convolution's split-K default",
+    "2cdc9fd": "#35 the GEMM core's staged stores (EPI_SMEM)",
 }
 
 
