@@ -154,8 +154,7 @@ def test_the_gemm16_family_proposes_both_modes_in_round_0():
     fp32 = PlaybookProposer(load_problem(ProblemRef(source="matmul")))
     later = {e.id: e for e in fp32._entries()}
     assert not later["mm-wgmma-pingpong"].round0 and later["mm-wgmma-cluster"].after == frozenset({"wgmma"})
-    staged = [b.spec.default_config() for b in fp32._render(later["mm-wgmma-staged"], None, 2)]
-    assert not later["mm-wgmma-staged"].round0 and [c["STAGES"] for c in staged] == [2, 2]  # room for the tiles
+    assert "mm-wgmma-staged" not in later  # 3xTF32 at 2 stages (room for the tiles) lost to its 3-stage default
 
 
 # ----- EPI_SMEM: the stores staged through shared memory ----------------------------------------------------------
