@@ -42,6 +42,7 @@ FEATURES: dict[str, str] = {
     "794d9a1": "#35 split-K for the wgmma convolution (i41k)",
     "ffa78a9": "#35 the wgmma convolution's split-K default",
     "2cdc9fd": "#35 the GEMM core's staged stores (EPI_SMEM)",
+    "04d35e4": "#35 no staged stores for 3xTF32 (measured)",
 }
 
 
