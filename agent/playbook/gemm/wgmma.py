@@ -69,7 +69,7 @@ _CLUSTER_EFFECT = ("1.5-2.1x slower on every case measured (H200, 2026-11-28: a 
 _PINGPONG_EFFECT = ("0-8%: the bf16 Linear + bias + GELU 0.6069 -> 0.5562 ms; large plain GEMMs 11% slower (64-row "
                     "tiles read more per FLOP; H200, 2026-11-28)")
 _STAGED_EFFECT = ("bf16 8192 x 8192 x 2048 on an H200 (2026-11-29): the GEMM alone 0.4311 -> 0.3627 ms, Linear + bias "
-                  "+ GELU 0.6037 -> 0.4373 ms (1.10-1.17x torch.compile)")
+                  "+ GELU 0.6037 -> 0.4373 ms (1.10-1.17x torch.compile at full clocks, 1.03-1.05x at the power cap)")
 
 
 def _ideas(prefix: str, first: str, effect: str, tf32: bool) -> tuple[Entry, ...]:
