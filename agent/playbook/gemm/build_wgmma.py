@@ -154,7 +154,7 @@ def smem_bytes(cfg: dict[str, int], mode: Mode) -> int:
     """Dynamic shared memory of the main kernel at ``cfg`` (the spec's expression, in Python)."""
     planes = 2 if mode is Mode.tf32x3 or (mode is Mode.tf32_terms and cfg["TERMS"] == TERMS_SPLIT) else 1
     stage = planes * (64 * cfg["WGM"] * cfg["CWG"] + cfg["BN"]) * cfg["BK"] * ELEMENT_BYTES[mode]
-    staging = cfg.get("EPI_SMEM", 0) * 64 * cfg["CWG"] * 72 * (2 if mode in (Mode.bf16, Mode.f16) else 4)
+    staging = cfg.get("EPI_SMEM", 0) * 64 * cfg["CWG"] * 72 * ELEMENT_BYTES[mode]  # the output's element too
     return 1024 + cfg["STAGES"] * stage + 16 * cfg["STAGES"] + staging
 
 
@@ -244,9 +244,8 @@ def gemm_wgmma_spec(p: GemmProblem, defaults: dict[str, int], name: str) -> Kern
                  bns=BNS, pingpong=pingpong, cluster=cluster, epi_smem=epi_smem, **ep_vars)
     esize = ELEMENT_BYTES[mode]
     smem = SMEM.format(stage=STAGE_BYTES.format(planes=planes_of(mode), bm=bm, esize=esize))
-    osize = 4 if p.dtype == "float32" else 2  # the output's element
-    if epi_smem:
-        smem = f"({smem} + {EPI_SMEM_BYTES.format(osize=osize)})"
+    if epi_smem:  # the output's element is the operands' (esize)
+        smem = f"({smem} + {EPI_SMEM_BYTES.format(osize=esize)})"
     sk = "SPLIT_K" if split > 1 else "1"
     units = f"{batch} * cdiv({M}, {f'({bm} * CLUSTER)' if cluster else bm}) * cdiv({N}, BN) * {sk}"
     tunables = {k: list(v) for k, v in TUNABLES.items()}
@@ -276,7 +275,7 @@ def gemm_wgmma_spec(p: GemmProblem, defaults: dict[str, int], name: str) -> Kern
     if pingpong:
         constraints.append("PINGPONG == 0 or CWG == 2")
     if epi_smem:  # whole 16-byte pieces: a row's vectors stay inside it, and past N they are wholly past it
-        constraints.append(f"EPI_SMEM == 0 or {N} % {16 // osize} == 0")
+        constraints.append(f"EPI_SMEM == 0 or {N} % {16 // esize} == 0")
     steps = [s for s in (a.prep, b.prep) if s is not None]
     scratch = [s for s in (a.scratch, b.scratch) if s is not None]
     if scratch:
