@@ -45,13 +45,25 @@ CASES = [
     ("KB L2 54 conv... bf16 copy", L2_54 + "@bfloat16", [("wgmma", [{}, {"WGM": 2, "BN": 128}, {"STAGES": 3}])], None),
     ("KB L2 99 gemm+gelu+softmax fp32", L2_99,
      [("wgmma_streamed", [{}, {"GROUP_M": 16}, {"BN": 64}]), ("tf32x3_streamed", [{}])], None),
+    # 4-5 (issue 35, 2026-11-29): the space-to-depth convolution (wgmma_s2d: TMA boxes, no gather) beside the gathered one
+    ("conv2d fp32 suite k11 s4: s2d (3xTF32)", "conv2d",
+     [("wgmma_s2d", [{}, {"STAGES": 4}, {"WGM": 2, "STAGES": 2}, {"GROUP_M": 16}, {"CWG": 1, "WGM": 2}]),
+      ("wgmma", [{}])], 3.5),
+    ("conv2d bf16 suite k11 s4: s2d", "conv2d@bfloat16",
+     [("wgmma_s2d", [{}, {"STAGES": 5}, {"BN": 128}]), ("wgmma", [{}])], None),
+    # 6-7: stride-1 convolutions of 64 channels (space-to-depth is then x channels-last, spatially padded)
+    ("KB L2 1 conv3x3 64->128 +relu+bias fp32", "level2/1_Conv2D_ReLU_BiasAdd.py",
+     [("wgmma_s2d", [{}, {"STAGES": 4}, {"BN": 128}]), ("wgmma", [{}])], None),
+    ("KB L1 55 conv3x3 64ch 512x1024 fp32", "level1/55_conv_standard_2D__asymmetric_input__square_kernel.py",
+     [("wgmma_s2d", [{}, {"BN": 128}]), ("wgmma", [{}])], None),
 ]
 CHECK = EvalOptions(seeds=2, budget_ms=60.0, timeout_s=90.0)
 
 
 def problem_ref(source: str, folder: Path) -> ProblemRef:
-    if "/" not in source:
-        return ProblemRef(source=source)
+    if "/" not in source:  # a built-in, or built-in@dtype (its --dtype)
+        name, _, dtype = source.partition("@")
+        return ProblemRef(source=name, dtype=dtype or None)
     name, _, dtype = source.partition("@")
     path = KB / name
     if dtype:  # the copy `kerngen problems --to-dtype` writes

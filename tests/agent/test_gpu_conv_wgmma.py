@@ -11,7 +11,8 @@ at several configurations (copy widths VEC, two m64 blocks a consumer, one consu
   logsumexp, residual) resized to odd sizes.
 
 The wgmma convolution's error against an fp64 convolution is at most twice PyTorch fp32's (printed with -s), and plain
-TF32 (TERMS 1) is rejected by the fp32 check on conv2d_wide."""
+TF32 (TERMS 1) is rejected by the fp32 check on conv2d_wide. The space-to-depth convolution (wgmma_s2d: both operands by
+TMA, no gather) passes the same check at strides 1-4, 16-bit and a conv1d, and the same fp64 bound on conv2d."""
 
 from __future__ import annotations
 
@@ -149,13 +150,13 @@ def test_gemm_rows_wgmma_at_odd_sizes(pool, tmp_path, name, sizes):
 
 
 # ----- accuracy against fp64, and plain TF32 rejected -------------------------------------------------------------
-@pytest.mark.parametrize("source", ["conv2d", "conv2d_wide"])
-def test_error_against_fp64_is_at_most_twice_pytorch_fp32(source):
+@pytest.mark.parametrize("source, variant", [("conv2d", "wgmma"), ("conv2d_wide", "wgmma"), ("conv2d", "wgmma_s2d")])
+def test_error_against_fp64_is_at_most_twice_pytorch_fp32(source, variant):
     p = load_problem(ProblemRef(source=source))
     m = explain(p)
-    spec = family_of(m).build(m, "wgmma")
+    spec = family_of(m).build(m, variant)
     ours, theirs = conv_fp64_errors(p, lambda model, x: _run(spec, model, x))
-    print(f"\n{source} vs fp64: wgmma 3xTF32 max {ours[0]:.3g} rel {ours[1]:.3g}; torch fp32 max {theirs[0]:.3g} "
+    print(f"\n{source} vs fp64: {variant} 3xTF32 max {ours[0]:.3g} rel {ours[1]:.3g}; torch fp32 max {theirs[0]:.3g} "
           f"rel {theirs[1]:.3g}")
     assert ours[1] <= 2 * theirs[1] and ours[0] <= 2 * theirs[0]
 
@@ -166,3 +167,30 @@ def test_plain_tf32_is_rejected_on_conv2d_wide(pool):
     (res,) = pool.evaluate(ref, [Candidate(spec=family_of(m).build(m, "wgmma", {"TERMS": 1}))], CHECK)
     assert res.verdict is Verdict.incorrect, f"{res.verdict.value}: {res.message}"
     print(f"\nTERMS 1 on conv2d_wide: {res.message}")
+
+
+# ----- the space-to-depth convolution (wgmma_s2d): both operands by TMA, no gather --------------------------------
+S2D_CONFIGS = [{}, {"STAGES": 4}, {"WGM": 2, "BN": 64, "STAGES": 2}, {"CWG": 1, "WGM": 2}]
+S2D_WRITTEN = [  # conv module, input shape, forward, dtype, family: strides 1-4, K no multiple of the stride, C2 of
+    # one slab and of two (the last partly zeros), 16-bit, a 1-D convolution, the output no multiple of the tiles
+    ("nn.Conv2d(3, 96, 11, stride=4, padding=2)", (3, 3, 61, 67), "self.conv(x)", "float32", "conv2d"),
+    ("nn.Conv2d(3, 96, 11, stride=4, padding=2)", (3, 3, 61, 67), "self.conv(x)", "bfloat16", "conv16"),
+    ("nn.Conv2d(3, 64, 7, stride=2, padding=3)", (3, 3, 45, 39), "torch.relu(self.conv(x))", "float32", "conv_epi"),
+    ("nn.Conv2d(5, 40, (5, 4), stride=(3, 2), padding=(1, 2))", (2, 5, 29, 31), "self.conv(x) * 2 + 1", "float32",
+     "conv_epi"),
+    ("nn.Conv2d(40, 70, 3, padding=1)", (2, 40, 21, 19), "torch.tanh(self.conv(x))", "float32", "conv_epi"),
+    ("nn.Conv2d(40, 70, 3, padding=1, bias=False)", (2, 40, 21, 19), "self.conv(x)", "float16", "conv16"),
+    ("nn.Conv1d(24, 72, 5, stride=2, padding=2)", (3, 24, 101), "torch.nn.functional.gelu(self.conv(x))",
+     "float32", "conv_epi"),
+]
+
+
+@pytest.mark.parametrize("conv, shape, forward, dtype, family", S2D_WRITTEN, ids=lambda v: str(v)[:40])
+def test_space_to_depth_convolutions_pass_at_several_configurations(pool, tmp_path, conv, shape, forward, dtype,
+                                                                     family):
+    p = forward_problem(tmp_path, forward, {"x": shape}, init=f"self.conv = {conv}", dtype=dtype, make="randn")
+    m = explain(p)
+    assert m.family == family, m.message
+    configs = S2D_CONFIGS if conv.startswith("nn.Conv2d(3, 96") else S2D_CONFIGS[:2]
+    _all_pass(pool, ProblemRef(source=str(p.path)), _candidates(m, configs, variant="wgmma_s2d"))
+

@@ -32,7 +32,7 @@ from kerngen.agent.playbook.terms import TERMS_SPLIT, offer_terms
 from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
 
 __all__ = ["FLAT_3D", "ConvGemm", "conv_gemm", "CONV16_IDEAS", "CONV2D_IDEAS", "CONV2D_SPEC_NAME", "CONV_EPI_IDEAS", "CONV_EPI_SPEC_NAME", "VARIANT",
-           "conv16_wgmma", "conv_epi_wgmma", "conv_wgmma_spec", "vec_default", "vec_values"]
+           "conv16_wgmma", "conv_epi_wgmma", "conv_wgmma_spec", "tile_defaults", "vec_default", "vec_values"]
 
 VARIANT = "wgmma"
 TEMPLATE = "conv_wgmma.cu.j2"
@@ -63,7 +63,7 @@ def vec_default(cg: int, esize: int) -> int:
     return max(wider, default=base)
 
 
-def _defaults(half: bool, ocg: int) -> dict[str, int]:
+def tile_defaults(half: bool, ocg: int) -> dict[str, int]:
     """Untuned (no GPU yet): the core's, BN the narrowest tile that holds a group's channels up to 128 (256 for
     16-bit), so that few columns are padding."""
     cap = 256 if half else 128
@@ -132,7 +132,7 @@ def conv_wgmma_spec(c: ConvGemm, dtype: str, defaults: dict[str, int], name: str
     tv = c.template_vars
     vec = vec_default(c.cg, esize)
     narrow = g * -(-c.cg // vec) * vec < 32  # the flat x pre-pass (both are correct at any shape; this one is faster)
-    base = {**_defaults(half, c.ocg), "VEC": vec}
+    base = {**tile_defaults(half, c.ocg), "VEC": vec}
     cfg, rows = pick(defaults, base), _rows_now(m_tot, facts)
     fill = fill_defaults(cfg, defaults, g, rows, c.ocg, c.kvol * -(-c.cg // cfg["VEC"]) * cfg["VEC"]) \
         if "SPLIT_K" not in defaults and rows else {}

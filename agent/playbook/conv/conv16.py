@@ -11,6 +11,7 @@ own (None).
 
 from __future__ import annotations
 
+from kerngen.agent.playbook.conv import build_s2d as s2d
 from kerngen.agent.playbook.conv.build_wgmma import CONV16_IDEAS, CONV16_SPEC_NAME, VARIANT, conv16_wgmma
 from kerngen.agent.playbook.conv.epi import CONV_EPI, read_conv_epi
 from kerngen.agent.playbook.family import Family, FamilyMatch
@@ -36,4 +37,5 @@ def _recognise(g: Graph) -> FamilyMatch | None:
 
 CONV16 = Family(name=NAME, leads=CONV_EPI.leads, recognise=_recognise,
                 constraints=(*CONV_EPI.constraints, "every tensor bf16, or every one fp16"),
-                variants={VARIANT: conv16_wgmma}, ideas=CONV16_IDEAS, spec_names={VARIANT: CONV16_SPEC_NAME})
+                variants={VARIANT: conv16_wgmma, s2d.VARIANT: s2d.conv16_s2d}, ideas=s2d.CONV16_S2D_IDEAS + CONV16_IDEAS,  # space-to-depth first (the suite's bf16: 0.17 ms against 0.40)
+                spec_names={VARIANT: CONV16_SPEC_NAME, s2d.VARIANT: s2d.S2D_SPEC_NAMES["conv16"]})

@@ -15,6 +15,7 @@ from typing import Any
 
 from kerngen.agent.playbook.conv import build_epi as build
 from kerngen.agent.playbook.conv.build_tf32 import CONV_EPI_IDEAS, conv_epi_tf32x3
+from kerngen.agent.playbook.conv import build_s2d as s2d
 from kerngen.agent.playbook.conv import build_wgmma as wgmma
 from kerngen.agent.playbook.conv.tail_ir import Tail
 from kerngen.agent.playbook.entry import A, C, CF, Entry, M, PAR
@@ -223,7 +224,10 @@ CONV_EPI = Family(
     name=NAME, leads=frozenset({Lead.conv}), recognise=_recognise,
     constraints=("one conv1d or conv2d", "of a forward input", "elementwise after it"),
     variants={"igemm": build.conv_epi_igemm, "direct": build.conv_epi_direct, "depthwise": build.conv_epi_depthwise,
-              "tf32x3": conv_epi_tf32x3, wgmma.VARIANT: wgmma.conv_epi_wgmma},  # wgmma: Hopper only (coverage)
-    ideas=wgmma.CONV_EPI_IDEAS + IDEAS + CONV_EPI_IDEAS,  # wgmma first in round 0
-    spec_names={v: build.SPEC_PREFIX + v for v in (*build.VARIANT_NAMES, wgmma.VARIANT)},
+              "tf32x3": conv_epi_tf32x3, wgmma.VARIANT: wgmma.conv_epi_wgmma,  # wgmma*: Hopper only (coverage)
+              s2d.VARIANT: s2d.conv_epi_s2d},
+    # space-to-depth first in round 0 (KernelBench level-2 1: 3.54 ms against the gathered wgmma's 5.38, H200, 2026-11-29)
+    ideas=s2d.CONV_EPI_S2D_IDEAS + wgmma.CONV_EPI_IDEAS + IDEAS + CONV_EPI_IDEAS,
+    spec_names={**{v: build.SPEC_PREFIX + v for v in (*build.VARIANT_NAMES, wgmma.VARIANT)},
+                s2d.VARIANT: s2d.S2D_SPEC_NAMES["conv_epi"]},
 )
