@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from kerngen.agent.playbook import PlaybookProposer, explain, family_of
-from kerngen.agent.playbook.conv.build_s2d import PREP_ROW_ELEMENTS, WPREP_KERNEL, XPREP_KERNEL
+from kerngen.agent.playbook.conv.build_s2d import WPREP_KERNEL, XPREP_KERNEL
 from kerngen.agent.playbook.coverage import offer
 from kerngen.agent.playbook.proposer import variant_of_spec
 from kerngen.agent.playbook.render import MAX_SMEM, render
@@ -38,12 +38,12 @@ def test_the_suite_conv2d_plan():
     r = _resolve(spec, m)
     # stride 4: 3 channels x 4 x 4 phases = 48 channels (one full slab of 32 fp32 and one of 16: 2 k steps), 3 x 3
     # taps; xs is 57 x 57 positions an image (55 + 3 - 1), each row of the output computed 57 wide
-    geo = {k: r.defines[k] for k in ("KH2_", "KW2_", "PP_", "QQ_", "C2_", "CP_", "NSLAB_", "LASTKS_", "CCH_")}
-    assert geo == dict(KH2_=3, KW2_=3, PP_=57, QQ_=57, C2_=48, CP_=48, NSLAB_=2, LASTKS_=2, CCH_=3)
+    geo = {k: r.defines[k] for k in ("KH2_", "KW2_", "PP_", "QQ_", "C2_", "CP_", "NSLAB_", "LASTKS_")}
+    assert geo == dict(KH2_=3, KW2_=3, PP_=57, QQ_=57, C2_=48, CP_=48, NSLAB_=2, LASTKS_=2)
     xprep, wprep, main = r.launches
     assert [launch.kernel for launch in r.launches] == [XPREP_KERNEL, WPREP_KERNEL, "conv_s2d"]
-    assert xprep.grid == (57, 100, 1) and xprep.block == (256, 1, 1)
     rows, krow = 100 * 57 * 57, 9 * 2 * 32
+    assert xprep.grid == (-(-rows * 48 // 256), 1, 1) and xprep.block == (256, 1, 1)  # a thread an element
     assert [(s.name, s.size) for s in r.scratch] == [("xs", 2 * rows * 48), ("ws", 2 * 96 * krow)]
     units = 100 * -(-55 * 57 // 128)  # 25 tiles of 128 virtual positions an image, one of 96 channels
     assert main.grid == (min(units, 132), 1, 1) and main.block == (384, 1, 1)
@@ -120,7 +120,7 @@ def _reference(x: torch.Tensor, w: torch.Tensor, s: tuple[int, int], p: tuple[in
     ("tf32x3", 3, (23, 21), (11, 11), (4, 4), (2, 2)),  # the suite's geometry, smaller
     ("bf16", 5, (13, 11), (5, 4), (3, 2), (1, 2)),  # K no multiple of the stride, odd padding
     ("tf32", 9, (7, 6), (3, 3), (1, 1), (1, 1)),  # stride 1: xs is x channels-last, spatially padded
-    ("tf32x3", 5, (5, PREP_ROW_ELEMENTS // 4 + 3), (3, 3), (2, 2), (0, 1)),  # rows too wide for all channels: 2 chunks
+    ("tf32x3", 40, (5, 7), (3, 3), (2, 2), (0, 1)),  # 160 channels: 5 slabs a tap
 ])
 def test_the_pre_passes_on_the_cpu_emulator(mode, c, hw, k, s, p):
     n, oc = 2, 7
@@ -130,7 +130,6 @@ def test_the_pre_passes_on_the_cpu_emulator(mode, c, hw, k, s, p):
     kh2, kw2 = -(-k[0] // s[0]), -(-k[1] // s[1])
     pp, qq, c2 = o[0] + kh2 - 1, o[1] + kw2 - 1, c * s[0] * s[1]
     cp, nslab = -(-c2 // (16 // esz)) * (16 // esz), -(-c2 // swe)
-    cch = max(1, min(c, PREP_ROW_ELEMENTS // (s[0] * hw[1])))
     planes = 2 if mode == "tf32x3" else 1
     dtype = torch.bfloat16 if mode == "bf16" else torch.float32
     x, w = torch.randn(n, c, *hw).to(dtype), torch.randn(oc, c, *k).to(dtype)
@@ -139,9 +138,9 @@ def test_the_pre_passes_on_the_cpu_emulator(mode, c, hw, k, s, p):
     src = f"typedef {'unsigned short' if esz == 2 else 'float'} gw_op;\n" + render(
         "_conv_s2d_prep.cuh.j2", mode=mode, xprep_kernel=XPREP_KERNEL, wprep_kernel=WPREP_KERNEL)
     defines = dict(N_=n, C_=c, H_=hw[0], W_=hw[1], OC_=oc, KH_=k[0], KW_=k[1], SH_=s[0], SW_=s[1], PH_=p[0], PW_=p[1],
-                   KH2_=kh2, KW2_=kw2, PP_=pp, QQ_=qq, C2_=c2, CP_=cp, NSLAB_=nslab, CCH_=cch, GW_SWE=swe)
+                   KH2_=kh2, KW2_=kw2, PP_=pp, QQ_=qq, C2_=c2, CP_=cp, NSLAB_=nslab, GW_SWE=swe)
     spec = KernelSpec(source=src, defines=defines, steps=[
-        dict(kernel=XPREP_KERNEL, grid=[pp, n, -(-c // cch)], block=[256], args=[{"name": "x"}, {"name": "xs"}]),
+        dict(kernel=XPREP_KERNEL, grid=[-(-n * pp * qq * cp // 256)], block=[256], args=[{"name": "x"}, {"name": "xs"}]),
         dict(kernel=WPREP_KERNEL, grid=[-(-oc * kh2 * kw2 * nslab * swe // 256)], block=[256],
              args=[{"name": "w"}, {"name": "ws"}])])
     emulate(spec, {"x": x, "xs": xs, "w": w, "ws": ws})

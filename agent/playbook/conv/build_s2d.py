@@ -49,11 +49,6 @@ S2D_SPEC_NAMES = {"conv2d": "playbook-conv2d-wgmma-s2d", "conv_epi": SPEC_PREFIX
                   "conv16": "playbook-conv16-wgmma-s2d"}
 
 
-# the x pre-pass's shared rows: CCH_ channels' SH input rows of W elements, at most this many (32 KB of fp32)
-PREP_ROW_ELEMENTS = 8192
-PREP_SMEM = 48 * 1024  # static shared memory of a block
-
-
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -72,8 +67,7 @@ def s2d_geometry(c: ConvGemm, esize: int) -> dict[str, str | int]:
     c2 = f"({c.x}.shape[1] * {sh * sw})"
     nslab = f"cdiv({c2}, {swe})"
     return dict(KH2_=kh2, KW2_=kw2, PP_=f"({d['OH_']}) + {kh2 - 1}", QQ_=f"({d['OW_']}) + {kw2 - 1}", C2_=c2,
-                CP_=f"round_up({c2}, {PAD[esize]})", NSLAB_=nslab, LASTKS_=f"cdiv({c2} - {swe} * ({nslab} - 1), {kstep})",
-                CCH_=f"max(1, min({c.x}.shape[1], {PREP_ROW_ELEMENTS} // ({sh} * ({d['W_']}))))")
+                CP_=f"round_up({c2}, {PAD[esize]})", NSLAB_=nslab, LASTKS_=f"cdiv({c2} - {swe} * ({nslab} - 1), {kstep})")
 
 
 def conv_s2d_spec(c: ConvGemm, dtype: str, defaults: dict[str, int], name: str, tf32: bool = False,
@@ -113,14 +107,13 @@ def conv_s2d_spec(c: ConvGemm, dtype: str, defaults: dict[str, int], name: str, 
     bmap = {"kind": "tensormap", "name": "ws", "box_rows": "BN", "box_cols": swe, "swizzle": 128,
             "full_width": False, "view": [planes, c.oc, krow]}
     constraints = [*c.checks, f"{c.oc} >= {MIN_OCG}", f"{x}.numel < 2**31", f"{rows} < 2**31",
-                   f"{xs_size} + {ws_size} <= {MAX_PREP_ELEMENTS}", f"{units} < 2**31", f"{n} <= 65535",
-                   f"{geo['CCH_']} * {c.defines['SH_']} * (({c.defines['W_']}) + 1) * {esize} <= {PREP_SMEM}",
+                   f"{xs_size} + {ws_size} <= {MAX_PREP_ELEMENTS}", f"{units} < 2**31",
                    f"{smem} <= {MAX_SMEM}", f"{REGS} <= {REG_BUDGET}"]
     what = {Mode.bf16: "bf16", Mode.f16: "fp16", Mode.tf32x3: "fp32 at fp32 accuracy (3xTF32: big + small tf32 "
             "planes written by the pre-passes, small*big + big*small + big*big per k8 step)",
             Mode.tf32: "fp32 as plain TF32 (one term: NOT fp32 accurate)", Mode.tf32_terms: TF32_TERMS_TEXT}[mode]
     epi_args = [*([{"name": c.bias}] if c.bias else []), {"name": "out"}, *({"name": e} for e in c.eps)]
-    steps = [dict(kernel=XPREP_KERNEL, grid=[geo["PP_"], n, f"cdiv({x}.shape[1], {geo['CCH_']})"], block=[256],
+    steps = [dict(kernel=XPREP_KERNEL, grid=[f"cdiv({rows} * {geo['CP_']}, 256)"], block=[256],
                   args=[{"name": x}, {"name": "xs"}]),
              dict(kernel=WPREP_KERNEL, grid=[f"cdiv(({c.oc}) * {krow}, 256)"], block=[256],
                   args=[{"name": w}, {"name": "ws"}]),
