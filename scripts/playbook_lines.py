@@ -44,6 +44,7 @@ FEATURES: dict[str, str] = {
     "2cdc9fd": "#35 the GEMM core's staged stores (EPI_SMEM)",
     "04d35e4": "#35 no staged stores for 3xTF32 (measured)",
     "51509a7": "#35 the space-to-depth convolution (wgmma_s2d)",
+    "f83e723": "#35 the space-to-depth convolution: its first pre-pass again",
 }
 
 
