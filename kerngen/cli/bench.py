@@ -85,13 +85,13 @@ def bench(
             "baseline": base.model_dump(mode="json"),
             "kernel": result.model_dump(mode="json") if result else None,
             "op": op_timing.model_dump(mode="json") if op_timing else None,
-            "rows": bench_rows(base, result, op_timing),
+            "rows": bench_rows(base, result, op_timing, info.dtype),
         }
         if sol is not None:
             payload["solution"] = sol
         typer.echo(json.dumps(payload, indent=2))
     else:
-        print_bench(ref.label(), facts, base, result, op_timing)
+        print_bench(ref.label(), facts, base, result, op_timing, info.dtype)
         if sol is not None:
             _print_solution(sol)
     if (result is not None and not result.ok) or (sol is not None and sol["verdict"] != "ok"):

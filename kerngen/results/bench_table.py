@@ -1,7 +1,8 @@
 """Rows and the rich table of ``kerngen bench``: one line each for eager and torch.compile (in true
 fp32, and at PyTorch's defaults where those compute something else), the kernel, the exported op's
 path and the roofline floor, with ratios computed from medians measured in the same run: "fp32" vs
-PyTorch in true fp32, "dflt" vs PyTorch at its defaults (cuDNN convolutions in TF32)."""
+PyTorch in true fp32, "dflt" vs PyTorch at its defaults (cuDNN convolutions in TF32). A bf16 or fp16
+problem's PyTorch rows ran in that dtype and say so ("bf16" for "fp32")."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kerngen.harness.results import Baseline, EvalResult, GpuFacts, OpTiming, Timing
-from kerngen.results.speedups import SHORT_NOTE
+from kerngen.results.speedups import pytorch_precision, short_note
 from kerngen.harness.gpu.timing import MAX_LATE_FRACTION
 
 
@@ -43,12 +44,15 @@ def _row(name: str, verdict: str, t: Timing | None, base: Baseline) -> dict:
     }
 
 
-def bench_rows(base: Baseline, result: EvalResult | None, op: OpTiming | None = None) -> list[dict]:
-    rows = [_row("PyTorch eager (true fp32)", "ok", base.eager, base)]
+def bench_rows(base: Baseline, result: EvalResult | None, op: OpTiming | None = None,
+               dtype: str = "float32") -> list[dict]:
+    """The rows of a problem whose main dtype is ``dtype`` (it names the precision PyTorch's rows ran in)."""
+    ran = pytorch_precision(dtype)[1]
+    rows = [_row(f"PyTorch eager ({ran})", "ok", base.eager, base)]
     if base.compiled is not None:
-        rows.append(_row("torch.compile (true fp32)", "ok", base.compiled, base))
+        rows.append(_row(f"torch.compile ({ran})", "ok", base.compiled, base))
     else:
-        rows.append({**_row("torch.compile (true fp32)", "failed", None, base), "note": base.compile_error})
+        rows.append({**_row(f"torch.compile ({ran})", "failed", None, base), "note": base.compile_error})
     if base.eager_defaults is not None and not base.defaults_same:
         label = base.defaults_label or "defaults"
         rows.append(_row(f"PyTorch eager ({label})", "ok", base.eager_defaults, base))
@@ -69,15 +73,16 @@ def _fmt(v: float | None, spec: str, suffix: str = "") -> str:
 
 
 def print_bench(label: str, facts: GpuFacts, base: Baseline, result: EvalResult | None,
-                op: OpTiming | None = None) -> None:
+                op: OpTiming | None = None, dtype: str = "float32") -> None:
     console = Console()
-    table = Table(title=f"{label} on {facts.name}", caption=SHORT_NOTE.format(label=base.defaults_label or "defaults"),
+    table = Table(title=f"{label} on {facts.name}", caption=short_note(base.defaults_label or "defaults", dtype),
                   caption_justify="left")
-    cols = ("", "verdict", "median ms", "IQR ms", "fp32 eager", "fp32 compile", "dflt eager", "dflt compile",
+    tag = pytorch_precision(dtype)[0]
+    cols = ("", "verdict", "median ms", "IQR ms", f"{tag} eager", f"{tag} compile", "dflt eager", "dflt compile",
             "% roofline")
     for col in cols:
         table.add_column(col, justify="left" if col in ("", "verdict") else "right")
-    rows = bench_rows(base, result, op)
+    rows = bench_rows(base, result, op, dtype)
     for row in rows:
         flag = (" (clocks sagged)" if row["clocks_sagged"] else "") + (" (host-bound)" if row["host_bound"] else "")
         table.add_row(

@@ -12,6 +12,20 @@ from kerngen.problems.torch_modes import DEFAULTS_LABEL
 
 TRUE_FP32 = "vs PyTorch (true fp32)"
 SHORT_NOTE = "fp32: vs PyTorch (true fp32); dflt: vs {label}; comp.: torch.compile"
+_SHORT_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def pytorch_precision(dtype: str) -> tuple[str, str]:
+    """(column tag, label) of PyTorch's timings of a problem whose main dtype is ``dtype``: an fp32 problem's run in
+    true fp32 (TF32 off), ("fp32", "true fp32"); a bf16 or fp16 one's in that dtype as written, ("bf16", "bf16")."""
+    tag = _SHORT_DTYPES.get(dtype, dtype)
+    return tag, "true fp32" if dtype == "float32" else tag
+
+
+def short_note(label: str, dtype: str = "float32") -> str:
+    """SHORT_NOTE for one problem in ``dtype`` (``kerngen bench``): its PyTorch rows' precision named as they ran."""
+    tag, ran = pytorch_precision(dtype)
+    return f"{tag}: vs PyTorch ({ran}); dflt: vs {label}; comp.: torch.compile"
 
 
 def vs_defaults(label: str | None) -> str:
@@ -37,4 +51,4 @@ def speedup_line(f: Mapping[str, Any], eager: str = "eager", compiled: str = "to
     return "; ".join(parts)
 
 
-__all__ = ["SHORT_NOTE", "TRUE_FP32", "speedup_line", "times", "vs_defaults"]
+__all__ = ["SHORT_NOTE", "TRUE_FP32", "pytorch_precision", "short_note", "speedup_line", "times", "vs_defaults"]

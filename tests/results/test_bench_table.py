@@ -85,3 +85,19 @@ def test_speedup_line_says_which_pytorch():
                                "torch.compile vs PyTorch defaults (TF32 conv)")
     old = {"speedup_eager": 2.0, "speedup_compile": None}  # a run from before the defaults were measured
     assert speedup_line(old) == "2.00x eager vs PyTorch (true fp32)" and speedup_line({}) == ""
+
+
+def test_a_16bit_problems_pytorch_rows_say_the_dtype_they_ran_in(capsys, monkeypatch):
+    from kerngen.harness.results import GpuFacts
+    from kerngen.results.bench_table import print_bench
+
+    base = Baseline(problem="p", gpu="g", eager=_timing(1.0), compiled=_timing(0.5))
+    result = EvalResult(verdict=Verdict.ok, message="ok", timing=_timing(0.25))
+    assert [r["name"] for r in bench_rows(base, result)][:2] == ["PyTorch eager (true fp32)",
+                                                                 "torch.compile (true fp32)"]
+    assert [r["name"] for r in bench_rows(base, result, dtype="bfloat16")][:2] == ["PyTorch eager (bf16)",
+                                                                                   "torch.compile (bf16)"]
+    monkeypatch.setenv("COLUMNS", "200")  # rich's width: one line per row and header
+    print_bench("linear_gelu", GpuFacts(name="H200", arch="sm_90"), base, result, dtype="float16")
+    out = capsys.readouterr().out
+    assert "true fp32" not in out and "fp16: vs PyTorch (fp16)" in out and "fp16 eager" in out
