@@ -61,10 +61,9 @@ CHECK = EvalOptions(seeds=2, budget_ms=60.0, timeout_s=90.0)
 
 
 def problem_ref(source: str, folder: Path) -> ProblemRef:
-    if "/" not in source:  # a built-in, or built-in@dtype (its --dtype)
-        name, _, dtype = source.partition("@")
-        return ProblemRef(source=name, dtype=dtype or None)
     name, _, dtype = source.partition("@")
+    if "/" not in source:  # a built-in, or built-in@dtype (its --dtype)
+        return ProblemRef(source=name, dtype=dtype or None)
     path = KB / name
     if dtype:  # the copy `kerngen problems --to-dtype` writes
         path = folder / dtype_copy_name(KB / name, dtype)

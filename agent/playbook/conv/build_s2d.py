@@ -36,7 +36,8 @@ from kerngen.agent.playbook.gemm.build_wgmma import (BM, ELEMENT_BYTES, MAX_PREP
 from kerngen.agent.playbook.terms import TERMS_SPLIT, offer_terms
 from kerngen.agent.playbook.render import MAX_SMEM, make_spec, pick, render
 
-__all__ = ["CONV2D_S2D_IDEAS", "CONV16_S2D_IDEAS", "CONV_EPI_S2D_IDEAS", "S2D_SPEC_NAMES", "VARIANT", "conv16_s2d", "conv_epi_s2d", "conv_s2d_spec", "s2d_geometry"]
+__all__ = ["CONV2D_S2D_IDEAS", "CONV16_S2D_IDEAS", "CONV_EPI_S2D_IDEAS", "S2D_SPEC_NAMES", "VARIANT", "conv16_s2d",
+           "conv_epi_s2d", "conv_s2d_spec", "s2d_geometry"]
 
 VARIANT = "wgmma_s2d"
 TEMPLATE = "conv_wgmma_s2d.cu.j2"
@@ -63,7 +64,8 @@ def s2d_geometry(c: ConvGemm, esize: int) -> dict[str, str | int]:
     c2 = f"({c.x}.shape[1] * {sh * sw})"
     nslab = f"cdiv({c2}, {swe})"
     return dict(KH2_=kh2, KW2_=kw2, PP_=f"({d['OH_']}) + {kh2 - 1}", QQ_=f"({d['OW_']}) + {kw2 - 1}", C2_=c2,
-                CP_=f"round_up({c2}, {PAD[esize]})", NSLAB_=nslab, LASTKS_=f"cdiv({c2} - {swe} * ({nslab} - 1), {kstep})")
+                CP_=f"round_up({c2}, {PAD[esize]})", NSLAB_=nslab,
+                LASTKS_=f"cdiv({c2} - {swe} * ({nslab} - 1), {kstep})")
 
 
 def conv_s2d_spec(c: ConvGemm, dtype: str, defaults: dict[str, int], name: str, tf32: bool = False) -> KernelSpec:

@@ -1,8 +1,10 @@
 """Playbook family ``conv16``: the convolutions of ``conv_epi`` (conv1d / conv2d, groups, dilation, zero padding, an
 elementwise epilogue: bias, BN, activations, residual inputs, scales) when every tensor is bf16, or every one fp16.
-Its one variant is the Hopper GEMM core's implicit-GEMM convolution in bf16/fp16 (:func:`.conv.build_wgmma.
-conv16_wgmma`: wgmma, fp32 accumulation, the epilogue in fp32 before one rounding at the store), so it is offered
-on sm_90 only; elsewhere nothing serves 16-bit convolutions, and the offer says why.
+Its variants are the Hopper GEMM core's convolutions in bf16/fp16 (wgmma, fp32 accumulation, the epilogue in fp32
+before one rounding at the store): the implicit GEMM (:func:`.conv.build_wgmma.conv16_wgmma`) and, for groups 1
+without dilation, the space-to-depth one (:func:`.conv.build_s2d.conv16_s2d`, first in round 0: the suite's conv2d
+in bf16 took 0.17 ms against 0.40, H200, 2026-11-29). So it is offered on sm_90 only; elsewhere nothing serves
+16-bit convolutions, and the offer says why.
 
 The facts are conv_epi's (:func:`.conv.epi.read_conv_epi`) plus ``dtype``. Asked after ``conv2d`` and
 ``conv_relu_maxpool`` (which leave 16-bit problems) and before ``conv_epi`` (fp32 only); an fp32 problem is not its
@@ -37,5 +39,5 @@ def _recognise(g: Graph) -> FamilyMatch | None:
 
 CONV16 = Family(name=NAME, leads=CONV_EPI.leads, recognise=_recognise,
                 constraints=(*CONV_EPI.constraints, "every tensor bf16, or every one fp16"),
-                variants={VARIANT: conv16_wgmma, s2d.VARIANT: s2d.conv16_s2d}, ideas=s2d.CONV16_S2D_IDEAS + CONV16_IDEAS,  # space-to-depth first (the suite's bf16: 0.17 ms against 0.40)
+                variants={VARIANT: conv16_wgmma, s2d.VARIANT: s2d.conv16_s2d}, ideas=s2d.CONV16_S2D_IDEAS + CONV16_IDEAS,
                 spec_names={VARIANT: CONV16_SPEC_NAME, s2d.VARIANT: s2d.S2D_SPEC_NAMES["conv16"]})

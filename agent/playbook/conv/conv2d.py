@@ -143,7 +143,7 @@ CONV2D = Family(name="conv2d", leads=frozenset({Lead.conv}), recognise=_conv2d,
                 constraints=("one conv2d", "nothing else", "of the one forward input", "groups 1", "no dilation",
                              "numeric zero padding"),
                 variants={v: partial(_on_conv_epi, b, _CONV2D_NAMES[v]) for v, b in _CONV2D_BUILDERS.items()},
-                # space-to-depth first in round 0 (the suite's: 0.38 ms against the gathered wgmma's 0.66, H200, 2026-11-29)
+                # space-to-depth first in round 0 (the suite's: 0.38 ms against the gathered wgmma's 0.66, H200)
                 ideas=s2d.CONV2D_S2D_IDEAS + wgmma.CONV2D_IDEAS + _CONV2D_IDEAS + CONV2D_IDEAS,
                 spec_names=_CONV2D_NAMES)
 CONV_RELU_MAXPOOL = Family(name="conv_relu_maxpool", leads=frozenset({Lead.conv}), recognise=_relu_pool,
