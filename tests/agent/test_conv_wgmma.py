@@ -53,7 +53,7 @@ CASES = [  # (problem, family, spec name, variant)
     ("conv2d", "conv2d", "playbook-conv2d-wgmma-s2d", "wgmma_s2d"),  # space-to-depth first (test_conv_s2d.py)
     ("level1/54_conv_standard_3D__square_input__square_kernel.py", "conv_nd", "playbook-conv-nd-wgmma", "wgmma"),
     ("level2/17_Conv2d_InstanceNorm_Divide.py", "conv_tail", "playbook-conv-tail-wgmma", "wgmma"),
-    ("level2/1_Conv2D_ReLU_BiasAdd.py", "conv_epi", "playbook-conv-epi-wgmma", "wgmma"),
+    ("level2/1_Conv2D_ReLU_BiasAdd.py", "conv_epi", "playbook-conv-epi-wgmma_s2d", "wgmma_s2d"),
     ("level2/1_Conv2D_ReLU_BiasAdd.py@bfloat16", "conv16", "playbook-conv16-wgmma-s2d", "wgmma_s2d"),
     ("level2/99_Matmul_GELU_Softmax.py", "gemm_rows", "playbook-gemm-rows-wgmma-streamed", "wgmma_streamed"),
 ]

@@ -163,7 +163,7 @@ KB_NOT_MINE = {"level1/50_conv_standard_2D__square_input__square_kernel.py": "fa
 # depthwise convolutions and for 76, whose x (2^31 fp32 elements) is past the wgmma pre-pass's scratch limit)
 KB_OFFERED = {"level1/82_conv_depthwise_2D_square_input_square_kernel.py": ["depthwise"],
               "level1/76_conv_standard_1D_dilated_strided__.py": ["igemm", "direct", "tf32x3"],
-              "level2/54_Conv2d_Multiply_LeakyReLU_GELU.py": ["igemm", "direct", "tf32x3", "wgmma"]}
+              "level2/54_Conv2d_Multiply_LeakyReLU_GELU.py": ["igemm", "direct", "tf32x3", "wgmma", "wgmma_s2d"]}
 
 
 @needs_kb
@@ -206,7 +206,10 @@ def test_depthwise_problems_get_the_depthwise_kernel_only(problems, name):
     offered = [v.variant for v in offer(m, sizes={}, tensors=m.tensor_facts()).offered]
     # Hopper's wgmma (sm_90 limits) wherever a group has at least 16 output channels
     assert ("wgmma" in offered) == (m.facts.OC // m.facts.G >= 16 and m.facts.C != m.facts.G), offered
-    offered = [v for v in offered if v != "wgmma"]
+    # and the space-to-depth one where it is also ungrouped and undilated (build_s2d.py)
+    plain = m.facts.G == 1 and (m.facts.DH, m.facts.DW) == (1, 1)
+    assert ("wgmma_s2d" in offered) == ("wgmma" in offered and plain), offered
+    offered = [v for v in offered if v not in ("wgmma", "wgmma_s2d")]
     if m.facts.C == m.facts.G:
         assert offered == ["depthwise"]
     elif (m.facts.OC // m.facts.G) % 4:  # the direct kernel reads its channels' weights as float4
@@ -261,10 +264,10 @@ def test_constraints_follow_the_module_geometry(problems):
 
 # ----- ideas ----------------------------------------------------------------------------------
 def test_every_idea_names_a_variant_and_every_variant_has_a_first_idea():
-    assert set(FAMILY.variants) == {*VARIANT_NAMES, "wgmma"}
+    assert set(FAMILY.variants) == {*VARIANT_NAMES, "wgmma", "wgmma_s2d"}
     for e in FAMILY.ideas:
         assert e.variant in FAMILY.variants and e.after <= set(FAMILY.variants), e.id
-    assert {e.variant for e in FAMILY.ideas if e.round0} == {*VARIANT_NAMES, "wgmma"}
+    assert {e.variant for e in FAMILY.ideas if e.round0} == {*VARIANT_NAMES, "wgmma", "wgmma_s2d"}
     assert len({e.id for e in FAMILY.ideas}) == len(FAMILY.ideas)
 
 

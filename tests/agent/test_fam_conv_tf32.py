@@ -217,7 +217,7 @@ def _matmul_match():
 def test_offered_for_the_suite_with_three_terms_and_plain_tf32_only_when_asked():
     p, m = _suite()
     o = offer(m, sizes={}, tensors=m.tensor_facts())
-    assert [v.variant for v in o.offered] == ["direct", "igemm", VARIANT, "wgmma"]  # sm_90 limits: Hopper's too
+    assert [v.variant for v in o.offered] == ["direct", "igemm", VARIANT, "wgmma", "wgmma_s2d"]  # sm_90: Hopper's too
     spec, r = _resolved(m)
     assert spec.name == CONV2D_SPEC_NAME and variant_of_spec(spec) == VARIANT
     assert spec.tunables["TERMS"] == [TERMS_SPLIT] and all(v == sorted(v) for v in spec.tunables.values())

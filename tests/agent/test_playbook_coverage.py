@@ -62,9 +62,10 @@ OFFERED = {
                                                       "wgmma": (300, 1920)}, {"tf32x3": "% BM == 0"}),
     "23_Softmax.py": ("softmax", {"long": (63, 63)}, {"rows_reg": "* 4 <= 64"}),
     "40_LayerNorm.py": ("layernorm", {"split": (52, 64), "coop": (1512, 3456)}, {"rows_reg": "* 4 <= 64"}),
-    # x: 2^30 fp32, its split planes past the wgmma pre-pass's scratch limit; the others index the output in 64 bits
+    # x: 2^30 fp32, its split planes past the wgmma pre-passes' scratch limit (both wgmma variants); the others index
+    # the output in 64 bits
     "87_conv_pointwise_2D.py": ("conv2d", {"direct": (1436, 2700), "igemm": (792, 1728), "tf32x3": (615, 1620)},
-                                {"wgmma": "<= 2147483648"}),
+                                {"wgmma": "<= 2147483648", "wgmma_s2d": "<= 2147483648"}),
 }
 
 

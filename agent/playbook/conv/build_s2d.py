@@ -42,7 +42,7 @@ __all__ = ["CONV2D_S2D_IDEAS", "CONV16_S2D_IDEAS", "CONV_EPI_S2D_IDEAS", "S2D_SP
 VARIANT = "wgmma_s2d"
 TEMPLATE = "conv_wgmma_s2d.cu.j2"
 KERNEL, XPREP_KERNEL, WPREP_KERNEL = "conv_s2d", "conv_s2d_xprep", "conv_s2d_wprep"
-S2D_SPEC_NAMES = {"conv2d": "playbook-conv2d-wgmma-s2d", "conv_epi": SPEC_PREFIX + "wgmma-s2d",
+S2D_SPEC_NAMES = {"conv2d": "playbook-conv2d-wgmma-s2d", "conv_epi": SPEC_PREFIX + VARIANT,  # conv_epi's spelling
                   "conv16": "playbook-conv16-wgmma-s2d"}
 
 

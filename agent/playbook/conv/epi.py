@@ -228,6 +228,5 @@ CONV_EPI = Family(
               s2d.VARIANT: s2d.conv_epi_s2d},
     # space-to-depth first in round 0 (KernelBench level-2 1: 3.54 ms against the gathered wgmma's 5.38, H200)
     ideas=s2d.CONV_EPI_S2D_IDEAS + wgmma.CONV_EPI_IDEAS + IDEAS + CONV_EPI_IDEAS,
-    spec_names={**{v: build.SPEC_PREFIX + v for v in (*build.VARIANT_NAMES, wgmma.VARIANT)},
-                s2d.VARIANT: s2d.S2D_SPEC_NAMES["conv_epi"]},
+    spec_names={v: build.SPEC_PREFIX + v for v in (*build.VARIANT_NAMES, wgmma.VARIANT, s2d.VARIANT)},
 )
