@@ -47,15 +47,16 @@ CASES = [
      [("wgmma_streamed", [{}, {"GROUP_M": 16}, {"BN": 64}]), ("tf32x3_streamed", [{}])], None),
     # 4-5 (issue 35, 2026-11-29): the space-to-depth convolution (wgmma_s2d: TMA boxes, no gather) beside the gathered one
     ("conv2d fp32 suite k11 s4: s2d (3xTF32)", "conv2d",
-     [("wgmma_s2d", [{}, {"STAGES": 4}, {"WGM": 2, "STAGES": 2}, {"GROUP_M": 16}, {"CWG": 1, "WGM": 2}]),
+     [("wgmma_s2d", [{}, {"HALO": 0, "FLUSH": 1, "STAGES": 3}, {"HALO": 1, "FLUSH": 1, "STAGES": 3}, {"STAGES": 3},
+                     {"GROUP_M": 16}]),
       ("wgmma", [{}])], 3.5),
     ("conv2d bf16 suite k11 s4: s2d", "conv2d@bfloat16",
-     [("wgmma_s2d", [{}, {"STAGES": 5}, {"BN": 128}]), ("wgmma", [{}])], None),
+     [("wgmma_s2d", [{}, {"HALO": 1}, {"STAGES": 5}, {"BN": 128}]), ("wgmma", [{}])], None),
     # 6-7: stride-1 convolutions of 64 channels (space-to-depth is then x channels-last, spatially padded)
     ("KB L2 1 conv3x3 64->128 +relu+bias fp32", "level2/1_Conv2D_ReLU_BiasAdd.py",
-     [("wgmma_s2d", [{}, {"STAGES": 4}, {"BN": 128}]), ("wgmma", [{}])], None),
+     [("wgmma_s2d", [{}, {"STAGES": 4}, {"BN": 64}]), ("wgmma", [{}])], None),
     ("KB L1 55 conv3x3 64ch 512x1024 fp32", "level1/55_conv_standard_2D__asymmetric_input__square_kernel.py",
-     [("wgmma_s2d", [{}, {"BN": 128}]), ("wgmma", [{}])], None),
+     [("wgmma_s2d", [{}, {"BN": 64}]), ("wgmma", [{}])], None),
 ]
 CHECK = EvalOptions(seeds=2, budget_ms=60.0, timeout_s=90.0)
 

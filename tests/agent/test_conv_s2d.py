@@ -33,8 +33,9 @@ def test_the_suite_conv2d_plan():
     m = explain(load_problem("conv2d"))  # x (100, 3, 224, 224), 96 x 3 x 11 x 11, stride 4, padding 2
     spec = build(m)
     assert spec.name == "playbook-conv2d-wgmma-s2d" and spec.arch_specific and variant_of_spec(spec) == VARIANT
-    assert spec.default_config() == {"BN": 96, "WGM": 1, "CWG": 2, "BK": 32, "STAGES": 3, "GROUP_M": 8, "CTAS": 132,
-                                     "FLUSH": 1, "TERMS": 3}
+    # the halo (244 rows of the tile's taps) fits: HALO 1, the pipelined partial sums, 4 stages of B alone
+    assert spec.default_config() == {"BN": 96, "WGM": 1, "CWG": 2, "BK": 32, "STAGES": 4, "GROUP_M": 8, "CTAS": 132,
+                                     "FLUSH": 2, "TERMS": 3, "HALO": 1, "ROT": 1}
     r = _resolve(spec, m)
     # stride 4: 3 channels x 4 x 4 phases = 48 channels (one full slab of 32 fp32 and one of 16: 2 k steps), 3 x 3
     # taps; xs is 57 x 57 positions an image (55 + 3 - 1), each row of the output computed 57 wide
@@ -43,12 +44,16 @@ def test_the_suite_conv2d_plan():
     xprep, wprep, main = r.launches
     assert [launch.kernel for launch in r.launches] == [XPREP_KERNEL, WPREP_KERNEL, "conv_s2d"]
     rows, krow = 100 * 57 * 57, 9 * 2 * 32
-    assert xprep.grid == (-(-rows * 48 // 256), 1, 1) and xprep.block == (256, 1, 1)  # a thread an element
+    assert xprep.grid == (-(-rows * 48 // 4 // 256), 1, 1) and xprep.block == (256, 1, 1)  # a thread 16 bytes
     assert [(s.name, s.size) for s in r.scratch] == [("xs", 2 * rows * 48), ("ws", 2 * 96 * krow)]
     units = 100 * -(-55 * 57 // 128)  # 25 tiles of 128 virtual positions an image, one of 96 channels
     assert main.grid == (min(units, 132), 1, 1) and main.block == (384, 1, 1)
-    assert main.shared_mem == 1024 + 3 * 2 * (128 + 96) * 32 * 4 + 48 <= MAX_SMEM
-    assert _maps(main) == [("xs", (128, 32), False, (2, rows, 48)), ("ws", (96, 32), False, (2, 96, krow))]
+    halo = 2 * 2 * -(-(128 + 2 * 57 + 2) // 64) * 64 * 128  # two slots, two planes, 64-row boxes of 128 bytes
+    assert main.shared_mem == 1024 + halo + 4 * 2 * 96 * 32 * 4 + 16 * 4 + 32 <= MAX_SMEM
+    assert _maps(main) == [("xs", (64, 32), False, (2, rows, 48)), ("ws", (96, 32), False, (2, 96, krow))]
+    shifted = _resolve(spec, m, {"HALO": 0, "FLUSH": 1, "STAGES": 3}).launches[2]  # the boxes of the taps' rows
+    assert shifted.shared_mem == 1024 + 3 * 2 * (128 + 96) * 32 * 4 + 48 <= MAX_SMEM
+    assert _maps(shifted)[0] == ("xs", (128, 32), False, (2, rows, 48))
     assert [a.name for a in main.args if a.kind != "tensormap"] == ["conv.bias", "out"]
     for instr in ("wgmma.mma_async.sync.aligned.m64n96k8.f32.tf32.tf32", "cp.async.bulk.tensor.3d",
                   "setmaxnreg.inc.sync.aligned", "cs_ksteps(w.kt0 + kt)"):
@@ -81,10 +86,46 @@ def test_on_hopper_its_idea_is_in_round_0_and_elsewhere_it_is_not_offered():
     assert "a Hopper kernel (sm_90a: wgmma, TMA), not offered for sm_80" in off.why_not(VARIANT)
 
 
-COMPILED = [  # (problem, configurations): fp32 (3xTF32 and one term), bf16, one consumer (all k steps issued)
-    ("conv2d", [{}, {"STAGES": 4}, {"WGM": 2, "BN": 64, "STAGES": 2}, {"CWG": 1, "WGM": 2}]),
-    ("conv2d@bfloat16", [{}, {"BN": 128, "STAGES": 5}, {"CWG": 1, "WGM": 2, "BN": 192}]),
+COMPILED = [  # (problem, configurations): fp32 (3xTF32 and one term), bf16, one consumer (all k steps issued), the
+    # halo with FLUSH 2 (the default) and 1, the shifted boxes
+    ("conv2d", [{}, {"FLUSH": 1}, {"HALO": 0, "FLUSH": 1, "STAGES": 3}, {"WGM": 2, "BN": 64, "STAGES": 2, "FLUSH": 1},
+                {"CWG": 1, "WGM": 2, "FLUSH": 1}]),
+    ("conv2d@bfloat16", [{}, {"HALO": 0}, {"BN": 128, "STAGES": 5}, {"CWG": 1, "WGM": 2, "BN": 192}]),
 ]
+
+
+@pytest.mark.parametrize("source, asked, want", [
+    ("conv2d", {}, {"HALO": 1, "FLUSH": 2, "STAGES": 4}),
+    ("conv2d", {"STAGES": 3}, {"HALO": 1, "FLUSH": 2, "STAGES": 3}),  # what is asked stays
+    ("conv2d", {"HALO": 0}, {"HALO": 0, "FLUSH": 1, "STAGES": 3}),  # FLUSH 2 only with the halo
+    ("conv2d", {"CWG": 1, "WGM": 2}, {"HALO": 1, "FLUSH": 1, "STAGES": 4}),  # and two consumers
+    ("conv2d@bfloat16", {}, {"HALO": 0, "FLUSH": 0, "STAGES": 4}),  # 16-bit: measured faster without the halo
+    ("conv2d@bfloat16", {"HALO": 1}, {"HALO": 1, "FLUSH": 0, "STAGES": 4}),  # and no partial sums
+])
+def test_in_fp32_the_halo_is_the_default_where_it_fits(source, asked, want):
+    name, _, dtype = source.partition("@")
+    m = explain(load_problem(ProblemRef(source=name, dtype=dtype or None)))
+    got = build(m, asked).default_config()
+    assert {k: got[k] for k in want} == want
+
+
+def test_where_the_halo_does_not_fit_the_default_is_the_shifted_boxes(tmp_path):
+    # rows 130 + 2 wide: a tile's taps read 128 + 2 * 132 + 2 rows, two slots of them are 224 KB before the ring
+    m = explain(conv_problem(tmp_path, "nn.Conv2d(8, 32, 3, padding=1)", (2, 8, 130, 130),
+                             forward="torch.relu(self.conv(x))"))
+    spec = build(m)
+    assert {k: spec.default_config()[k] for k in ("HALO", "FLUSH", "STAGES")} == {"HALO": 0, "FLUSH": 1, "STAGES": 3}
+    _resolve(spec, m, {})
+    with pytest.raises(Exception, match="constraint"):
+        _resolve(spec, m, {"HALO": 1, "FLUSH": 1})
+
+
+def test_flush_2_is_refused_where_ptxas_serialises_it():
+    m = explain(load_problem("conv2d"))
+    spec = build(m)
+    for cfg in ({"HALO": 0}, {"CWG": 1, "FLUSH": 2}):
+        with pytest.raises(Exception, match="FLUSH != 2"):
+            _resolve(spec, m, cfg)
 
 
 @pytest.mark.parametrize("source, configs", COMPILED, ids=[c[0] for c in COMPILED])
@@ -140,7 +181,8 @@ def test_the_pre_passes_on_the_cpu_emulator(mode, c, hw, k, s, p):
     defines = dict(N_=n, C_=c, H_=hw[0], W_=hw[1], OC_=oc, KH_=k[0], KW_=k[1], SH_=s[0], SW_=s[1], PH_=p[0], PW_=p[1],
                    KH2_=kh2, KW2_=kw2, PP_=pp, QQ_=qq, C2_=c2, CP_=cp, NSLAB_=nslab, GW_SWE=swe)
     spec = KernelSpec(source=src, defines=defines, steps=[
-        dict(kernel=XPREP_KERNEL, grid=[-(-n * pp * qq * cp // 256)], block=[256], args=[{"name": "x"}, {"name": "xs"}]),
+        dict(kernel=XPREP_KERNEL, grid=[-(-n * pp * qq * cp // (16 // esz) // 256)], block=[256],
+             args=[{"name": "x"}, {"name": "xs"}]),  # a thread per 16 bytes of c'
         dict(kernel=WPREP_KERNEL, grid=[-(-oc * kh2 * kw2 * nslab * swe // 256)], block=[256],
              args=[{"name": "w"}, {"name": "ws"}])])
     emulate(spec, {"x": x, "xs": xs, "w": w, "ws": ws})

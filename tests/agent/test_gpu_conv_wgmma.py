@@ -170,7 +170,17 @@ def test_plain_tf32_is_rejected_on_conv2d_wide(pool):
 
 
 # ----- the space-to-depth convolution (wgmma_s2d): both operands by TMA, no gather --------------------------------
-S2D_CONFIGS = [{}, {"STAGES": 4}, {"WGM": 2, "BN": 64, "STAGES": 2}, {"CWG": 1, "WGM": 2}]
+
+
+def s2d_configs(dtype: str) -> list[dict]:
+    """The default (fp32: HALO 1, which fits every shape below, with FLUSH 2, the pipelined partial sums, and 4
+    stages; 16-bit: HALO 0), the shifted boxes (HALO 0), the halo (with FLUSH 1 in fp32), 3 stages, the tile's other
+    shapes."""
+    f = {"FLUSH": 1 if dtype == "float32" else 0}
+    return [{}, {"HALO": 0, **f}, {"HALO": 1, **f}, {"STAGES": 3}, {"WGM": 2, "BN": 64, "STAGES": 2, **f},
+            {"CWG": 1, "WGM": 2, **f}, {"CWG": 1, "WGM": 2, "HALO": 0, **f}]
+
+
 S2D_WRITTEN = [  # conv module, input shape, forward, dtype, family: strides 1-4, K no multiple of the stride, C2 of
     # one slab and of two (the last partly zeros), 16-bit, a 1-D convolution, the output no multiple of the tiles
     ("nn.Conv2d(3, 96, 11, stride=4, padding=2)", (3, 3, 61, 67), "self.conv(x)", "float32", "conv2d"),
@@ -182,6 +192,8 @@ S2D_WRITTEN = [  # conv module, input shape, forward, dtype, family: strides 1-4
     ("nn.Conv2d(40, 70, 3, padding=1, bias=False)", (2, 40, 21, 19), "self.conv(x)", "float16", "conv16"),
     ("nn.Conv1d(24, 72, 5, stride=2, padding=2)", (3, 24, 101), "torch.nn.functional.gelu(self.conv(x))",
      "float32", "conv_epi"),
+    # 3 slabs a tap (72 fp32 channels): HALO's two slots alternate across the tiles of a block
+    ("nn.Conv2d(72, 40, 3, padding=1)", (2, 72, 13, 11), "self.conv(x) - 1", "float32", "conv_epi"),
 ]
 
 
@@ -191,6 +203,9 @@ def test_space_to_depth_convolutions_pass_at_several_configurations(pool, tmp_pa
     p = forward_problem(tmp_path, forward, {"x": shape}, init=f"self.conv = {conv}", dtype=dtype, make="randn")
     m = explain(p)
     assert m.family == family, m.message
-    configs = S2D_CONFIGS if conv.startswith("nn.Conv2d(3, 96") else S2D_CONFIGS[:2]
-    _all_pass(pool, ProblemRef(source=str(p.path)), _candidates(m, configs, variant="wgmma_s2d"))
+    configs = s2d_configs(dtype)
+    configs = configs if conv.startswith("nn.Conv2d(3, 96") else configs[:4]
+    cands = _candidates(m, configs, variant="wgmma_s2d")
+    assert len(cands) == len(configs), "a configuration this shape does not admit"
+    _all_pass(pool, ProblemRef(source=str(p.path)), cands)
 

@@ -24,6 +24,9 @@ of 8 (tf32; 16 for 16-bit). Groups, dilation, 3-D and transposed convolutions ar
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from kerngen.expr import ExprError, TensorFacts, evaluate_bool, evaluate_int
 from kerngen.harness.spec.spec import KernelSpec
 
 from kerngen.agent.playbook.conv.build_epi import SPEC_PREFIX
@@ -68,10 +71,50 @@ def s2d_geometry(c: ConvGemm, esize: int) -> dict[str, str | int]:
                 LASTKS_=f"cdiv({c2} - {swe} * ({nslab} - 1), {kstep})")
 
 
-def conv_s2d_spec(c: ConvGemm, dtype: str, defaults: dict[str, int], name: str, tf32: bool = False) -> KernelSpec:
+# where ptxas keeps FLUSH 2's products overlapped with the adds: elsewhere (HALO 0, or one consumer) it serialises
+# every wgmma (C7514, "non wgmma instructions reading accumulator registers"), so the constraint refuses it there
+FLUSH2_ONLY = "FLUSH != 2 or (HALO == 1 and CWG == 2)"
+
+
+def halo_smem(geo: dict[str, str | int], planes: int) -> str:
+    """HALO 1's shared memory (the template's CS_RING ...): two halo slots of the tile's rows plus the taps' shifts
+    in 64-row boxes of 128 bytes a plane, the ring of B's k tiles, the 1 KB alignment skip, the mbarriers."""
+    rows = f"({BM} + {int(geo['KH2_']) - 1} * ({geo['QQ_']}) + {int(geo['KW2_']) - 1})"
+    return f"(1024 + 2 * {planes} * cdiv({rows}, 64) * 8192 + STAGES * {planes} * BN * 128 + 16 * STAGES + 32)"
+
+
+def _fits(smem: str, cfg: dict[str, int], facts: Mapping[str, TensorFacts] | None) -> bool:
+    try:
+        return bool(facts) and evaluate_int(smem, {**facts, **cfg}) <= MAX_SMEM and evaluate_bool(
+            f"{REGS} <= {REG_BUDGET}", cfg)
+    except ExprError:
+        return False
+
+
+def _halo_defaults(smem: str, cfg: dict[str, int], asked: Mapping[str, int], facts: Mapping[str, TensorFacts] | None,
+                   half: bool) -> dict[str, int]:
+    """In fp32, HALO 1 where its shared memory fits at the bound tensors and ``cfg`` (``smem``: :func:`halo_smem`),
+    else 0 (also when the shapes are unknown: HALO 0 fits wherever the spec does), with the pipelined partial sums
+    (FLUSH 2) and 4 stages where they fit; 16-bit: HALO 0. What ``asked`` names stays. One H200, 2026-11-29, the
+    suite conv2d (plan ms, one run each): fp32 HALO 1 FLUSH 2 STAGES 4 0.390, HALO 0 FLUSH 1 0.398 (the default
+    before), HALO 1 FLUSH 1 0.449, HALO 0 FLUSH 2 0.432 (ptxas serialises it: :data:`FLUSH2_ONLY`); KernelBench
+    level-2 1 (no halo fits) FLUSH 1 3.46 ms, FLUSH 2 3.86; bf16 HALO 0 0.136, HALO 1 0.145 (in an earlier run, with
+    the slower x pre-pass, 0.165 both)."""
+    halo = asked.get("HALO", 0 if half else int(_fits(smem, {**cfg, "HALO": 1}, facts)))
+    out = {"HALO": halo}
+    if halo and not half:
+        if cfg["CWG"] == 2 and _fits(smem, {**cfg, "HALO": 1, "FLUSH": 2}, facts):  # as FLUSH2_ONLY admits
+            out["FLUSH"] = 2
+        if "STAGES" not in asked and _fits(smem, {**cfg, **out, "STAGES": 4}, facts):
+            out["STAGES"] = 4
+    return out
+
+
+def conv_s2d_spec(c: ConvGemm, dtype: str, defaults: dict[str, int], name: str, tf32: bool = False,
+                  facts: Mapping[str, TensorFacts] | None = None) -> KernelSpec:
     """The space-to-depth convolution of ``c`` in ``dtype`` (fp32: 3xTF32; ``tf32``: checked at --precision tf32,
     TERMS 1 and 3 offered). No split-K: an output of fewer tiles than the grid leaves SMs idle (the gathered ``wgmma``
-    variant splits K there)."""
+    variant splits K there). ``facts``: the bound tensors now, for HALO's default (:func:`_halo_defaults`)."""
     terms = defaults.get("TERMS", TERMS_SPLIT)
     if dtype != "float32" and terms != TERMS_SPLIT:
         raise ValueError(f"TERMS {terms}: 3 (3xTF32) or, for fp32 problems, 1 (plain TF32)")
@@ -91,26 +134,29 @@ def conv_s2d_spec(c: ConvGemm, dtype: str, defaults: dict[str, int], name: str, 
                  out_dtype=dtype, has_bias=tv["has_bias"], statements=tv["ep_statements"], expr=tv["ep_expr"],
                  n_ep=tv["n_ep"], bns=CONV_BNS)
     tunables = {k: list(v) for k, v in TUNABLES.items()}
-    # FLUSH 1 in fp32, as the core: without it the suite's error against fp64 was 3.2e-6 relative, 9x PyTorch fp32's
-    # (with it 2.3e-7), and no faster (H200, 2026-11-29)
-    tunables.update(BN=list(CONV_BNS), BK=[swe], FLUSH=[0] if half else [1], TERMS=[terms])
-    d = pick(defaults, {**tile_defaults(half, c.ocg), "BK": swe})
+    # FLUSH 1 or 2 in fp32, as the core: without it the suite's error against fp64 was 3.2e-6 relative, 9x PyTorch
+    # fp32's (with it 2.3e-7), and no faster (H200, 2026-11-29); FLUSH 2 pipelines it (_halo_defaults)
+    tunables.update(BN=list(CONV_BNS), BK=[swe], FLUSH=[0] if half else [1, 2], TERMS=[terms])
+    tunables.update(HALO=[0, 1], ROT=[0, 1])
+    base = {**tile_defaults(half, c.ocg), "BK": swe, "ROT": 1}
+    halo = halo_smem(geo, planes)
+    d = pick(defaults, {**base, **_halo_defaults(halo, pick(defaults, base), defaults, facts, half)})
     offer_terms(tunables, d, defaults, mode is Mode.tf32_terms)
-    smem = SMEM.format(stage=STAGE_BYTES.format(planes=planes, bm=BM, esize=esize))
+    smem = f"({halo} if HALO else {SMEM.format(stage=STAGE_BYTES.format(planes=planes, bm=BM, esize=esize))})"
     xs_size, ws_size = f"{planes} * {rows} * {geo['CP_']}", f"{planes} * ({c.oc}) * {krow}"
     op = "float32" if esize == 4 else dtype
-    amap = {"kind": "tensormap", "name": "xs", "box_rows": BM, "box_cols": swe, "swizzle": 128, "full_width": False,
-            "view": [planes, rows, geo["CP_"]]}
+    amap = {"kind": "tensormap", "name": "xs", "box_rows": f"(64 if HALO else {BM})", "box_cols": swe, "swizzle": 128,
+            "full_width": False, "view": [planes, rows, geo["CP_"]]}
     bmap = {"kind": "tensormap", "name": "ws", "box_rows": "BN", "box_cols": swe, "swizzle": 128,
             "full_width": False, "view": [planes, c.oc, krow]}
     constraints = [*c.checks, f"{c.oc} >= {MIN_OCG}", f"{x}.numel < 2**31", f"{rows} < 2**31",
                    f"{xs_size} + {ws_size} <= {MAX_PREP_ELEMENTS}", f"{units} < 2**31",
-                   f"{smem} <= {MAX_SMEM}", f"{REGS} <= {REG_BUDGET}"]
+                   f"{smem} <= {MAX_SMEM}", f"{REGS} <= {REG_BUDGET}", FLUSH2_ONLY]
     what = {Mode.bf16: "bf16", Mode.f16: "fp16", Mode.tf32x3: "fp32 at fp32 accuracy (3xTF32: big + small tf32 "
             "planes written by the pre-passes, small*big + big*small + big*big per k8 step)",
             Mode.tf32: "fp32 as plain TF32 (one term: NOT fp32 accurate)", Mode.tf32_terms: TF32_TERMS_TEXT}[mode]
     epi_args = [*([{"name": c.bias}] if c.bias else []), {"name": "out"}, *({"name": e} for e in c.eps)]
-    steps = [dict(kernel=XPREP_KERNEL, grid=[f"cdiv({rows} * {geo['CP_']}, 256)"], block=[256],
+    steps = [dict(kernel=XPREP_KERNEL, grid=[f"cdiv({rows} * {geo['CP_']} // {PAD[esize]}, 256)"], block=[256],
                   args=[{"name": x}, {"name": "xs"}]),
              dict(kernel=WPREP_KERNEL, grid=[f"cdiv(({c.oc}) * {krow}, 256)"], block=[256],
                   args=[{"name": w}, {"name": "ws"}]),
@@ -131,25 +177,27 @@ def conv_s2d_spec(c: ConvGemm, dtype: str, defaults: dict[str, int], name: str, 
 
 
 def conv_epi_s2d(m: FamilyMatch, defaults: dict[str, int], name: str = S2D_SPEC_NAMES["conv_epi"]) -> KernelSpec:
-    return conv_s2d_spec(conv_gemm(m), "float32", defaults, name, m.tf32)
+    return conv_s2d_spec(conv_gemm(m), "float32", defaults, name, m.tf32, m.tensor_facts())
 
 
 def conv16_s2d(m: FamilyMatch, defaults: dict[str, int]) -> KernelSpec:
-    return conv_s2d_spec(conv_gemm(m), m.facts.dtype, defaults, S2D_SPEC_NAMES["conv16"])
+    return conv_s2d_spec(conv_gemm(m), m.facts.dtype, defaults, S2D_SPEC_NAMES["conv16"], facts=m.tensor_facts())
 
 
 _AFTER = frozenset({VARIANT})
 _TEXT = ("with no gather on Hopper's wgmma GEMM core: a pre-pass rewrites x space-to-depth (the stride's phases become "
          "channels, so the convolution has stride 1 and ceil(K / stride) taps a side) into rows of positions; a "
-         "tile's A for one tap is then a run of consecutive rows (the positions shifted by the tap), one TMA box, and "
+         "tile's A for one tap is then a run of consecutive rows (the positions shifted by the tap), one TMA box (where "
+         "the tile's rows for all its taps fit in shared memory, loaded once and read by each tap at its shift), and "
          "the weights' k tile another: one producer thread feeds a 3-4 deep mbarrier ring, two consumer warpgroups "
          "multiply with wgmma and apply the conv bias and epilogue before the store")
 
 
-def ideas(prefix: str, first: str, effect: str) -> tuple[Entry, ...]:
-    """The round-0 entry and the refinements of a conv family's space-to-depth variant."""
+def ideas(prefix: str, first: str, effect: str, other: dict[str, int]) -> tuple[Entry, ...]:
+    """The round-0 entry and the refinements of a conv family's space-to-depth variant. Round 0 measures the default
+    and ``other``: the halo or the shifted boxes, whichever the default is not (:func:`_halo_defaults`)."""
     return (
-        Entry(f"{prefix}-wgmma-s2d", first + _TEXT + ".", P, effect, VARIANT, ({}, {"STAGES": 4}), round0=True),
+        Entry(f"{prefix}-wgmma-s2d", first + _TEXT + ".", P, effect, VARIANT, ({}, other), round0=True),
         Entry(f"{prefix}-s2d-tile", "Re-shape the space-to-depth convolution's tile: two m64 blocks a consumer, a "
               "narrower channel tile, or one consumer.", PAR, "0-20%", VARIANT,
               ({"WGM": 2, "BN": 64, "STAGES": 2}, {"BN": 64, "STAGES": 4}, {"CWG": 1, "WGM": 2}), after=_AFTER),
@@ -159,10 +207,11 @@ def ideas(prefix: str, first: str, effect: str) -> tuple[Entry, ...]:
     )
 
 
-_EFFECT = ("one H200, 2026-11-29: the suite conv2d (3 channels, k11 s4) 0.38 ms against the gathered wgmma's 0.66 "
-           "(2.8x eager fp32), in bf16 0.17 against 0.40; stride 1, 64 channels (KernelBench level-2 1) 3.54 against "
-           "5.38 ms; slower on level-2 87 in a short search")
-CONV2D_S2D_IDEAS = ideas("conv", "Run the fp32 convolution at fp32 accuracy (3xTF32) ", _EFFECT)
+_EFFECT = ("one H200, 2026-11-29: the suite conv2d (3 channels, k11 s4) 0.34-0.36 ms against the gathered wgmma's "
+           "0.66 (3.0-3.2x eager fp32), in bf16 0.14 against 0.40; stride 1, 64 channels: KernelBench level-2 1 3.36 "
+           "against 5.36 ms, level-1 55 5.91 against 10.30; slower on level-2 87 in a short search")
+_SHIFTED = {"HALO": 0, "FLUSH": 1, "STAGES": 3}  # fp32 without the halo (FLUSH 2 needs it)
+CONV2D_S2D_IDEAS = ideas("conv", "Run the fp32 convolution at fp32 accuracy (3xTF32) ", _EFFECT, _SHIFTED)
 CONV_EPI_S2D_IDEAS = ideas("cepi", "Run the fp32 convolution with its fused epilogue at fp32 accuracy (3xTF32) ",
-                           _EFFECT)
-CONV16_S2D_IDEAS = ideas("conv16", "Run the bf16/fp16 convolution with its fused epilogue ", _EFFECT)
+                           _EFFECT, _SHIFTED)
+CONV16_S2D_IDEAS = ideas("conv16", "Run the bf16/fp16 convolution with its fused epilogue ", _EFFECT, {"HALO": 1})
