@@ -45,6 +45,7 @@ FEATURES: dict[str, str] = {
     "04d35e4": "#35 no staged stores for 3xTF32 (measured)",
     "51509a7": "#35 the space-to-depth convolution (wgmma_s2d)",
     "f83e723": "#35 the space-to-depth convolution: its first pre-pass again",
+    "126d4db": "#35 the space-to-depth convolution: halo, FLUSH 2, ROT, the 16-byte x pre-pass",
 }
 
 
