@@ -57,12 +57,12 @@ class TensorFacts:
         return len(self.shape)
 
 
-def _cdiv(a: int, b: int) -> int:
+def cdiv(a: int, b: int) -> int:  # ceil(a / b) of integers, exact (the expressions' and the builders')
     return -(-a // b)
 
 
 def _round_up(a: int, b: int) -> int:
-    return _cdiv(a, b) * b
+    return cdiv(a, b) * b
 
 
 def _ceil(x: Number) -> int:
@@ -74,8 +74,8 @@ def _floor(x: Number) -> int:
 
 
 FUNCTIONS: dict[str, Callable[..., Number]] = {
-    "cdiv": _cdiv,
-    "ceil_div": _cdiv,
+    "cdiv": cdiv,
+    "ceil_div": cdiv,
     "round_up": _round_up,
     "min": min,
     "max": max,
@@ -87,7 +87,7 @@ FUNCTIONS: dict[str, Callable[..., Number]] = {
     "ceil": _ceil,
     "floor": _floor,
 }
-_EXACT_DIV = {"ceil": _cdiv, "floor": operator.floordiv}  # ceil(a / b) of integers, without a float
+_EXACT_DIV = {"ceil": cdiv, "floor": operator.floordiv}  # ceil(a / b) of integers, without a float
 
 _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kerngen.expr import ExprError, TensorFacts, evaluate_bool, evaluate_int
+from kerngen.expr import ExprError, TensorFacts, cdiv, evaluate_bool, evaluate_int
 from kerngen.harness.spec.spec import KernelSpec
 
 from kerngen.agent.playbook.conv.build_epi import SPEC_PREFIX
@@ -49,10 +49,6 @@ S2D_SPEC_NAMES = {"conv2d": "playbook-conv2d-wgmma-s2d", "conv_epi": SPEC_PREFIX
                   "conv16": "playbook-conv16-wgmma-s2d"}
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def s2d_geometry(c: ConvGemm, esize: int) -> dict[str, str | int]:
     """The rewrite's defines (conv_wgmma_s2d.cu.j2's header): taps KH2_ x KW2_, xs's PP_ x QQ_ positions, its C2_
     channels padded to CP_ (16 bytes), NSLAB_ slabs of 128 bytes a tap, LASTKS_ k steps in a tap's last slab.
@@ -62,7 +58,7 @@ def s2d_geometry(c: ConvGemm, esize: int) -> dict[str, str | int]:
         raise ValueError("space-to-depth takes a plain 2-D convolution (groups 1, dilation 1, not transposed); "
                          "the wgmma variant takes this one")
     sh, sw, kh, kw = (int(d[k]) for k in ("SH_", "SW_", "KH_", "KW_"))
-    kh2, kw2 = _cdiv(kh, sh), _cdiv(kw, sw)
+    kh2, kw2 = cdiv(kh, sh), cdiv(kw, sw)
     swe, kstep = 128 // esize, 8 if esize == 4 else 16
     c2 = f"({c.x}.shape[1] * {sh * sw})"
     nslab = f"cdiv({c2}, {swe})"

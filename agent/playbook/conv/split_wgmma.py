@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kerngen.expr import cdiv
+
 from kerngen.agent.playbook.gemm.build_wgmma import MAX_SPLIT_FLOATS, MAX_SPLIT_OUTPUTS, SPLIT_VALUES
 
 __all__ = ["MIN_SLICE_KT", "SHORT_SLICE_KT", "SPLIT_CHOICES", "SUM_KERNEL", "fill_defaults", "split_plan"]
@@ -32,10 +34,6 @@ MIN_SLICE_KT = 4
 SHORT_SLICE_KT = 2
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def fill_defaults(cfg: dict[str, int], asked: dict[str, int], g: int, rows: int, ocg: int, kr: int) -> dict[str, int]:
     """What to add to the defaults ``cfg`` (the family's merged with ``asked``) of a convolution of ``g`` groups,
     ``rows`` GEMM rows, ``ocg`` channels a group and ``kr`` k elements a group (KR) so that its output tiles fill the
@@ -44,13 +42,13 @@ def fill_defaults(cfg: dict[str, int], asked: dict[str, int], g: int, rows: int,
     split fits, CWG 1 (two 64-row tiles for one 128-row tile) if the doubled tiles fit one wave and CWG was not asked
     for."""
     bm, ctas = 64 * cfg["WGM"] * cfg["CWG"], cfg["CTAS"]
-    tiles = g * _cdiv(rows, bm) * _cdiv(ocg, cfg["BN"])
+    tiles = g * cdiv(rows, bm) * cdiv(ocg, cfg["BN"])
     if tiles >= ctas:
         return {}
-    kt = _cdiv(kr, cfg["BK"])
+    kt = cdiv(kr, cfg["BK"])
     outputs = rows * g * ocg
     for floor in (MIN_SLICE_KT, SHORT_SLICE_KT):
-        fits = [s for s in SPLIT_VALUES if tiles * s <= ctas and kt // s >= floor and (s - 1) * _cdiv(kt, s) < kt
+        fits = [s for s in SPLIT_VALUES if tiles * s <= ctas and kt // s >= floor and (s - 1) * cdiv(kt, s) < kt
                 and s * outputs <= MAX_SPLIT_FLOATS and outputs < MAX_SPLIT_OUTPUTS]
         if fits:
             return {"SPLIT_K": max(fits)}
