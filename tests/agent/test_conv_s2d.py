@@ -102,7 +102,7 @@ COMPILED = [  # (problem, configurations): fp32 (3xTF32 and one term), bf16, one
     ("conv2d@bfloat16", {}, {"HALO": 0, "FLUSH": 0, "STAGES": 4}),  # 16-bit: measured faster without the halo
     ("conv2d@bfloat16", {"HALO": 1}, {"HALO": 1, "FLUSH": 0, "STAGES": 4}),  # and no partial sums
 ])
-def test_in_fp32_the_halo_is_the_default_where_it_fits(source, asked, want):
+def test_the_halo_and_flush_2_defaults(source, asked, want):
     name, _, dtype = source.partition("@")
     m = explain(load_problem(ProblemRef(source=name, dtype=dtype or None)))
     got = build(m, asked).default_config()

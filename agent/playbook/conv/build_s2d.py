@@ -80,9 +80,10 @@ def halo_smem(geo: dict[str, str | int], planes: int) -> str:
 
 
 def _fits(smem: str, cfg: dict[str, int], facts: Mapping[str, TensorFacts] | None) -> bool:
+    """``cfg`` (HALO 1) passes the spec's shared-memory, register and FLUSH 2 constraints at the bound tensors."""
     try:
         return bool(facts) and evaluate_int(smem, {**facts, **cfg}) <= MAX_SMEM and evaluate_bool(
-            f"{REGS} <= {REG_BUDGET}", cfg)
+            f"({REGS} <= {REG_BUDGET}) and ({FLUSH2_ONLY})", cfg)
     except ExprError:
         return False
 
@@ -99,7 +100,7 @@ def _halo_defaults(smem: str, cfg: dict[str, int], asked: Mapping[str, int], fac
     halo = asked.get("HALO", 0 if half else int(_fits(smem, {**cfg, "HALO": 1}, facts)))
     out = {"HALO": halo}
     if halo and not half:
-        if cfg["CWG"] == 2 and _fits(smem, {**cfg, "HALO": 1, "FLUSH": 2}, facts):  # as FLUSH2_ONLY admits
+        if _fits(smem, {**cfg, "HALO": 1, "FLUSH": 2}, facts):
             out["FLUSH"] = 2
         if "STAGES" not in asked and _fits(smem, {**cfg, **out, "STAGES": 4}, facts):
             out["STAGES"] = 4
